@@ -1,0 +1,7 @@
+"""``vpq bench ...``: benchmarks that print figures and, last, one JSON line."""
+
+from __future__ import annotations
+
+import typer
+
+bench_app = typer.Typer(help="Benchmarks: print figures and ratios; the last line is JSON.", no_args_is_help=True)

@@ -1,0 +1,23 @@
+"""The ``vpq`` command line: one typer app, sub-commands registered from small modules."""
+
+from __future__ import annotations
+
+import typer
+
+from cli.bench import bench_app
+
+app = typer.Typer(
+    name="vpq",
+    help="vpq: virtual-partition, read/write-separated message queue platform.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+app.add_typer(bench_app, name="bench")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,44 @@
+"""Shared fixtures: a real redis-server on a free port per test (or the server
+named by VPQ_TEST_REDIS_URL when no binary is available)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+
+from common.redis_server import RedisServer, find_redis_server
+
+
+@pytest.fixture
+def redis_server(tmp_path):
+    """A real redis-server the test owns and may kill or restart (AOF on).
+    Skips only when neither a binary nor VPQ_TEST_REDIS_URL is available."""
+    if find_redis_server() is None:
+        pytest.skip("needs the redis-server binary (set VPQ_TEST_REDIS_URL to use the redis_url fixture)")
+    server = RedisServer(data_dir=tmp_path / "redis", appendonly=True, appendfsync="always")
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def redis_url(tmp_path):
+    """A Redis URL plus a key prefix unique to the test. Starts its own redis-server
+    when the binary exists, else falls back to VPQ_TEST_REDIS_URL."""
+    if find_redis_server() is not None:
+        server = RedisServer(data_dir=tmp_path / "redis-url", appendonly=False)
+        server.start()
+        yield server.url
+        server.stop()
+        return
+    url = os.environ.get("VPQ_TEST_REDIS_URL")
+    if not url:
+        pytest.fail("no redis-server binary and VPQ_TEST_REDIS_URL is not set")
+    yield url
+
+
+@pytest.fixture
+def key_prefix():
+    return f"vpqtest-{uuid.uuid4().hex[:8]}"
