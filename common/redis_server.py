@@ -60,7 +60,8 @@ class RedisServer:
     def url(self) -> str:
         return f"redis://{self.host}:{self.port}/0"
 
-    def start(self, timeout: float = 10.0) -> None:
+    def command(self) -> list[str]:
+        """The argv that runs this server in the foreground (picks a free port when 0)."""
         binary = find_redis_server()
         if binary is None:
             raise RedisServerError(
@@ -70,7 +71,7 @@ class RedisServer:
         if self.port == 0:
             self.port = free_port(self.host)
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        args = [
+        return [
             binary,
             "--bind", self.host,
             "--port", str(self.port),
@@ -82,19 +83,22 @@ class RedisServer:
             "--protected-mode", "no",
             "--logfile", "redis.log",
         ]
+
+    def start(self, timeout: float = 10.0) -> None:
+        args = self.command()
         self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 err = self.proc.stderr.read().decode(errors="replace") if self.proc.stderr else ""
                 raise RedisServerError(f"redis-server exited with {self.proc.returncode}: {err.strip()}")
-            if self._ping():
+            if self.ping():
                 return
             time.sleep(0.02)
         self.stop()
         raise RedisServerError(f"redis-server did not answer on {self.host}:{self.port} within {timeout}s")
 
-    def _ping(self) -> bool:
+    def ping(self) -> bool:
         try:
             with socket.create_connection((self.host, self.port), timeout=0.2) as s:
                 s.sendall(b"PING\r\n")
