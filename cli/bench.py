@@ -5,3 +5,7 @@ from __future__ import annotations
 import typer
 
 bench_app = typer.Typer(help="Benchmarks: print figures and ratios; the last line is JSON.", no_args_is_help=True)
+
+from cli.bench_assign import bench_assign  # noqa: E402  (registered after bench_app exists)
+
+bench_app.command("assign")(bench_assign)
