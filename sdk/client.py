@@ -1,0 +1,370 @@
+"""``AsyncClient``: one method per endpoint of the public API (API.md), over aiohttp.
+
+Contract:
+
+* Every method either returns the parsed answer or raises a :class:`sdk.errors.VpqClientError`
+  subclass carrying the server's error ``code`` and ``message``.
+* Retryable failures (429/502/503/504, connection errors, timeouts) are retried up to
+  ``retry.attempts`` tries in total, waiting the server's ``Retry-After`` when given, else
+  an exponential backoff. Other errors are raised at once and never retried.
+* Retries are at-least-once: a produce whose answer was lost may be applied twice.
+* The HTTP session is opened lazily (on first use, inside the running loop) and closed
+  by :meth:`close` or ``async with``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from types import TracebackType
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+import orjson
+
+from sdk.errors import (
+    ClientClosedError,
+    GatewayConnectionError,
+    GatewayTimeoutError,
+    VpqClientError,
+    error_from_response,
+)
+from sdk.models import (
+    ClusterInfo,
+    CurrentMap,
+    GroupInfo,
+    JoinResult,
+    Message,
+    ProduceMessage,
+    ProduceResult,
+    QueueInfo,
+    dump_message,
+    produce_body,
+)
+from sdk.retry import NO_RETRY, RetryPolicy, parse_retry_after
+
+log = logging.getLogger(__name__)
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+USER_AGENT = "vpq-sdk/0.1"
+
+Sleep = Callable[[float], Awaitable[None]]
+
+
+def _seg(name: str) -> str:
+    """A queue/group/consumer name as one URL path segment."""
+    return quote(name, safe="")
+
+
+def _drop_none(values: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def _isolation_headers(lane: str | None, env: str | None, set_: str | None) -> dict[str, str]:
+    headers: dict[str, str] = {}
+    if lane is not None:
+        headers["X-Lane"] = lane
+    if env is not None:
+        headers["X-Env"] = env
+    if set_ is not None:
+        headers["X-Set"] = set_
+    return headers
+
+
+def _list_of(body: Any, key: str) -> list[Any]:
+    """A list answer, whether sent bare or wrapped as ``{key: [...]}``."""
+    if isinstance(body, list):
+        return body
+    if isinstance(body, dict) and isinstance(body.get(key), list):
+        return body[key]
+    raise VpqClientError(None, "bad_response", f"unexpected answer: expected a list of {key}")
+
+
+class AsyncClient:
+    """Asynchronous client for one vpq gateway.
+
+    ``timeout`` is the per-request limit in seconds (a long poll adds its ``wait_ms``).
+    ``sleep`` is what waits between retries (``asyncio.sleep``; replaceable for tests).
+    """
+
+    def __init__(
+        self,
+        base_url: str = DEFAULT_URL,
+        token: str | None = None,
+        timeout: float = 30.0,
+        retry: RetryPolicy | None = None,
+        *,
+        max_connections: int = 64,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+        self.retry = retry or RetryPolicy()
+        self._max_connections = max_connections
+        self._sleep = sleep
+        self._session: aiohttp.ClientSession | None = None
+        self._closed = False
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close the HTTP session. Further calls raise :class:`ClientClosedError`."""
+        self._closed = True
+        if self._session is not None:
+            session, self._session = self._session, None
+            await session.close()
+
+    def _get_session(self) -> aiohttp.ClientSession:
+        if self._closed:
+            raise ClientClosedError("the client is closed")
+        if self._session is None:
+            headers = {"User-Agent": USER_AGENT, "Accept": "application/json"}
+            if self.token:
+                headers["Authorization"] = f"Bearer {self.token}"
+            self._session = aiohttp.ClientSession(
+                headers=headers,
+                connector=aiohttp.TCPConnector(limit=self._max_connections),
+            )
+        return self._session
+
+    # -- transport ---------------------------------------------------------------------
+
+    async def _once(
+        self, method: str, path: str, data: bytes | None, headers: Mapping[str, str] | None, extra_timeout: float
+    ) -> tuple[int, Any]:
+        session = self._get_session()
+        send_headers = dict(headers or {})
+        if data is not None:
+            send_headers["Content-Type"] = "application/json"
+        url = self.base_url + path
+        try:
+            async with session.request(
+                method,
+                url,
+                data=data,
+                headers=send_headers,
+                timeout=aiohttp.ClientTimeout(total=self.timeout + extra_timeout),
+            ) as resp:
+                raw = await resp.read()
+                if resp.status >= 400:
+                    raise error_from_response(resp.status, raw, parse_retry_after(resp.headers.get("Retry-After")))
+                if not raw:
+                    return resp.status, {}
+                try:
+                    return resp.status, orjson.loads(raw)
+                except orjson.JSONDecodeError:
+                    return resp.status, raw.decode("utf-8", "replace")
+        except TimeoutError as exc:
+            raise GatewayTimeoutError(
+                None, "timeout", f"no answer from {self.base_url} within {self.timeout + extra_timeout:g}s", retryable=True
+            ) from exc
+        except aiohttp.ClientConnectorError as exc:
+            raise GatewayConnectionError(
+                None, "connection_refused", f"cannot connect to the gateway at {self.base_url}: {exc.os_error}", retryable=True
+            ) from exc
+        except aiohttp.ClientError as exc:
+            raise GatewayConnectionError(
+                None, "connection_error", f"connection to {self.base_url} failed: {exc!r}", retryable=True
+            ) from exc
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        data: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+        extra_timeout: float = 0.0,
+        retry: RetryPolicy | None = None,
+    ) -> tuple[int, Any]:
+        """Send one API request (``body`` as JSON, or pre-encoded ``data``) with retries.
+        Answers ``(status, parsed JSON)``."""
+        policy = retry or self.retry
+        if body is not None:
+            data = orjson.dumps(body)
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return await self._once(method, path, data, headers, extra_timeout)
+            except VpqClientError as err:
+                if not err.retryable or attempt >= policy.attempts:
+                    raise
+                delay = policy.delay(attempt, err.retry_after)
+                log.debug("retrying %s %s in %.3fs after %s (try %d/%d)", method, path, delay, err, attempt, policy.attempts)
+                await self._sleep(delay)
+
+    # -- health ------------------------------------------------------------------------
+
+    async def healthz(self) -> bool:
+        """True while the gateway runs (200); False when it answers otherwise or not at all."""
+        return await self._probe("/healthz")
+
+    async def readyz(self) -> bool:
+        """True once every node has joined (200); False otherwise or when unreachable."""
+        return await self._probe("/readyz")
+
+    async def _probe(self, path: str) -> bool:
+        try:
+            await self.request("GET", path, retry=NO_RETRY)
+        except VpqClientError as err:
+            if isinstance(err, ClientClosedError):
+                raise
+            return False
+        return True
+
+    async def wait_ready(self, timeout_s: float = 30.0, interval_s: float = 0.1) -> None:
+        """Wait until ``/readyz`` answers 200; raises :class:`GatewayTimeoutError` after ``timeout_s``."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while not await self.readyz():
+            if loop.time() >= deadline:
+                raise GatewayTimeoutError(None, "not_ready", f"{self.base_url} not ready within {timeout_s:g}s", retryable=True)
+            await self._sleep(interval_s)
+
+    async def metrics(self) -> str:
+        """The Prometheus text of ``GET /metrics``."""
+        _, body = await self.request("GET", "/metrics")
+        return body if isinstance(body, str) else orjson.dumps(body).decode()
+
+    # -- queues (admin) ----------------------------------------------------------------
+
+    async def put_queue(self, name: str, **config: Any) -> QueueInfo:
+        """Create or update a queue (``virtual_partitions``, ``ordering``, ``max_deliveries``,
+        ``visibility_timeout_ms``, ``retention_ms``, ``max_message_bytes``; ``None`` = leave out)."""
+        _, body = await self.request("PUT", f"/v1/queues/{_seg(name)}", _drop_none(config))
+        return body
+
+    async def get_queue(self, name: str) -> QueueInfo:
+        """Config, placement of each virtual partition and traffic figures of one queue."""
+        _, body = await self.request("GET", f"/v1/queues/{_seg(name)}")
+        return body
+
+    async def list_queues(self) -> list[QueueInfo]:
+        _, body = await self.request("GET", "/v1/queues")
+        return _list_of(body, "queues")
+
+    async def delete_queue(self, name: str) -> None:
+        await self.request("DELETE", f"/v1/queues/{_seg(name)}")
+
+    # -- produce -----------------------------------------------------------------------
+
+    async def produce(
+        self,
+        queue: str,
+        messages: Sequence[ProduceMessage | Mapping[str, Any]],
+        lane: str | None = None,
+        env: str | None = None,
+        set: str | None = None,  # noqa: A002 - the API's name
+    ) -> list[ProduceResult]:
+        """Append ``messages`` durably, all or nothing. ``lane``/``env``/``set`` go out as
+        ``X-Lane``/``X-Env``/``X-Set`` and apply to messages that carry none. Results are in
+        request order."""
+        return await self.produce_encoded(queue, [dump_message(m) for m in messages], lane=lane, env=env, set=set)
+
+    async def produce_encoded(
+        self,
+        queue: str,
+        encoded: Sequence[bytes],
+        lane: str | None = None,
+        env: str | None = None,
+        set: str | None = None,  # noqa: A002
+    ) -> list[ProduceResult]:
+        """``produce`` for messages already serialised with :func:`sdk.models.dump_message`."""
+        _, body = await self.request(
+            "POST",
+            f"/v1/queues/{_seg(queue)}/messages",
+            data=produce_body(list(encoded)),
+            headers=_isolation_headers(lane, env, set),
+        )
+        results = [ProduceResult.from_json(r) for r in _list_of(body, "results")]
+        if len(results) != len(encoded):
+            raise VpqClientError(None, "bad_response", f"{len(results)} results for {len(encoded)} messages")
+        return results
+
+    # -- consume -----------------------------------------------------------------------
+
+    def _consumers(self, queue: str, group: str) -> str:
+        return f"/v1/queues/{_seg(queue)}/groups/{_seg(group)}/consumers"
+
+    async def join(
+        self,
+        queue: str,
+        group: str,
+        consumer_id: str | None = None,
+        lane: str | None = None,
+        env: str | None = None,
+        set: str | None = None,  # noqa: A002
+        start: str | None = None,
+    ) -> JoinResult:
+        """Join (creating the group on first join; ``start`` is ``earliest`` or ``latest``)."""
+        body = _drop_none({"consumer_id": consumer_id, "lane": lane, "env": env, "set": set, "start": start})
+        _, answer = await self.request("POST", self._consumers(queue, group), body)
+        return JoinResult.from_json(answer)
+
+    async def poll(
+        self,
+        queue: str,
+        group: str,
+        consumer_id: str,
+        max_messages: int | None = None,
+        wait_ms: int | None = None,
+    ) -> list[Message]:
+        """Fetch up to ``max_messages``, waiting up to ``wait_ms`` for the first. Also the heartbeat."""
+        body = _drop_none({"max_messages": max_messages, "wait_ms": wait_ms})
+        _, answer = await self.request(
+            "POST",
+            f"{self._consumers(queue, group)}/{_seg(consumer_id)}/poll",
+            body,
+            extra_timeout=(wait_ms or 0) / 1000.0,
+        )
+        return [Message.from_json(m) for m in _list_of(answer, "messages")]
+
+    async def ack(self, queue: str, group: str, consumer_id: str, ids: Sequence[str]) -> int:
+        """Acknowledge delivered messages; answers how many were acked."""
+        _, answer = await self.request(
+            "POST", f"{self._consumers(queue, group)}/{_seg(consumer_id)}/ack", {"ids": list(ids)}
+        )
+        return int(answer.get("acked", 0))
+
+    async def nack(self, queue: str, group: str, consumer_id: str, ids: Sequence[str], delay_ms: int = 0) -> int:
+        """Give messages back for delivery after ``delay_ms``; answers how many were nacked."""
+        _, answer = await self.request(
+            "POST",
+            f"{self._consumers(queue, group)}/{_seg(consumer_id)}/nack",
+            {"ids": list(ids), "delay_ms": delay_ms},
+        )
+        return int(answer.get("nacked", 0))
+
+    async def leave(self, queue: str, group: str, consumer_id: str) -> None:
+        """Leave the group; unacked messages go to the other members at once."""
+        await self.request("DELETE", f"{self._consumers(queue, group)}/{_seg(consumer_id)}")
+
+    async def group(self, queue: str, group: str) -> GroupInfo:
+        """Members (id, isolation context, assigned vps, in flight) and lag of a group."""
+        _, answer = await self.request("GET", f"/v1/queues/{_seg(queue)}/groups/{_seg(group)}")
+        return answer
+
+    # -- cluster -----------------------------------------------------------------------
+
+    async def cluster(self) -> ClusterInfo:
+        """Write nodes, read nodes, physical partitions and the current map epoch."""
+        _, answer = await self.request("GET", "/v1/cluster")
+        return answer
+
+    async def current_map(self) -> CurrentMap:
+        """The placement map now in force: ``{"epoch", "queues": {q: {virtual_partitions, placement}}}``."""
+        _, answer = await self.request("GET", "/v1/maps/current")
+        return answer

@@ -1,0 +1,290 @@
+"""``Consumer``: the join / long-poll / handle / ack loop of one group member.
+
+Contract:
+
+* ``run()`` joins the group, then long-polls (``max_messages``, ``wait_ms``) and calls the
+  async ``handler`` once per message, up to ``concurrency`` at a time. The server never
+  hands one consumer two unacked messages of the same key (queue ordering ``key``), so
+  handling a poll batch concurrently keeps per-key order.
+* ``auto_ack=True``: a message whose handler returned is acked; one whose handler raised is
+  nacked, delayed by ``RetryLater.delay_ms`` when the handler raised :class:`RetryLater`,
+  else by ``nack_delay_ms``. Acks/nacks are batched and sent at the latest at the end of
+  each poll batch (or every ``ack_interval_ms`` while a batch is handled).
+  ``auto_ack=False``: the handler settles messages itself with :meth:`Consumer.ack` /
+  :meth:`Consumer.nack`; an exception is only logged and the visibility timeout redelivers.
+* Poll is the heartbeat. While a long batch is being handled, a keep-alive poll
+  (``max_messages=1``, no wait) is sent every third of ``session_timeout_ms``; what it
+  returns is handled after the current batch.
+* A consumer the server forgot (404 on poll, e.g. after a session timeout) joins again.
+  Retryable failures that outlast the client's retries are logged and retried after
+  ``error_backoff_ms``; other errors end ``run()`` with the exception.
+* ``stop()`` (or cancelling ``run()``): no new handler starts, running handlers finish
+  (``stop``) or are cancelled (cancel), pending acks are sent, then the consumer leaves,
+  so its unacked messages go to the other members at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from sdk.client import AsyncClient
+from sdk.errors import NotFoundError, VpqClientError
+from sdk.models import JoinResult, Message
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[Message], Awaitable[Any]]
+
+MAX_REJOINS = 3
+
+
+class RetryLater(Exception):
+    """Raise from a handler to nack the message with a specific delay."""
+
+    def __init__(self, delay_ms: int = 0, reason: str = "") -> None:
+        super().__init__(reason or f"retry in {delay_ms} ms")
+        self.delay_ms = delay_ms
+
+
+class Consumer:
+    """One member of ``group`` on ``queue``, driving ``handler``. The client is not owned."""
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        queue: str,
+        group: str,
+        handler: Handler,
+        *,
+        consumer_id: str | None = None,
+        lane: str | None = None,
+        env: str | None = None,
+        set: str | None = None,  # noqa: A002 - the API's name
+        start: str | None = None,
+        max_messages: int = 100,
+        wait_ms: int = 5000,
+        concurrency: int = 1,
+        auto_ack: bool = True,
+        nack_delay_ms: int = 0,
+        ack_interval_ms: int = 500,
+        error_backoff_ms: int = 1000,
+    ) -> None:
+        if concurrency < 1 or max_messages < 1 or wait_ms < 0:
+            raise ValueError("concurrency and max_messages must be >= 1, wait_ms >= 0")
+        self._client = client
+        self.queue = queue
+        self.group = group
+        self._handler = handler
+        self._requested_id = consumer_id
+        self._lane, self._env, self._set, self._start = lane, env, set, start
+        self._max_messages = max_messages
+        self._wait_ms = wait_ms
+        self._concurrency = concurrency
+        self._auto_ack = auto_ack
+        self._nack_delay_ms = nack_delay_ms
+        self._ack_interval = ack_interval_ms / 1000.0
+        self._error_backoff = error_backoff_ms / 1000.0
+        self._join: JoinResult | None = None
+        self._joined = asyncio.Event()
+        self._stopping = False
+        self._poll_task: asyncio.Task[list[Message]] | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._backlog: deque[Message] = deque()
+        self._acks: list[str] = []
+        self._nacks: dict[int, list[str]] = {}
+        self._last_flush = 0.0
+        self.handled = 0
+        self.failed = 0
+
+    @property
+    def consumer_id(self) -> str | None:
+        """The id the server gave (or confirmed) at the last join; ``None`` before joining."""
+        return self._join.consumer_id if self._join else None
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Run the loop in a background task; returns once joined (join errors raise here)."""
+        if self._task is not None:
+            return
+        self._task = asyncio.create_task(self.run(), name=f"vpq-consumer-{self.queue}-{self.group}")
+        joined = asyncio.create_task(self._joined.wait())
+        try:
+            await asyncio.wait({self._task, joined}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            joined.cancel()
+        if self._task.done():
+            self._task.result()
+
+    async def stop(self, timeout_s: float | None = None) -> None:
+        """Finish running handlers, send pending acks, leave. After ``timeout_s`` the loop is cancelled."""
+        self._stopping = True
+        if self._poll_task is not None:
+            self._poll_task.cancel()
+        if self._task is None:
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(self._task), timeout_s)
+        except TimeoutError:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def run(self) -> None:
+        """Join, then poll and handle until ``stop()`` or cancellation; always leaves at the end."""
+        await self._do_join()
+        rejoins = 0
+        try:
+            while not self._stopping:
+                if self._backlog:
+                    batch = list(self._backlog)
+                    self._backlog.clear()
+                    await self._handle_batch(batch)
+                    continue
+                try:
+                    messages = await self._poll()
+                except asyncio.CancelledError:
+                    task = asyncio.current_task()
+                    if self._stopping and task is not None and not task.cancelling():
+                        break
+                    raise
+                except NotFoundError:
+                    rejoins += 1
+                    if rejoins > MAX_REJOINS:
+                        raise
+                    log.warning("consumer %s unknown to the server; joining again", self.consumer_id)
+                    await self._do_join()
+                    continue
+                except VpqClientError as err:
+                    if not err.retryable:
+                        raise
+                    log.warning("poll failed (%s); retrying in %.1fs", err, self._error_backoff)
+                    await asyncio.sleep(self._error_backoff)
+                    continue
+                rejoins = 0
+                if messages:
+                    await self._handle_batch(messages)
+        finally:
+            await self._shutdown()
+
+    # -- manual settlement (auto_ack=False) --------------------------------------------
+
+    async def ack(self, *messages: Message) -> int:
+        """Acknowledge messages now."""
+        return await self._client.ack(self.queue, self.group, self._require_id(), [m.id for m in messages])
+
+    async def nack(self, *messages: Message, delay_ms: int = 0) -> int:
+        """Give messages back now, for delivery again after ``delay_ms``."""
+        return await self._client.nack(
+            self.queue, self.group, self._require_id(), [m.id for m in messages], delay_ms=delay_ms
+        )
+
+    def _require_id(self) -> str:
+        if self._join is None:
+            raise RuntimeError("the consumer has not joined")
+        return self._join.consumer_id
+
+    # -- internals ---------------------------------------------------------------------
+
+    async def _do_join(self) -> None:
+        wanted = self._join.consumer_id if self._join else self._requested_id
+        self._join = await self._client.join(
+            self.queue, self.group, consumer_id=wanted, lane=self._lane, env=self._env, set=self._set, start=self._start
+        )
+        self._joined.set()
+
+    async def _poll(self) -> list[Message]:
+        self._poll_task = asyncio.ensure_future(
+            self._client.poll(
+                self.queue, self.group, self._require_id(), max_messages=self._max_messages, wait_ms=self._wait_ms
+            )
+        )
+        try:
+            return await self._poll_task
+        finally:
+            self._poll_task = None
+
+    async def _handle_batch(self, messages: Sequence[Message]) -> None:
+        keepalive = asyncio.create_task(self._keepalive())
+        try:
+            if self._concurrency == 1:
+                for message in messages:
+                    if self._stopping:
+                        break
+                    await self._handle_one(message)
+            else:
+                queue: deque[Message] = deque(messages)
+
+                async def worker() -> None:
+                    while queue and not self._stopping:
+                        await self._handle_one(queue.popleft())
+
+                await asyncio.gather(*(worker() for _ in range(min(self._concurrency, len(messages)))))
+        finally:
+            keepalive.cancel()
+            await asyncio.gather(keepalive, return_exceptions=True)
+        await self._flush_settlements()
+
+    async def _handle_one(self, message: Message) -> None:
+        try:
+            await self._handler(message)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.failed += 1
+            if not self._auto_ack:
+                log.warning("handler failed on %s (not acked: redelivered after the visibility timeout)", message.id, exc_info=True)
+                return
+            delay = exc.delay_ms if isinstance(exc, RetryLater) else self._nack_delay_ms
+            log.warning("handler failed on %s; nack with delay %d ms", message.id, delay, exc_info=not isinstance(exc, RetryLater))
+            self._nacks.setdefault(delay, []).append(message.id)
+        else:
+            self.handled += 1
+            if self._auto_ack:
+                self._acks.append(message.id)
+        if asyncio.get_running_loop().time() - self._last_flush >= self._ack_interval:
+            await self._flush_settlements()
+
+    async def _flush_settlements(self) -> None:
+        self._last_flush = asyncio.get_running_loop().time()
+        if self._join is None:
+            return
+        cid = self._join.consumer_id
+        acks, self._acks = self._acks, []
+        nacks, self._nacks = self._nacks, {}
+        try:
+            if acks:
+                await self._client.ack(self.queue, self.group, cid, acks)
+            for delay, ids in nacks.items():
+                await self._client.nack(self.queue, self.group, cid, ids, delay_ms=delay)
+        except VpqClientError as err:
+            log.warning("could not settle messages (%s); they will be delivered again", err)
+
+    async def _keepalive(self) -> None:
+        """Poll (max 1 message, no wait) every third of the session timeout while handling."""
+        assert self._join is not None
+        interval = max(0.05, self._join.session_timeout_ms / 3000.0)
+        while True:
+            await asyncio.sleep(interval)
+            if self._stopping:
+                return
+            try:
+                got = await self._client.poll(self.queue, self.group, self._join.consumer_id, max_messages=1, wait_ms=0)
+            except VpqClientError as err:
+                log.warning("keep-alive poll failed: %s", err)
+                continue
+            self._backlog.extend(got)
+
+    async def _shutdown(self) -> None:
+        self._backlog.clear()
+        await self._flush_settlements()
+        if self._join is None:
+            return
+        try:
+            await self._client.leave(self.queue, self.group, self._join.consumer_id)
+        except VpqClientError as err:
+            if not isinstance(err, NotFoundError):
+                log.warning("leave failed (%s); the session timeout will remove the consumer", err)

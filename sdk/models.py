@@ -1,0 +1,212 @@
+"""What the SDK sends and what comes back, as in API.md. Pure: encoding and parsing only.
+
+Values: any JSON value is sent as ``value``; ``bytes`` (or ``bytearray``/``memoryview``)
+are sent as ``value_b64``. A consumed message has ``value`` set to the JSON value, or to
+``bytes`` when it was produced as bytes (JSON cannot hold bytes, so the two never clash).
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypedDict
+
+import orjson
+
+_BYTES_TYPES = (bytes, bytearray, memoryview)
+
+
+@dataclass(frozen=True)
+class ProduceMessage:
+    """One message to produce. ``None`` isolation fields are left out of the request, so
+    the request's ``X-Lane``/``X-Env``/``X-Set`` headers (or the server defaults) apply."""
+
+    value: Any = None
+    key: str | None = None
+    headers: Mapping[str, str] | None = None
+    lane: str | None = None
+    env: str | None = None
+    set: str | None = None
+
+
+@dataclass(frozen=True)
+class ProduceResult:
+    """Where a produced message was durably stored."""
+
+    id: str
+    partition: int
+    offset: int
+    virtual_partition: int
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ProduceResult:
+        return cls(
+            id=str(data["id"]),
+            partition=int(data["partition"]),
+            offset=int(data["offset"]),
+            virtual_partition=int(data["virtual_partition"]),
+        )
+
+
+@dataclass(frozen=True)
+class Message:
+    """A delivered message (one element of a poll answer)."""
+
+    id: str
+    queue: str
+    value: Any
+    key: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    lane: str = ""
+    env: str = "prod"
+    set: str = ""
+    partition: int = -1
+    offset: int = -1
+    virtual_partition: int = -1
+    timestamp_ms: int = 0
+    delivery_count: int = 1
+
+    @property
+    def is_bytes(self) -> bool:
+        """True when the message was produced as bytes (``value_b64``)."""
+        return isinstance(self.value, bytes)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Message:
+        if "value_b64" in data and "value" not in data:
+            value: Any = base64.b64decode(data["value_b64"])
+        else:
+            value = data.get("value")
+        return cls(
+            id=str(data["id"]),
+            queue=str(data.get("queue", "")),
+            value=value,
+            key=data.get("key"),
+            headers=dict(data.get("headers") or {}),
+            lane=str(data.get("lane") or ""),
+            env=str(data.get("env") or "prod"),
+            set=str(data.get("set") or ""),
+            partition=int(data.get("partition", -1)),
+            offset=int(data.get("offset", -1)),
+            virtual_partition=int(data.get("virtual_partition", -1)),
+            timestamp_ms=int(data.get("timestamp_ms", 0)),
+            delivery_count=int(data.get("delivery_count", 1)),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The API's JSON shape again (``value_b64`` for bytes)."""
+        out: dict[str, Any] = {"id": self.id, "queue": self.queue, "key": self.key}
+        if self.is_bytes:
+            out["value_b64"] = base64.b64encode(self.value).decode("ascii")
+        else:
+            out["value"] = self.value
+        out.update(
+            headers=self.headers,
+            lane=self.lane,
+            env=self.env,
+            set=self.set,
+            partition=self.partition,
+            offset=self.offset,
+            virtual_partition=self.virtual_partition,
+            timestamp_ms=self.timestamp_ms,
+            delivery_count=self.delivery_count,
+        )
+        return out
+
+
+@dataclass(frozen=True)
+class JoinResult:
+    """Answer of a join: the consumer's id and how long it may stay silent between polls."""
+
+    consumer_id: str
+    session_timeout_ms: int
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> JoinResult:
+        return cls(consumer_id=str(data["consumer_id"]), session_timeout_ms=int(data.get("session_timeout_ms", 10000)))
+
+
+class QueueInfo(TypedDict, total=False):
+    """A queue as the gateway describes it (config, placement, traffic); extra keys kept."""
+
+    name: str
+    virtual_partitions: int
+    ordering: str
+    max_deliveries: int
+    visibility_timeout_ms: int
+    retention_ms: int
+    max_message_bytes: int
+    placement: Any
+    traffic: dict[str, Any]
+
+
+class GroupInfo(TypedDict, total=False):
+    """A consumer group: its members and its lag (total, by lane, by env, by set)."""
+
+    members: list[dict[str, Any]]
+    lag: dict[str, Any]
+
+
+class ClusterInfo(TypedDict, total=False):
+    """Write nodes, read nodes, physical partitions and the current map epoch."""
+
+    write_nodes: list[dict[str, Any]]
+    read_nodes: list[dict[str, Any]]
+    physical_partitions: list[dict[str, Any]]
+    epoch: int
+
+
+class MapQueue(TypedDict):
+    virtual_partitions: int
+    placement: list[int]
+
+
+class CurrentMap(TypedDict):
+    """``GET /v1/maps/current``: the placement of every queue at one epoch."""
+
+    epoch: int
+    queues: dict[str, MapQueue]
+
+
+def encode_message(message: ProduceMessage | Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON object for one message of a produce request.
+
+    A mapping is taken as the API shape (``key``, ``value`` or ``value_b64``, ``headers``,
+    ``lane``, ``env``, ``set``); a bytes ``value`` in it is turned into ``value_b64``.
+    """
+    if isinstance(message, ProduceMessage):
+        out: dict[str, Any] = {}
+        if message.key is not None:
+            out["key"] = message.key
+        if isinstance(message.value, _BYTES_TYPES):
+            out["value_b64"] = base64.b64encode(bytes(message.value)).decode("ascii")
+        else:
+            out["value"] = message.value
+        if message.headers:
+            out["headers"] = dict(message.headers)
+        for name in ("lane", "env", "set"):
+            v = getattr(message, name)
+            if v is not None:
+                out[name] = v
+        return out
+    out = dict(message)
+    value = out.get("value")
+    if isinstance(value, _BYTES_TYPES):
+        del out["value"]
+        out["value_b64"] = base64.b64encode(bytes(value)).decode("ascii")
+    return out
+
+
+def dump_message(message: ProduceMessage | Mapping[str, Any]) -> bytes:
+    """``encode_message`` serialised to JSON bytes. Raises ``TypeError`` for values JSON
+    cannot represent (so bad input fails at the call site, before any request)."""
+    try:
+        return orjson.dumps(encode_message(message))
+    except orjson.JSONEncodeError as exc:
+        raise TypeError(f"message is not JSON-serialisable: {exc}") from exc
+
+
+def produce_body(encoded: list[bytes]) -> bytes:
+    """The produce request body from already-serialised messages."""
+    return b'{"messages":[' + b",".join(encoded) + b"]}"

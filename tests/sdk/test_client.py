@@ -1,0 +1,175 @@
+"""AsyncClient against the in-memory fake gateway: request shapes, answers, errors, retries."""
+
+from __future__ import annotations
+
+import pytest
+
+from sdk.client import AsyncClient
+from sdk.errors import (
+    BadRequestError,
+    ClientClosedError,
+    ConflictError,
+    GatewayConnectionError,
+    NotFoundError,
+    PayloadTooLargeError,
+    UnavailableError,
+)
+from sdk.models import ProduceMessage
+from sdk.retry import RetryPolicy
+from tests.sdk.conftest import RecordingSleep
+from tests.sdk.fake_gateway import FakeGateway
+
+
+async def test_queue_admin_round_trip(client: AsyncClient, gateway: FakeGateway) -> None:
+    q = await client.put_queue("orders", virtual_partitions=8, ordering="none", retention_ms=None)
+    assert q["name"] == "orders" and q["virtual_partitions"] == 8
+    put = gateway.requests_to("PUT", "/v1/queues/orders")[0]
+    assert put.body == {"virtual_partitions": 8, "ordering": "none"}  # None left out
+    assert put.headers["Content-Type"] == "application/json"
+    await client.put_queue("orders", virtual_partitions=16)
+    assert (await client.get_queue("orders"))["virtual_partitions"] == 16
+    assert [x["name"] for x in await client.list_queues()] == ["orders"]
+    await client.delete_queue("orders")
+    assert await client.list_queues() == []
+
+
+async def test_produce_request_shape_and_results(client: AsyncClient, gateway: FakeGateway) -> None:
+    await client.put_queue("q")
+    results = await client.produce(
+        "q",
+        [ProduceMessage(value={"n": 1}, key="a"), {"value": b"\x00raw", "lane": "own"}, ProduceMessage(value="x")],
+        lane="feat-a",
+        env="test",
+        set="",
+    )
+    req = gateway.requests_to("POST", "/v1/queues/q/messages")[0]
+    assert req.headers["X-Lane"] == "feat-a"
+    assert req.headers["X-Env"] == "test"
+    assert req.headers["X-Set"] == ""
+    assert req.body == {"messages": [{"key": "a", "value": {"n": 1}}, {"value_b64": "AHJhdw==", "lane": "own"}, {"value": "x"}]}
+    assert [r.id for r in results] == [m["id"] for m in gateway.logs["q"]]
+    assert [m["lane"] for m in gateway.logs["q"]] == ["feat-a", "own", "feat-a"]
+    assert all(r.partition == r.virtual_partition % 4 for r in results)
+
+
+async def test_produce_without_context_sends_no_isolation_headers(client: AsyncClient, gateway: FakeGateway) -> None:
+    await client.put_queue("q")
+    await client.produce("q", [ProduceMessage(value=1)])
+    headers = gateway.requests_to("POST", "/messages")[0].headers
+    assert not {"X-Lane", "X-Env", "X-Set"} & set(headers)
+
+
+async def test_token_is_sent_as_bearer(server, gateway: FakeGateway) -> None:  # type: ignore[no-untyped-def]
+    async with AsyncClient(str(server.make_url("")), token="s3cret") as c:
+        await c.list_queues()
+    assert gateway.requests[0].headers["Authorization"] == "Bearer s3cret"
+
+
+async def test_consume_cycle_request_shapes(client: AsyncClient, gateway: FakeGateway) -> None:
+    await client.put_queue("q")
+    await client.produce("q", [ProduceMessage(value=i, key=f"k{i}") for i in range(3)])
+    joined = await client.join("q", "g", lane="feat-a", env="test", set="s1", start="earliest")
+    assert joined.session_timeout_ms == 10000
+    join_req = gateway.requests_to("POST", "/v1/queues/q/groups/g/consumers")[0]
+    assert join_req.body == {"lane": "feat-a", "env": "test", "set": "s1", "start": "earliest"}
+    cid = joined.consumer_id
+    msgs = await client.poll("q", "g", cid, max_messages=2, wait_ms=0)
+    assert [m.value for m in msgs] == [0, 1] and msgs[0].key == "k0" and msgs[0].delivery_count == 1
+    assert gateway.requests_to("POST", f"/consumers/{cid}/poll")[0].body == {"max_messages": 2, "wait_ms": 0}
+    assert await client.ack("q", "g", cid, [msgs[0].id]) == 1
+    assert gateway.requests_to("POST", f"/consumers/{cid}/ack")[0].body == {"ids": [msgs[0].id]}
+    assert await client.nack("q", "g", cid, [msgs[1].id], delay_ms=250) == 1
+    assert gateway.requests_to("POST", f"/consumers/{cid}/nack")[0].body == {"ids": [msgs[1].id], "delay_ms": 250}
+    again = await client.poll("q", "g", cid)
+    assert [(m.value, m.delivery_count) for m in again] == [(1, 2), (2, 1)]
+    info = await client.group("q", "g")
+    assert info["members"][0]["consumer_id"] == cid and info["lag"]["total"] == 2
+    await client.leave("q", "g", cid)
+    assert gateway.requests_to("DELETE", f"/consumers/{cid}")
+    with pytest.raises(NotFoundError) as exc:
+        await client.poll("q", "g", cid)
+    assert exc.value.code == "consumer_not_found"
+
+
+async def test_cluster_map_and_health(client: AsyncClient, gateway: FakeGateway) -> None:
+    await client.put_queue("q", virtual_partitions=4)
+    assert (await client.cluster())["epoch"] == 1
+    assert await client.current_map() == {"epoch": 1, "queues": {"q": {"virtual_partitions": 4, "placement": [0, 1, 2, 3]}}}
+    assert await client.healthz() is True
+    assert await client.readyz() is True
+    gateway.ready = False
+    assert await client.readyz() is False
+    assert len(gateway.requests_to("GET", "/readyz")) == 2  # probes are never retried
+
+
+async def test_error_mapping_404_409_413(client: AsyncClient, gateway: FakeGateway) -> None:
+    with pytest.raises(NotFoundError) as nf:
+        await client.get_queue("missing")
+    assert nf.value.status == 404 and nf.value.code == "queue_not_found" and "missing" in nf.value.message
+    await client.put_queue("q", virtual_partitions=8, max_message_bytes=64)
+    with pytest.raises(ConflictError) as cf:
+        await client.put_queue("q", virtual_partitions=4)
+    assert cf.value.code == "shrink_refused" and cf.value.details == {"current": 8}
+    with pytest.raises(PayloadTooLargeError) as big:
+        await client.produce("q", [ProduceMessage(value="ok"), ProduceMessage(value="x" * 100)])
+    assert big.value.details["index"] == 1 and big.value.code == "message_too_large"
+    assert gateway.logs["q"] == []  # all or nothing
+    # none of these were retried
+    assert len(gateway.requests) == 4
+
+
+async def test_retry_on_503_honours_retry_after_then_succeeds(
+    client: AsyncClient, gateway: FakeGateway, sleeps: RecordingSleep
+) -> None:
+    await client.put_queue("q")
+    gateway.fail("POST", r"/messages$", 503, "overloaded", retry_after="2", times=2)
+    results = await client.produce("q", [ProduceMessage(value=1)])
+    assert len(results) == 1
+    assert len(gateway.requests_to("POST", "/messages")) == 3
+    assert sleeps.delays == [2.0, 2.0]
+    assert gateway.values("q") == [1]
+
+
+async def test_retry_without_retry_after_uses_backoff_and_gives_up(
+    client: AsyncClient, gateway: FakeGateway, sleeps: RecordingSleep
+) -> None:
+    gateway.fail("GET", r"^/v1/cluster$", 429, "rate_limited", times=10)
+    with pytest.raises(Exception) as exc:
+        await client.cluster()
+    assert exc.value.retryable and exc.value.status == 429  # type: ignore[attr-defined]
+    assert len(gateway.requests_to("GET", "/v1/cluster")) == 4  # attempts=4
+    assert len(sleeps.delays) == 3 and all(0 < d <= 2.0 for d in sleeps.delays)
+
+
+async def test_no_retry_on_400(client: AsyncClient, gateway: FakeGateway, sleeps: RecordingSleep) -> None:
+    await client.put_queue("q")
+    with pytest.raises(BadRequestError) as exc:
+        await client.produce("q", [{"value": 1}, {"key": "no value"}])
+    assert exc.value.code == "invalid_message" and exc.value.details["index"] == 1
+    assert len(gateway.requests_to("POST", "/messages")) == 1
+    assert sleeps.delays == []
+
+
+async def test_single_attempt_policy_raises_the_retryable_error(server, gateway: FakeGateway) -> None:  # type: ignore[no-untyped-def]
+    gateway.fail("GET", r"^/v1/cluster$", 503, "down", times=1)
+    async with AsyncClient(str(server.make_url("")), retry=RetryPolicy(attempts=1)) as c:
+        with pytest.raises(UnavailableError) as exc:
+            await c.cluster()
+        assert exc.value.retryable and exc.value.code == "down"
+        assert (await c.cluster())["epoch"] == 1
+
+
+async def test_connection_refused_is_retryable_connection_error(dead_url: str, sleeps: RecordingSleep) -> None:
+    async with AsyncClient(dead_url, retry=RetryPolicy(attempts=3), sleep=sleeps) as c:
+        with pytest.raises(GatewayConnectionError) as exc:
+            await c.list_queues()
+        assert exc.value.retryable and exc.value.status is None
+        assert dead_url in exc.value.message
+        assert len(sleeps.delays) == 2
+        assert await c.healthz() is False
+
+
+async def test_closed_client_refuses_calls(client: AsyncClient) -> None:
+    await client.close()
+    with pytest.raises(ClientClosedError):
+        await client.list_queues()

@@ -1,0 +1,192 @@
+"""Consumer loop against the fake gateway: handler calls, acks, nacks, rejoin, leave."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from sdk.client import AsyncClient
+from sdk.consumer import Consumer, RetryLater
+from sdk.errors import NotFoundError
+from sdk.models import Message, ProduceMessage
+from tests.sdk.fake_gateway import FakeGateway
+
+GUARD_S = 10  # only a hang guard: a failing test must not block the suite
+
+
+async def fill(client: AsyncClient, queue: str, n: int) -> None:
+    await client.put_queue(queue)
+    await client.produce(queue, [ProduceMessage(value=i, key=f"k{i}") for i in range(n)])
+
+
+class Collector:
+    def __init__(self, until: int) -> None:
+        self.seen: list[Message] = []
+        self.until = until
+        self.done = asyncio.Event()
+
+    async def __call__(self, msg: Message) -> None:
+        self.seen.append(msg)
+        if len(self.seen) >= self.until:
+            self.done.set()
+
+
+async def test_handler_called_and_auto_acked_then_leave(client: AsyncClient, gateway: FakeGateway) -> None:
+    await fill(client, "q", 5)
+    handler = Collector(5)
+    consumer = Consumer(client, "q", "g", handler, lane="feat-a", env="test", max_messages=2, wait_ms=100)
+    await consumer.start()
+    cid = consumer.consumer_id
+    assert cid is not None
+    await asyncio.wait_for(handler.done.wait(), GUARD_S)
+    await consumer.stop()
+    assert [m.value for m in handler.seen] == [0, 1, 2, 3, 4]
+    join = gateway.requests_to("POST", "/v1/queues/q/groups/g/consumers")[0]
+    assert join.body == {"lane": "feat-a", "env": "test"}
+    acked = [i for r in gateway.requests_to("POST", f"/consumers/{cid}/ack") for i in r.body["ids"]]
+    assert acked == [m.id for m in handler.seen]
+    polls = gateway.requests_to("POST", f"/consumers/{cid}/poll")
+    assert polls[0].body == {"max_messages": 2, "wait_ms": 100}
+    assert gateway.requests_to("DELETE", f"/consumers/{cid}")
+    assert gateway.groups[("q", "g")].members == {}
+    assert consumer.handled == 5 and consumer.failed == 0
+
+
+async def test_exception_nacks_with_delay_and_message_comes_back(client: AsyncClient, gateway: FakeGateway) -> None:
+    await fill(client, "q", 3)
+    seen: list[tuple[Any, int]] = []
+    done = asyncio.Event()
+
+    async def handler(msg: Message) -> None:
+        seen.append((msg.value, msg.delivery_count))
+        if msg.value == 1 and msg.delivery_count == 1:
+            raise RetryLater(delay_ms=250)
+        if msg.value == 2 and msg.delivery_count == 1:
+            raise ValueError("boom")
+        if len(seen) == 5:
+            done.set()
+
+    consumer = Consumer(client, "q", "g", handler, nack_delay_ms=40, wait_ms=50)
+    await consumer.start()
+    await asyncio.wait_for(done.wait(), GUARD_S)
+    await consumer.stop()
+    cid = consumer.consumer_id
+    nacks = [r.body for r in gateway.requests_to("POST", f"/consumers/{cid}/nack")]
+    ids = {m["value"]: m["id"] for m in gateway.logs["q"]}
+    assert {"ids": [ids[1]], "delay_ms": 250} in nacks
+    assert {"ids": [ids[2]], "delay_ms": 40} in nacks
+    assert sorted(seen) == [(0, 1), (1, 1), (1, 2), (2, 1), (2, 2)]
+    assert consumer.failed == 2 and consumer.handled == 3
+    assert gateway.groups[("q", "g")].acked == set(ids.values())
+
+
+async def test_concurrency_runs_handlers_in_parallel(client: AsyncClient, gateway: FakeGateway) -> None:
+    await fill(client, "q", 3)
+    active = 0
+    all_in = asyncio.Event()
+
+    async def handler(msg: Message) -> None:
+        nonlocal active
+        active += 1
+        if active == 3:
+            all_in.set()
+        await all_in.wait()  # would never return with concurrency 1
+
+    consumer = Consumer(client, "q", "g", handler, concurrency=3, wait_ms=50)
+    await consumer.start()
+    await asyncio.wait_for(all_in.wait(), GUARD_S)
+    await consumer.stop()
+    assert consumer.handled == 3
+    assert len(gateway.groups[("q", "g")].acked) == 3
+
+
+async def test_manual_ack_mode(client: AsyncClient, gateway: FakeGateway) -> None:
+    await fill(client, "q", 2)
+    done = asyncio.Event()
+    consumer: Consumer
+
+    async def handler(msg: Message) -> None:
+        if msg.value == 0:
+            await consumer.ack(msg)
+        else:
+            done.set()
+            raise RuntimeError("not settled, not nacked")
+
+    consumer = Consumer(client, "q", "g", handler, auto_ack=False, wait_ms=50)
+    await consumer.start()
+    await asyncio.wait_for(done.wait(), GUARD_S)
+    await consumer.stop()
+    cid = consumer.consumer_id
+    assert len(gateway.requests_to("POST", f"/consumers/{cid}/ack")) == 1
+    assert gateway.requests_to("POST", f"/consumers/{cid}/nack") == []
+    group = gateway.groups[("q", "g")]
+    assert len(group.acked) == 1
+    assert len(group.redeliver) == 1  # the unsettled one went back when the consumer left
+
+
+async def test_rejoins_after_the_server_forgot_it(client: AsyncClient, gateway: FakeGateway) -> None:
+    await fill(client, "q", 1)
+    gateway.fail("POST", r"/poll$", 404, "consumer_not_found", times=1)
+    handler = Collector(1)
+    consumer = Consumer(client, "q", "g", handler, consumer_id="me", wait_ms=50)
+    await consumer.start()
+    await asyncio.wait_for(handler.done.wait(), GUARD_S)
+    await consumer.stop()
+    joins = gateway.requests_to("POST", "/v1/queues/q/groups/g/consumers")
+    assert [j.body["consumer_id"] for j in joins] == ["me", "me"]
+
+
+async def test_stop_during_long_poll_and_cancel_both_leave(client: AsyncClient, gateway: FakeGateway) -> None:
+    await client.put_queue("q")
+    c1 = Consumer(client, "q", "g", Collector(1), wait_ms=5000)
+    await c1.start()
+    await c1.stop()
+    assert gateway.requests_to("DELETE", f"/consumers/{c1.consumer_id}")
+
+    c2 = Consumer(client, "q", "g", Collector(1), wait_ms=5000)
+    task = asyncio.create_task(c2.run())
+    async def polling() -> None:
+        while not gateway.requests_to("POST", "/poll") or c2.consumer_id is None:
+            await asyncio.sleep(0.01)
+
+    await asyncio.wait_for(polling(), GUARD_S)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    assert task.cancelled()
+    assert gateway.requests_to("DELETE", f"/consumers/{c2.consumer_id}")
+    assert gateway.groups[("q", "g")].members == {}
+
+
+async def test_join_error_surfaces_from_start(client: AsyncClient) -> None:
+    consumer = Consumer(client, "missing", "g", Collector(1))
+    with pytest.raises(NotFoundError) as exc:
+        await consumer.start()
+    assert exc.value.code == "queue_not_found"
+
+
+async def test_keepalive_polls_while_a_slow_batch_is_handled(client: AsyncClient, gateway: FakeGateway) -> None:
+    await fill(client, "q", 1)
+    gateway.session_timeout_ms = 150
+    seen: list[int] = []
+    done = asyncio.Event()
+
+    def keepalive_polls() -> list[object]:
+        return [r for r in gateway.requests_to("POST", "/poll") if r.body == {"max_messages": 1, "wait_ms": 0}]
+
+    async def handler(msg: Message) -> None:
+        seen.append(msg.value)
+        if msg.value == 0:
+            await client.produce("q", [ProduceMessage(value=1)])
+            while not keepalive_polls():  # slow handler: outlives a third of the session
+                await asyncio.sleep(0.01)
+        else:
+            done.set()
+
+    consumer = Consumer(client, "q", "g", handler, max_messages=1, wait_ms=20)
+    await consumer.start()
+    await asyncio.wait_for(done.wait(), GUARD_S)
+    await consumer.stop()
+    assert seen == [0, 1]
+    assert len(gateway.groups[("q", "g")].acked) == 2
