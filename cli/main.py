@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from cli.bench import bench_app
+from cli.commands import register_commands
 
 app = typer.Typer(
     name="vpq",
@@ -13,6 +14,7 @@ app = typer.Typer(
     add_completion=False,
 )
 app.add_typer(bench_app, name="bench")
+register_commands(app)
 
 
 def main() -> None:

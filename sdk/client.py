@@ -170,8 +170,14 @@ class AsyncClient:
                 None, "timeout", f"no answer from {self.base_url} within {self.timeout + extra_timeout:g}s", retryable=True
             ) from exc
         except aiohttp.ClientConnectorError as exc:
+            os_error = exc.os_error
+            reason = "connection refused" if isinstance(os_error, ConnectionRefusedError) else (os_error.strerror or str(os_error))
             raise GatewayConnectionError(
-                None, "connection_refused", f"cannot connect to the gateway at {self.base_url}: {exc.os_error}", retryable=True
+                None,
+                "connection_refused",
+                f"cannot connect to the gateway at {self.base_url}: {reason}",
+                {"reason": reason},
+                retryable=True,
             ) from exc
         except aiohttp.ClientError as exc:
             raise GatewayConnectionError(
