@@ -194,7 +194,7 @@ def consume(
     follow: Annotated[bool, typer.Option("--follow", "-F", help="keep waiting for new messages")] = False,
     no_ack: Annotated[bool, typer.Option("--no-ack", help="do not ack (they are redelivered to the group)")] = False,
     start: Annotated[Start, typer.Option("--from", help="where a NEW group starts")] = Start.earliest,
-    wait_ms: Annotated[int, typer.Option("--wait-ms", min=0, max=30000, help="long-poll wait per request")] = 1000,
+    wait_ms: Annotated[int, typer.Option("--wait-ms", min=0, max=30000, help="long-poll wait per request (at least 1000 with --follow)")] = 1000,
     url: UrlOpt = DEFAULT_URL,
     token: TokenOpt = None,
     json_out: JsonOpt = False,
@@ -209,13 +209,14 @@ def consume(
         typer.echo(orjson.dumps(msg.to_json()).decode() if json_out else message_line(msg))
 
     async def work(client: AsyncClient) -> int:
+        poll_wait = max(wait_ms, 1000) if follow else wait_ms  # following: never spin on empty polls
         joined = await client.join(queue, group, lane=lane, env=env, set=set_, start=start.value)
         cid = joined.consumer_id
         count = 0
         try:
             while max_messages is None or count < max_messages:
                 want = 100 if max_messages is None else min(1000, max_messages - count)
-                batch = await client.poll(queue, group, cid, max_messages=want, wait_ms=wait_ms)
+                batch = await client.poll(queue, group, cid, max_messages=want, wait_ms=poll_wait)
                 if not batch:
                     if follow:
                         continue

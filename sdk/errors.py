@@ -7,7 +7,8 @@ become attributes, the other keys of the error object become ``details`` (for ex
 
 ``retryable`` is true for 429, 502, 503 and 504 answers, for connection failures and for
 timeouts: the request may succeed if sent again. Every other 4xx/5xx is final; the client
-never retries it. ``retry_after`` holds the server's ``Retry-After`` in seconds, when given.
+never retries it. ``retry_after`` holds the server's ``Retry-After`` in seconds, when given (the header, or
+the ``retry_after`` detail of the error JSON when the header is missing).
 """
 
 from __future__ import annotations
@@ -148,6 +149,10 @@ def error_from_response(status: int, body: bytes, retry_after: float | None = No
         code = str(err.get("code") or code)
         message = str(err.get("message") or "")
         details = {k: v for k, v in err.items() if k not in ("code", "message")}
+    if retry_after is None and isinstance(details.get("retry_after"), (int, float)) and not isinstance(
+        details.get("retry_after"), bool
+    ):
+        retry_after = max(0.0, float(details["retry_after"]))
     if not message:
         text = body.decode("utf-8", "replace").strip()
         message = text[:200] if text and parsed is None else f"HTTP {status}"

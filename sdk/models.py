@@ -128,7 +128,8 @@ class JoinResult:
 
 
 class QueueInfo(TypedDict, total=False):
-    """A queue as the gateway describes it (config, placement, traffic); extra keys kept."""
+    """A queue as the gateway describes it: config, ``placement`` (pp of vp 0, vp 1, ...) at
+    map ``epoch``, ``traffic`` (messages_total, bytes_total, messages_per_s, bytes_per_s)."""
 
     name: str
     virtual_partitions: int
@@ -137,7 +138,8 @@ class QueueInfo(TypedDict, total=False):
     visibility_timeout_ms: int
     retention_ms: int
     max_message_bytes: int
-    placement: Any
+    epoch: int
+    placement: list[int]
     traffic: dict[str, Any]
 
 

@@ -174,8 +174,14 @@ class FakeGateway:
         return {
             "name": name,
             **cfg,
+            "epoch": self.epoch,
             "placement": [vp % PARTITIONS for vp in range(v)],
-            "traffic": {"messages": len(log), "bytes": sum(len(orjson.dumps(m.get("value", m.get("value_b64")))) for m in log)},
+            "traffic": {
+                "messages_total": len(log),
+                "bytes_total": sum(len(orjson.dumps(m.get("value", m.get("value_b64")))) for m in log),
+                "messages_per_s": 0.0,
+                "bytes_per_s": 0.0,
+            },
         }
 
     async def list_queues(self, request: web.Request) -> web.Response:
@@ -213,7 +219,7 @@ class FakeGateway:
         if self.queues.pop(name, None) is None:
             return error(404, "queue_not_found", f"queue {name!r} does not exist")
         del self.logs[name]
-        return ok({"deleted": name})
+        return web.Response(status=204)
 
     async def produce(self, request: web.Request) -> web.Response:
         name = request.match_info["queue"]
@@ -356,7 +362,7 @@ class FakeGateway:
             if owner == cid:
                 del group.in_flight[mid]
                 group.redeliver.append(positions[mid])
-        return ok({"left": cid})
+        return web.Response(status=204)
 
     async def group_info(self, request: web.Request) -> web.Response:
         group, err = self._group(request)

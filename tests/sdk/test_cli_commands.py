@@ -120,6 +120,15 @@ def test_consume_max_no_ack_and_json(threaded_gateway: GatewayThread) -> None:
     assert "dc=2" in again.stdout.splitlines()[0]
 
 
+def test_consume_follow_stops_at_max(threaded_gateway: GatewayThread) -> None:
+    seed(threaded_gateway, values=("1", "10", "11", "12"))
+    res = vpq(threaded_gateway, "consume", "orders", "-g", "g", "--follow", "--max", "3")
+    assert res.exit_code == 0, res.output
+    assert [line.split()[-1] for line in res.stdout.splitlines()] == ["1", "10", "11"]
+    polls = threaded_gateway.gateway.requests_to("POST", "/poll")
+    assert polls[0].body == {"max_messages": 3, "wait_ms": 1000}
+
+
 # -- admin views ---------------------------------------------------------------------------
 
 
@@ -134,7 +143,7 @@ def test_queues_list_and_detail(threaded_gateway: GatewayThread) -> None:
     assert "placement" in res.stdout and "0,4" in res.stdout  # pp 0 holds vps 0 and 4 of 8
     assert "traffic" in res.stdout
     raw = vpq(threaded_gateway, "queues", "orders", "--json")
-    assert orjson.loads(raw.stdout)["traffic"]["messages"] == 3
+    assert orjson.loads(raw.stdout)["traffic"]["messages_total"] == 3
     missing = vpq(threaded_gateway, "queues", "nope")
     assert missing.exit_code == 1 and "does not exist" in missing.stderr and "Traceback" not in missing.output
 

@@ -48,6 +48,8 @@ def test_extra_fields_become_details_and_retry_after_is_kept() -> None:
     err = error_from_response(503, body("overloaded", "busy"), retry_after=2.5)
     assert err.retry_after == 2.5
     assert "busy" in str(err) and "503" in str(err)
+    from_detail = error_from_response(429, body("overloaded", "slow down", retry_after=1.5))
+    assert from_detail.retry_after == 1.5 and from_detail.details == {"retry_after": 1.5}
 
 
 def test_non_json_error_body_still_gives_a_usable_error() -> None:

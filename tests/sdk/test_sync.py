@@ -56,7 +56,7 @@ def test_sync_client_from_several_threads(threaded_gateway: GatewayThread) -> No
         for t in threads:
             t.join()
         assert errors == []
-        assert (c.get_queue("q")["traffic"]["messages"]) == 20
+        assert (c.get_queue("q")["traffic"]["messages_total"]) == 20
 
 
 def test_sync_client_connection_error(dead_url: str) -> None:
