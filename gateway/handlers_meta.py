@@ -1,0 +1,57 @@
+"""Cluster views, health, readiness, metrics, the OpenAPI document and its human page."""
+
+from __future__ import annotations
+
+import logging
+
+from aiohttp import web
+
+from common.errors import Unavailable, VpqError
+from gateway.http import json_response
+from gateway.keys import BACKEND_KEY, DOCS_HTML_KEY, METRICS_KEY, OPENAPI_JSON_KEY
+
+log = logging.getLogger(__name__)
+
+
+async def cluster(request: web.Request) -> web.Response:
+    """``GET /v1/cluster``: nodes, physical partitions, current map epoch."""
+    return json_response(await request.app[BACKEND_KEY].cluster())
+
+
+async def current_map(request: web.Request) -> web.Response:
+    """``GET /v1/maps/current``: the placement map in force."""
+    return json_response(await request.app[BACKEND_KEY].current_map())
+
+
+async def healthz(request: web.Request) -> web.Response:
+    """``GET /healthz``: 200 while the gateway runs."""
+    return json_response({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    """``GET /readyz``: 200 once the backend is ready, else 503 ``not_ready``."""
+    if await request.app[BACKEND_KEY].ready():
+        return json_response({"status": "ready"})
+    raise Unavailable("not_ready", "the platform is not ready yet", retry_after=1)
+
+
+async def metrics(request: web.Request) -> web.Response:
+    """``GET /metrics``: the gateway's series, then the backend's (when it has any)."""
+    extra = ""
+    try:
+        extra = await request.app[BACKEND_KEY].metrics_text()
+    except VpqError as exc:
+        # node metrics are best effort: the gateway's own series are still served
+        log.warning("backend metrics unavailable: %s", exc)
+    m = request.app[METRICS_KEY]
+    return web.Response(body=m.render(extra), headers={"Content-Type": m.content_type})
+
+
+async def openapi_json(request: web.Request) -> web.Response:
+    """``GET /openapi.json``: the OpenAPI 3.1 document."""
+    return web.Response(body=request.app[OPENAPI_JSON_KEY], content_type="application/json")
+
+
+async def docs_page(request: web.Request) -> web.Response:
+    """``GET /docs``: a self-contained HTML page describing every operation."""
+    return web.Response(body=request.app[DOCS_HTML_KEY], content_type="text/html", charset="utf-8")

@@ -1,0 +1,82 @@
+"""The produce handler: validate the whole batch (all or nothing), resolve each message's
+isolation context, hand the batch to the backend, answer the results in request order."""
+
+from __future__ import annotations
+
+import orjson
+from aiohttp import web
+from pydantic import ValidationError
+
+from common.errors import BadRequest, InternalError
+from gateway.backend import ResolvedMessage
+from gateway.http import bad_request_from, describe_errors, isolation_headers, json_response, read_json_object
+from gateway.keys import BACKEND_KEY, METRICS_KEY, SETTINGS_KEY
+from gateway.models import ProduceMessage, ProduceRequest
+from isolation.context import IsolationContext, IsolationError, PartialContext, resolve
+
+
+def batch_error(exc: ValidationError) -> BadRequest:
+    """The 400 for an invalid produce body. When messages are at fault: code
+    ``invalid_message`` with ``index`` = the first bad message and its errors; otherwise
+    (missing/empty/oversized list, unknown top-level field) ``invalid_request``."""
+    first: int | None = None
+    for err in exc.errors(include_url=False, include_input=False):
+        loc = err.get("loc", ())
+        if len(loc) >= 2 and loc[0] == "messages" and isinstance(loc[1], int):
+            first = loc[1] if first is None else min(first, loc[1])
+        else:
+            return bad_request_from(exc)
+    if first is None:
+        return bad_request_from(exc)
+    errors = [e for e in describe_errors(exc) if e["field"].startswith(f"messages[{first}]")]
+    head = errors[0] if errors else {"field": f"messages[{first}]", "message": "invalid"}
+    return BadRequest(
+        "invalid_message",
+        f"{head['field']}: {head['message']}",
+        index=first,
+        field=head["field"],
+        errors=errors,
+    )
+
+
+def resolve_message(
+    index: int,
+    message: ProduceMessage,
+    headers: PartialContext,
+    cache: dict[tuple[str | None, str | None, str | None], IsolationContext] | None = None,
+) -> ResolvedMessage:
+    """The backend's view of one validated message (400 ``invalid_message`` if its context
+    cannot be resolved). ``cache`` (per request) reuses contexts of identical fields."""
+    fields = (message.env, message.set_, message.lane)
+    context = cache.get(fields) if cache is not None else None
+    if context is None:
+        try:
+            context = resolve(PartialContext(env=fields[0], set=fields[1], lane=fields[2]), headers)
+        except IsolationError as exc:
+            raise BadRequest(
+                "invalid_message", f"messages[{index}]: {exc}", index=index, field=f"messages[{index}].{exc.field}"
+            ) from None
+        if cache is not None:
+            cache[fields] = context
+    is_json = message.is_json
+    value = orjson.dumps(message.value) if is_json else message.payload()
+    return ResolvedMessage(key=message.key, value=value, value_is_json=is_json, headers=message.headers, context=context)
+
+
+async def produce(request: web.Request) -> web.Response:
+    """``POST /v1/queues/{queue}/messages``."""
+    app = request.app
+    queue = request.match_info["queue"]
+    headers = isolation_headers(request)
+    body = await read_json_object(request, app[SETTINGS_KEY].max_request_bytes, required=True)
+    try:
+        batch = ProduceRequest.model_validate(body)
+    except ValidationError as exc:
+        raise batch_error(exc) from None
+    cache: dict[tuple[str | None, str | None, str | None], IsolationContext] = {}
+    messages = [resolve_message(i, m, headers, cache) for i, m in enumerate(batch.messages)]
+    results = await app[BACKEND_KEY].produce(queue, messages)
+    if len(results) != len(messages):
+        raise InternalError("internal_error", f"backend answered {len(results)} results for {len(messages)} messages")
+    app[METRICS_KEY].produced(queue, len(messages), sum(len(m.value) for m in messages))
+    return json_response({"results": results})

@@ -1,0 +1,50 @@
+"""Queue administration handlers: create/update, describe, list, delete. Thin: validate,
+call the backend, answer."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from common.errors import BadRequest
+from gateway.auth import principal
+from gateway.http import json_response, read_json_object, validate
+from gateway.keys import AUTH_KEY, BACKEND_KEY, QUEUE_DEFAULTS_KEY, SETTINGS_KEY
+from gateway.models import QueueConfigRequest
+
+
+async def put_queue(request: web.Request) -> web.Response:
+    """``PUT /v1/queues/{queue}``: 201 with the queue when created, 200 when updated."""
+    app = request.app
+    name = request.match_info["queue"]
+    body = await read_json_object(request, app[SETTINGS_KEY].max_request_bytes, required=False)
+    config = validate(QueueConfigRequest, body)
+    limit = app[QUEUE_DEFAULTS_KEY].max_virtual_partitions
+    if config.virtual_partitions is not None and config.virtual_partitions > limit:
+        raise BadRequest(
+            "invalid_request",
+            f"virtual_partitions: at most {limit} on this platform",
+            field="virtual_partitions",
+        )
+    queue, created = await app[BACKEND_KEY].put_queue(name, config.given())
+    return json_response(queue, status=201 if created else 200)
+
+
+async def list_queues(request: web.Request) -> web.Response:
+    """``GET /v1/queues``: every queue the caller may see (all when auth is off)."""
+    queues = await request.app[BACKEND_KEY].list_queues()
+    token = principal(request)
+    if token is not None:
+        authorizer = request.app[AUTH_KEY]
+        queues = [q for q in queues if authorizer.can_see(token, str(q.get("name", "")))]
+    return json_response({"queues": queues})
+
+
+async def get_queue(request: web.Request) -> web.Response:
+    """``GET /v1/queues/{queue}``: config, placement and traffic."""
+    return json_response(await request.app[BACKEND_KEY].get_queue(request.match_info["queue"]))
+
+
+async def delete_queue(request: web.Request) -> web.Response:
+    """``DELETE /v1/queues/{queue}``: 204 once deleted."""
+    await request.app[BACKEND_KEY].delete_queue(request.match_info["queue"])
+    return web.Response(status=204)

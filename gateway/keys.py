@@ -1,0 +1,23 @@
+"""Typed ``web.AppKey``s of the gateway application (the only app-level state)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from config.settings import GatewaySettings, QueueDefaults
+from gateway.auth import Authorizer
+from gateway.backend import Backend
+from gateway.metrics import GatewayMetrics
+from gateway.routes_spec import RouteIndex
+
+SETTINGS_KEY = web.AppKey("vpq_gateway_settings", GatewaySettings)
+QUEUE_DEFAULTS_KEY = web.AppKey("vpq_queue_defaults", QueueDefaults)
+BACKEND_KEY = web.AppKey("vpq_backend", Backend)
+METRICS_KEY = web.AppKey("vpq_metrics", GatewayMetrics)
+AUTH_KEY = web.AppKey("vpq_authorizer", Authorizer)
+ROUTES_KEY = web.AppKey("vpq_routes", RouteIndex)
+OPENAPI_KEY = web.AppKey("vpq_openapi", dict[str, Any])
+OPENAPI_JSON_KEY = web.AppKey("vpq_openapi_json", bytes)
+DOCS_HTML_KEY = web.AppKey("vpq_docs_html", bytes)

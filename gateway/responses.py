@@ -1,0 +1,266 @@
+"""Response shapes of the public API (pydantic v2), as API.md fixes them.
+
+They document the answers (OpenAPI) and state what the ``Backend`` must return; the
+gateway passes the backend's dicts through without re-validating them on the hot path
+(the tests validate the in-memory backend's answers against these models). Every model
+allows extra fields, so nodes may add figures without breaking clients.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+_OPEN = ConfigDict(extra="allow")
+
+
+class ErrorBody(BaseModel):
+    """The error object. Other keys are details, e.g. ``index`` (first bad message of a
+    batch), ``field`` (path of the bad field), ``retry_after`` (seconds, on 429/503)."""
+
+    model_config = ConfigDict(
+        extra="allow",
+        json_schema_extra={"examples": [{"code": "invalid_message", "message": "messages[3].value_b64: not valid base64", "index": 3}]},
+    )
+
+    code: str = Field(..., description="stable machine-readable code, e.g. queue_not_found")
+    message: str = Field(..., description="human-readable explanation")
+
+
+class ErrorResponse(BaseModel):
+    """Every 4xx/5xx answer: ``{"error": {"code", "message", ...}}``."""
+
+    model_config = _OPEN
+
+    error: ErrorBody
+
+
+class QueueTraffic(BaseModel):
+    """Traffic figures of a queue (totals since creation and recent rates)."""
+
+    model_config = _OPEN
+
+    messages_total: int = 0
+    bytes_total: int = 0
+    messages_per_s: float = 0.0
+    bytes_per_s: float = 0.0
+
+
+class QueueInfo(BaseModel):
+    """A queue: its config, where each virtual partition lives and its traffic."""
+
+    model_config = ConfigDict(
+        extra="allow",
+        json_schema_extra={
+            "examples": [
+                {
+                    "name": "orders",
+                    "virtual_partitions": 4,
+                    "ordering": "key",
+                    "max_deliveries": 5,
+                    "visibility_timeout_ms": 30000,
+                    "retention_ms": 604800000,
+                    "max_message_bytes": 1048576,
+                    "epoch": 7,
+                    "placement": [0, 1, 0, 1],
+                    "traffic": {"messages_total": 120, "bytes_total": 4096, "messages_per_s": 2.5, "bytes_per_s": 80.0},
+                }
+            ]
+        },
+    )
+
+    name: str
+    virtual_partitions: int
+    ordering: Literal["key", "none"]
+    max_deliveries: int
+    visibility_timeout_ms: int
+    retention_ms: int
+    max_message_bytes: int
+    epoch: int = Field(..., description="map epoch the placement belongs to")
+    placement: list[int] = Field(..., description="physical partition of vp 0, vp 1, ...")
+    traffic: QueueTraffic
+
+
+class QueueList(BaseModel):
+    """``GET /v1/queues``: the queues visible to the caller, by name."""
+
+    model_config = _OPEN
+
+    queues: list[QueueInfo]
+
+
+class ProduceResult(BaseModel):
+    """Where one message was durably stored."""
+
+    model_config = _OPEN
+
+    id: str = Field(..., description="opaque, unique within the queue")
+    partition: int = Field(..., description="physical partition")
+    offset: int
+    virtual_partition: int
+
+
+class ProduceResponse(BaseModel):
+    """Results in request order, answered once every message is durable."""
+
+    model_config = ConfigDict(
+        extra="allow",
+        json_schema_extra={"examples": [{"results": [{"id": "3-1234", "partition": 3, "offset": 1234, "virtual_partition": 7}]}]},
+    )
+
+    results: list[ProduceResult]
+
+
+class JoinResponse(BaseModel):
+    model_config = ConfigDict(
+        extra="allow", json_schema_extra={"examples": [{"consumer_id": "c-5f2a", "session_timeout_ms": 10000}]}
+    )
+
+    consumer_id: str
+    session_timeout_ms: int
+
+
+class DeliveredMessage(BaseModel):
+    """A delivered message: ``value`` when it was produced as JSON, ``value_b64`` when bytes."""
+
+    model_config = _OPEN
+
+    id: str
+    queue: str
+    key: str | None
+    value: Any = Field(None, description="present when produced as JSON")
+    value_b64: str | None = Field(None, description="present when produced as bytes")
+    headers: dict[str, str]
+    lane: str
+    env: str
+    set_: str = Field(..., alias="set")
+    partition: int
+    offset: int
+    virtual_partition: int
+    timestamp_ms: int
+    delivery_count: int
+
+
+class PollResponse(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+        json_schema_extra={
+            "examples": [
+                {
+                    "messages": [
+                        {
+                            "id": "3-1234",
+                            "queue": "orders",
+                            "key": "order-42",
+                            "value": {"any": "json"},
+                            "headers": {"h": "v"},
+                            "lane": "",
+                            "env": "prod",
+                            "set": "",
+                            "partition": 3,
+                            "offset": 1234,
+                            "virtual_partition": 7,
+                            "timestamp_ms": 1700000000000,
+                            "delivery_count": 1,
+                        }
+                    ]
+                }
+            ]
+        },
+    )
+
+    messages: list[DeliveredMessage]
+
+
+class AckResponse(BaseModel):
+    model_config = _OPEN
+
+    acked: int
+
+
+class NackResponse(BaseModel):
+    model_config = _OPEN
+
+    nacked: int
+
+
+class GroupMember(BaseModel):
+    model_config = _OPEN
+
+    consumer_id: str
+    lane: str
+    env: str
+    set_: str = Field(..., alias="set")
+    virtual_partitions: list[int] = Field(..., description="assigned virtual partitions")
+    in_flight: int = Field(..., description="delivered, not yet acked")
+
+
+class GroupLag(BaseModel):
+    """Messages not yet acked by the group: total, and split by lane, env and set."""
+
+    model_config = _OPEN
+
+    total: int
+    by_lane: dict[str, int]
+    by_env: dict[str, int]
+    by_set: dict[str, int]
+
+
+class GroupInfo(BaseModel):
+    model_config = _OPEN
+
+    queue: str
+    group: str
+    members: list[GroupMember]
+    lag: GroupLag
+
+
+class NodeInfo(BaseModel):
+    model_config = _OPEN
+
+    id: str
+    address: str
+
+
+class PhysicalPartitionInfo(BaseModel):
+    model_config = _OPEN
+
+    id: int
+    owner: str | None = Field(..., description="id of the write node holding it, null while unowned")
+    end_offset: int
+    bytes: int
+
+
+class ClusterInfo(BaseModel):
+    model_config = _OPEN
+
+    write_nodes: list[NodeInfo]
+    read_nodes: list[NodeInfo]
+    physical_partitions: list[PhysicalPartitionInfo]
+    epoch: int = Field(..., description="current map epoch")
+
+
+class MapQueue(BaseModel):
+    model_config = _OPEN
+
+    virtual_partitions: int
+    placement: list[int] = Field(..., description="physical partition of vp 0, vp 1, ...")
+
+
+class CurrentMap(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+        json_schema_extra={"examples": [{"epoch": 7, "queues": {"orders": {"virtual_partitions": 4, "placement": [0, 1, 0, 1]}}}]},
+    )
+
+    epoch: int
+    queues: dict[str, MapQueue]
+
+
+class Health(BaseModel):
+    """``/healthz`` and ``/readyz`` answer when all is well."""
+
+    model_config = _OPEN
+
+    status: Literal["ok", "ready"]

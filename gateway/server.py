@@ -1,0 +1,52 @@
+"""``GatewayServer``: serve a gateway app on a host and port, with start()/stop().
+
+For ``vpq up`` and integration tests; port 0 picks a free port (read ``port`` after
+``start()``).
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from config.settings import GatewaySettings
+
+
+class GatewayServer:
+    """Runs ``app`` (from ``create_app``) on ``settings.host``/``settings.port``."""
+
+    def __init__(self, app: web.Application, settings: GatewaySettings, shutdown_timeout_s: float = 5.0) -> None:
+        self.app = app
+        self.settings = settings
+        self.shutdown_timeout_s = shutdown_timeout_s
+        self._runner: web.AppRunner | None = None
+        self.port: int | None = None
+
+    @property
+    def url(self) -> str:
+        """``http://host:port`` once started."""
+        if self.port is None:
+            raise RuntimeError("the gateway server is not started")
+        return f"http://{self.settings.host}:{self.port}"
+
+    async def start(self) -> None:
+        """Run the app's startup (including the backend when it manages it) and listen."""
+        if self._runner is not None:
+            raise RuntimeError("already started")
+        runner = web.AppRunner(self.app, access_log=None, shutdown_timeout=self.shutdown_timeout_s)
+        await runner.setup()
+        try:
+            site = web.TCPSite(runner, self.settings.host, self.settings.port)
+            await site.start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        self._runner = runner
+        addresses = runner.addresses
+        self.port = int(addresses[0][1]) if addresses else self.settings.port
+
+    async def stop(self) -> None:
+        """Stop listening, finish in-flight requests (up to the timeout), run cleanups."""
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
+        self.port = None
