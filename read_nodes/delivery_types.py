@@ -1,0 +1,163 @@
+"""Values exchanged with ``GroupDelivery``: its configuration, what goes in
+(``DeliveryEntry``, ``ConsumerSpec``), what comes out (``Delivery``,
+``DeadLetter``, ``LagReport``, ``MemberInfo``) and its errors.
+
+Pure values: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+from isolation.context import IsolationContext
+from virtual_partitions.hashing import HASH_SPACE, check_virtual_partitions
+
+Ordering = Literal["key", "none"]
+
+
+class UnknownConsumer(KeyError):
+    """The consumer id is not a member of the group (an API layer answers 404)."""
+
+    def __init__(self, consumer_id: str) -> None:
+        self.consumer_id = consumer_id
+        super().__init__(f"unknown consumer {consumer_id!r}")
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class DeliveryFull(RuntimeError):
+    """``ingest`` was called while ``can_ingest()`` is False (the caller must pause tailing)."""
+
+
+def _positive(value: object, name: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryConfig:
+    """Per group-on-queue settings (from the queue's config and the node's settings).
+
+    - ``ordering``: ``"key"`` (per (key, isolation context) order, the default) or ``"none"``.
+    - ``max_deliveries``: a message delivered this many times and then nacked,
+      timed out or released by a leaving consumer is dead-lettered.
+    - ``visibility_timeout_ms``: an unacked delivery is redelivered after this long.
+    - ``max_unacked``: bound on ingested-but-not-done messages (``can_ingest``).
+    - ``virtual_partitions``: the queue's current V (``set_virtual_partitions`` changes it).
+    - ``set_fallback``: the queue's set-fallback routing option.
+    """
+
+    ordering: Ordering = "key"
+    max_deliveries: int = 5
+    visibility_timeout_ms: int = 30000
+    max_unacked: int = 100_000
+    virtual_partitions: int = 16
+    set_fallback: bool = True
+
+    def __post_init__(self) -> None:
+        if self.ordering not in ("key", "none"):
+            raise ValueError(f"ordering must be 'key' or 'none', got {self.ordering!r}")
+        _positive(self.max_deliveries, "max_deliveries")
+        _positive(self.visibility_timeout_ms, "visibility_timeout_ms")
+        _positive(self.max_unacked, "max_unacked")
+        check_virtual_partitions(self.virtual_partitions)
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryEntry:
+    """One record of the queue, as the reader hands it to a group's delivery state.
+
+    ``key_hash`` is the stored record hash (mmh3 of the key, or the keyless spread
+    hash); the vp is ``key_hash mod V`` with the group's CURRENT V, computed by
+    ``GroupDelivery`` itself, so entries stay valid across splits. ``key`` is None
+    for keyless messages (no ordering constraint). The record's value and headers
+    stay in the record cache, found by ``(pp, offset)``.
+    """
+
+    pp: int
+    offset: int
+    key_hash: int
+    key: bytes | None
+    ctx: IsolationContext
+    timestamp_ms: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("pp", "offset", "timestamp_ms"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise ValueError(f"{name} must be an integer >= 0, got {v!r}")
+        h = self.key_hash
+        if not isinstance(h, int) or isinstance(h, bool) or not 0 <= h < HASH_SPACE:
+            raise ValueError(f"key_hash must be an unsigned 32-bit integer, got {h!r}")
+        if self.key is not None and not isinstance(self.key, bytes):
+            raise ValueError(f"key must be bytes or None, got {type(self.key).__name__}")
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerSpec:
+    """A live consumer of the group: its isolation context and the vps it owns there
+    (from ``virtual_partitions.assignment``)."""
+
+    ctx: IsolationContext
+    vps: frozenset[int]
+
+    def __init__(self, ctx: IsolationContext, vps: Iterable[int] = ()) -> None:
+        object.__setattr__(self, "ctx", ctx)
+        frozen = frozenset(vps)
+        for vp in frozen:
+            if not isinstance(vp, int) or isinstance(vp, bool) or vp < 0:
+                raise ValueError(f"vps must be integers >= 0, got {vp!r}")
+        object.__setattr__(self, "vps", frozen)
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """A message handed to a consumer. ``deadline_ms``: redelivered when not acked by then."""
+
+    message_id: str
+    pp: int
+    offset: int
+    vp: int
+    key: bytes | None
+    ctx: IsolationContext
+    timestamp_ms: int
+    delivery_count: int
+    deadline_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A message that reached ``max_deliveries`` without an ack. The service produces
+    it to ``{queue}.{group}.dlq`` with header ``x-original-id: message_id`` and then
+    calls ``confirm_dead_letters``. ``reason``: ``"timeout"``, ``"nack"`` or ``"left"``."""
+
+    message_id: str
+    entry: DeliveryEntry
+    delivery_count: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class LagReport:
+    """Messages ingested and not yet acked nor dead-lettered (waiting, ready, in
+    flight or delayed): total and broken down by lane, env and set of the messages."""
+
+    total: int
+    by_lane: dict[str, int]
+    by_env: dict[str, int]
+    by_set: dict[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class MemberInfo:
+    """One consumer as the group sees it."""
+
+    consumer_id: str
+    ctx: IsolationContext
+    vps: tuple[int, ...]
+    inflight: int
+    last_seen_ms: int

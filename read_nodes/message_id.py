@@ -1,0 +1,85 @@
+"""Message ids: opaque strings, unique within a queue, derived from (pp, offset).
+
+A record lives at exactly one (physical partition, offset), and a queue's records
+never share a position, so ``(pp, offset)`` identifies a message within its queue
+(and within the whole cluster). The id is the canonical lowercase hexadecimal of
+both numbers joined by ``-``: ``encode_message_id(3, 1234) == "3-4d2"``.
+
+Canonical means there is exactly one id per message: no leading zeros (``"0"``
+itself is fine), no upper case, no sign, no whitespace. ``decode_message_id``
+accepts only canonical ids and raises ``MessageIdError`` (a ``ValueError``) with
+a clear message for anything else, so an API layer can answer 400.
+
+Clients must treat ids as opaque; this format may change only with ``/v2``.
+
+Pure logic: no I/O.
+"""
+
+from __future__ import annotations
+
+import re
+
+MAX_PP = (1 << 32) - 1
+MAX_OFFSET = (1 << 63) - 1
+
+_ID_RE = re.compile(r"(0|[1-9a-f][0-9a-f]{0,7})-(0|[1-9a-f][0-9a-f]{0,15})")
+
+
+class MessageIdError(ValueError):
+    """A malformed message id. ``message_id`` is the offending value."""
+
+    def __init__(self, message_id: object, reason: str) -> None:
+        self.message_id = message_id
+        super().__init__(f"invalid message id {message_id!r}: {reason}")
+
+
+def _check_int(value: object, name: str, maximum: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= maximum:
+        raise ValueError(f"{name} must be an integer in [0, {maximum}], got {value!r}")
+    return value
+
+
+def encode_message_id(pp: int, offset: int) -> str:
+    """The id of the record at ``offset`` of physical partition ``pp``.
+
+    ``pp`` in ``[0, 2**32)``, ``offset`` in ``[0, 2**63)``; ValueError otherwise.
+    """
+    _check_int(pp, "pp", MAX_PP)
+    _check_int(offset, "offset", MAX_OFFSET)
+    return f"{pp:x}-{offset:x}"
+
+
+def _problem(message_id: object) -> str | None:
+    """Why ``message_id`` is not a canonical id, or None when it is one."""
+    if not isinstance(message_id, str):
+        return "must be a string"
+    m = _ID_RE.fullmatch(message_id)
+    if m is None:
+        return "expected '<pp hex>-<offset hex>' as returned by produce or poll"
+    if int(m.group(2), 16) > MAX_OFFSET:
+        return "offset out of range"
+    return None
+
+
+def decode_message_id(message_id: object) -> tuple[int, int]:
+    """``(pp, offset)`` of a canonical id; MessageIdError for anything else."""
+    problem = _problem(message_id)
+    if problem is not None:
+        raise MessageIdError(message_id, problem)
+    assert isinstance(message_id, str)
+    pp, offset = message_id.split("-")
+    return int(pp, 16), int(offset, 16)
+
+
+def decode_message_ids(message_ids: object) -> list[tuple[int, int]]:
+    """Decode a whole list first (all or nothing): MessageIdError names the first bad
+    id and its index, so a request with one bad id can be rejected unchanged."""
+    if not isinstance(message_ids, (list, tuple)):
+        raise MessageIdError(message_ids, "ids must be a list of strings")
+    out: list[tuple[int, int]] = []
+    for i, mid in enumerate(message_ids):
+        problem = _problem(mid)
+        if problem is not None:
+            raise MessageIdError(mid, f"at index {i}: {problem}")
+        out.append(decode_message_id(mid))
+    return out

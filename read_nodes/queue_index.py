@@ -1,0 +1,229 @@
+"""Per-queue index of the physical partitions a read node tails (RocketMQ's
+ConsumeQueue idea).
+
+Many queues share one physical partition (pp). While tailing a pp the reader
+calls ``add(pp, offset, queue_id, ref)`` for every record, in the pp's offset
+order; the index keeps, per (pp, queue), the ordered offsets of that queue's
+records and a caller-defined integer ``ref`` per record (where the record can be
+found again: e.g. the base offset of its batch in the record cache). So a group
+polling a small queue merged into a busy pp reads only its own queue's offsets:
+``entries_from(pp, queue, from_offset, limit)`` costs ``O(log n + returned)``,
+``count_from`` (lag) ``O(log n)``, never a scan of the partition.
+
+Storage is compact: per (pp, queue) two ``array('q')`` columns in fixed-size
+chunks (16 bytes per record), so ``truncate_below`` (retention, or eviction
+below every group's low watermark) drops whole chunks without copying.
+
+``end_offset(pp)``: every record of ``pp`` below it has been indexed (``add``
+and ``advance`` move it); a reader that got fewer entries than it asked for has
+seen every record of its queue below ``end_offset``.
+
+Pure logic: no I/O.
+"""
+
+from __future__ import annotations
+
+from array import array
+from bisect import bisect_left, bisect_right
+
+NO_REF = -1
+"""``ref`` of a record added without one."""
+
+DEFAULT_CHUNK = 1024
+
+
+def _check_nonneg(value: object, what: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"{what} must be an integer >= 0, got {value!r}")
+    return value
+
+
+class _Column:
+    """Ordered offsets and refs of one queue in one pp. Every chunk holds exactly
+    ``chunk`` entries except the last; ``head`` entries of the first are dropped."""
+
+    __slots__ = ("chunk", "offsets", "refs", "firsts", "head", "total")
+
+    def __init__(self, chunk: int) -> None:
+        self.chunk = chunk
+        self.offsets: list[array] = []
+        self.refs: list[array] = []
+        self.firsts: list[int] = []
+        self.head = 0
+        self.total = 0  # positions used, counting the dropped head
+
+    def __len__(self) -> int:
+        return self.total - self.head
+
+    def append(self, offset: int, ref: int) -> None:
+        if not self.offsets or len(self.offsets[-1]) == self.chunk:
+            self.offsets.append(array("q"))
+            self.refs.append(array("q"))
+            self.firsts.append(offset)
+        self.offsets[-1].append(offset)
+        self.refs[-1].append(ref)
+        self.total += 1
+
+    def position(self, offset: int) -> int:
+        """Absolute position of the first live entry with an offset >= ``offset``."""
+        ci = bisect_right(self.firsts, offset) - 1
+        if ci < 0:
+            p = 0
+        else:
+            p = ci * self.chunk + bisect_left(self.offsets[ci], offset)
+        return max(p, self.head)
+
+    def slice(self, start: int, stop: int) -> tuple[list[int], list[int]]:
+        offs: list[int] = []
+        refs: list[int] = []
+        ch = self.chunk
+        while start < stop:
+            ci, j = divmod(start, ch)
+            end = min(stop - ci * ch, ch)
+            offs.extend(self.offsets[ci][j:end])
+            refs.extend(self.refs[ci][j:end])
+            start = ci * ch + end
+        return offs, refs
+
+    def truncate_below(self, offset: int) -> int:
+        p = self.position(offset)
+        dropped = p - self.head
+        k = p // self.chunk
+        if k:
+            del self.offsets[:k], self.refs[:k], self.firsts[:k]
+            self.total -= k * self.chunk
+            p -= k * self.chunk
+        self.head = p
+        return dropped
+
+    def first(self) -> int:
+        return self.offsets[0][self.head]
+
+    def last(self) -> int:
+        return self.offsets[-1][-1]
+
+
+class QueueIndex:
+    """Offsets of each queue's records, per physical partition (see module docstring)."""
+
+    __slots__ = ("_chunk", "_cols", "_end", "_start")
+
+    def __init__(self, chunk_size: int = DEFAULT_CHUNK) -> None:
+        if not isinstance(chunk_size, int) or chunk_size < 1:
+            raise ValueError(f"chunk_size must be an integer >= 1, got {chunk_size!r}")
+        self._chunk = chunk_size
+        self._cols: dict[int, dict[int, _Column]] = {}
+        self._end: dict[int, int] = {}
+        self._start: dict[int, int] = {}
+
+    def add(self, pp: int, offset: int, queue_id: int, ref: int = NO_REF) -> None:
+        """Index the record at ``offset`` of ``pp`` as one of ``queue_id``'s.
+        Offsets must increase within a pp (ValueError otherwise)."""
+        _check_nonneg(offset, "offset")
+        _check_nonneg(queue_id, "queue_id")
+        if not isinstance(ref, int) or isinstance(ref, bool) or ref < NO_REF:
+            raise ValueError(f"ref must be an integer >= -1, got {ref!r}")
+        end = self._end.get(pp)
+        if end is None:
+            _check_nonneg(pp, "pp")
+            end = 0
+        if offset < end:
+            raise ValueError(f"pp {pp}: offset {offset} is below the indexed end {end} (offsets must increase)")
+        cols = self._cols.get(pp)
+        if cols is None:
+            cols = self._cols[pp] = {}
+        col = cols.get(queue_id)
+        if col is None:
+            col = cols[queue_id] = _Column(self._chunk)
+        col.append(offset, ref)
+        self._end[pp] = offset + 1
+
+    def advance(self, pp: int, offset: int) -> None:
+        """Every record of ``pp`` below ``offset`` has been indexed (e.g. after a
+        batch whose tail held nothing to index). Never moves back."""
+        _check_nonneg(pp, "pp")
+        _check_nonneg(offset, "offset")
+        if offset > self._end.get(pp, 0):
+            self._end[pp] = offset
+
+    def end_offset(self, pp: int) -> int:
+        """Every record of ``pp`` below this offset has been indexed (0 when none)."""
+        return self._end.get(pp, 0)
+
+    def start_offset(self, pp: int) -> int:
+        """Entries below this offset were truncated away (0 when never truncated)."""
+        return self._start.get(pp, 0)
+
+    def _col(self, pp: int, queue_id: int) -> _Column | None:
+        cols = self._cols.get(pp)
+        return None if cols is None else cols.get(queue_id)
+
+    def entries_from(self, pp: int, queue_id: int, from_offset: int, limit: int) -> list[tuple[int, int]]:
+        """Up to ``limit`` ``(offset, ref)`` of ``queue_id`` in ``pp`` with offset >= ``from_offset``, ascending."""
+        col = self._col(pp, queue_id)
+        if col is None or limit <= 0:
+            return []
+        p = col.position(from_offset)
+        offs, refs = col.slice(p, min(col.total, p + limit))
+        return list(zip(offs, refs))
+
+    def offsets_from(self, pp: int, queue_id: int, from_offset: int, limit: int) -> list[int]:
+        """Like ``entries_from`` without the refs."""
+        col = self._col(pp, queue_id)
+        if col is None or limit <= 0:
+            return []
+        p = col.position(from_offset)
+        return col.slice(p, min(col.total, p + limit))[0]
+
+    def count_from(self, pp: int, queue_id: int, from_offset: int) -> int:
+        """How many records of ``queue_id`` in ``pp`` are indexed at offsets >= ``from_offset``."""
+        col = self._col(pp, queue_id)
+        return 0 if col is None else col.total - col.position(from_offset)
+
+    def count(self, pp: int, queue_id: int) -> int:
+        col = self._col(pp, queue_id)
+        return 0 if col is None else len(col)
+
+    def bounds(self, pp: int, queue_id: int) -> tuple[int, int] | None:
+        """``(first, last)`` indexed offset of ``queue_id`` in ``pp``, None when none."""
+        col = self._col(pp, queue_id)
+        return None if col is None else (col.first(), col.last())
+
+    def truncate_below(self, pp: int, offset: int) -> int:
+        """Drop every entry of ``pp`` below ``offset`` (``end_offset`` moves up to it
+        if it was lower); returns how many were dropped."""
+        _check_nonneg(offset, "offset")
+        cols = self._cols.get(pp)
+        if offset > self._start.get(pp, 0):
+            self._start[pp] = offset
+        if offset > self._end.get(pp, 0):
+            _check_nonneg(pp, "pp")
+            self._end[pp] = offset  # records below a truncation point will never be indexed
+        if cols is None:
+            return 0
+        dropped = 0
+        for qid in list(cols):
+            col = cols[qid]
+            dropped += col.truncate_below(offset)
+            if not len(col):
+                del cols[qid]
+        if not cols:
+            del self._cols[pp]
+        return dropped
+
+    def queues(self, pp: int) -> list[int]:
+        """Queue ids with indexed records in ``pp``."""
+        return sorted(self._cols.get(pp, {}))
+
+    def partitions(self) -> list[int]:
+        return sorted(self._end)
+
+    def entries(self) -> int:
+        """Indexed records over all pps and queues."""
+        return sum(len(c) for cols in self._cols.values() for c in cols.values())
+
+    def memory_bytes(self) -> int:
+        """Approximate bytes held by the offset and ref columns."""
+        return sum(
+            sum(a.buffer_info()[1] * a.itemsize for a in c.offsets) * 2 for cols in self._cols.values() for c in cols.values()
+        )

@@ -1,0 +1,132 @@
+"""A bounded cache of decoded records, least recently used out first, by bytes.
+
+The read node keeps decoded records (or decoded batches) it tailed so that polls
+of every group are served from memory; when the cache is full the least recently
+used entries go (they can be read again from the write node). Sizes are given by
+the caller (the decoded record's approximate footprint), so the bound is in
+bytes, not entries. An entry larger than the whole cache is not stored.
+
+``get``/``put``/``pop`` are O(1). Not thread-safe (one per event loop).
+
+Pure logic: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+@dataclass(frozen=True, slots=True)
+class CacheStats:
+    """Counters since creation (``entries``/``bytes``: current contents)."""
+
+    hits: int
+    misses: int
+    puts: int
+    evictions: int
+    evicted_bytes: int
+    rejected: int
+    entries: int
+    bytes: int
+    max_bytes: int
+
+    @property
+    def hit_ratio(self) -> float:
+        looked = self.hits + self.misses
+        return self.hits / looked if looked else 0.0
+
+
+class RecordCache(Generic[K, V]):
+    """LRU cache bounded by the sum of the entries' declared sizes."""
+
+    __slots__ = ("_max", "_data", "_bytes", "_hits", "_misses", "_puts", "_evictions", "_evicted_bytes", "_rejected")
+
+    def __init__(self, max_bytes: int) -> None:
+        if not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes < 1:
+            raise ValueError(f"max_bytes must be an integer >= 1, got {max_bytes!r}")
+        self._max = max_bytes
+        self._data: OrderedDict[K, tuple[V, int]] = OrderedDict()
+        self._bytes = 0
+        self._hits = self._misses = self._puts = 0
+        self._evictions = self._evicted_bytes = self._rejected = 0
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __contains__(self, key: object) -> bool:
+        """Membership test; does not count as a use."""
+        return key in self._data
+
+    @property
+    def bytes(self) -> int:
+        return self._bytes
+
+    @property
+    def max_bytes(self) -> int:
+        return self._max
+
+    def get(self, key: K) -> V | None:
+        """The cached value (now the most recently used), or None."""
+        item = self._data.get(key)
+        if item is None:
+            self._misses += 1
+            return None
+        self._data.move_to_end(key)
+        self._hits += 1
+        return item[0]
+
+    def put(self, key: K, value: V, size: int) -> bool:
+        """Store ``value`` (replacing any previous one) as the most recently used,
+        evicting least recently used entries to stay within ``max_bytes``. False (and
+        nothing stored, any previous value dropped) when ``size`` exceeds ``max_bytes``."""
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise ValueError(f"size must be an integer >= 0, got {size!r}")
+        old = self._data.pop(key, None)
+        if old is not None:
+            self._bytes -= old[1]
+        if size > self._max:
+            self._rejected += 1
+            return False
+        self._puts += 1
+        self._data[key] = (value, size)
+        self._bytes += size
+        self._evict()
+        return True
+
+    def pop(self, key: K) -> V | None:
+        """Remove and return an entry (not counted as an eviction)."""
+        item = self._data.pop(key, None)
+        if item is None:
+            return None
+        self._bytes -= item[1]
+        return item[0]
+
+    def resize(self, max_bytes: int) -> None:
+        """Change the bound, evicting as needed."""
+        if not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes < 1:
+            raise ValueError(f"max_bytes must be an integer >= 1, got {max_bytes!r}")
+        self._max = max_bytes
+        self._evict()
+
+    def _evict(self) -> None:
+        while self._bytes > self._max:
+            _, (_, size) = self._data.popitem(last=False)
+            self._bytes -= size
+            self._evictions += 1
+            self._evicted_bytes += size
+
+    def clear(self) -> None:
+        self._data.clear()
+        self._bytes = 0
+
+    def stats(self) -> CacheStats:
+        return CacheStats(
+            self._hits, self._misses, self._puts, self._evictions, self._evicted_bytes, self._rejected,
+            len(self._data), self._bytes, self._max,
+        )

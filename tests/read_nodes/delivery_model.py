@@ -1,0 +1,274 @@
+"""A reference model of one group's delivery state, driving a real ``GroupDelivery``
+and checking every answer against the model.
+
+Checked on every step: per-key order (a message is never delivered while an
+earlier message with the same key and context is neither acked nor
+dead-lettered), isolation (the receiver's context is ``route`` of the message's
+context over the live contexts, and it owns the message's vp), delivery counts,
+visibility deadlines, redeliveries before first deliveries within a poll, exact
+ack/nack counts, exact dead letters, no redelivery of anything acked (also after
+a failover through ``ack_state``/``restore``), and lag. ``drain`` then checks
+at-least-once: with a consumer for every env, everything ends acked or
+dead-lettered.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from isolation.context import IsolationContext
+from isolation.routing import route
+from read_nodes.ack_tracker import PartitionAckState
+from read_nodes.delivery import GroupDelivery
+from read_nodes.delivery_types import ConsumerSpec, DeliveryConfig, DeliveryEntry
+from read_nodes.message_id import encode_message_id
+from virtual_partitions.assignment import AssignmentResult, assign
+from virtual_partitions.hashing import key_hash
+
+CONTEXTS = [
+    IsolationContext("prod", "", ""),
+    IsolationContext("prod", "", "a"),
+    IsolationContext("prod", "eu", ""),
+    IsolationContext("prod", "eu", "a"),
+    IsolationContext("test", "", ""),
+    IsolationContext("test", "", "b"),
+]
+KEYS: list[bytes | None] = [b"k0", b"k1", b"k2", b"k3", b"k4", None]
+
+PENDING, INFLIGHT, DELAYED, ACKED, DEAD_UNCONFIRMED, DEAD = "pending", "inflight", "delayed", "acked", "dead?", "dead"
+DONE = (ACKED, DEAD_UNCONFIRMED, DEAD)
+
+
+@dataclass
+class MMsg:
+    pp: int
+    offset: int
+    key: bytes | None
+    ctx: IsolationContext
+    khash: int
+    status: str = PENDING
+    holder: str | None = None
+    count: int = 0
+    due: int = 0
+    delivered_ever: int = 0
+    taken: bool = False  # dead letter handed out by take_dead_letters
+    chain: list[MMsg] = field(default_factory=list, repr=False)
+
+    @property
+    def mid(self) -> str:
+        return encode_message_id(self.pp, self.offset)
+
+    def entry(self) -> DeliveryEntry:
+        return DeliveryEntry(self.pp, self.offset, self.khash, self.key, self.ctx, 1000 + self.offset)
+
+
+class Harness:
+    def __init__(self, ordering: str = "key", max_deliveries: int = 3, vis: int = 100, v: int = 4) -> None:
+        self.cfg = DeliveryConfig(ordering=ordering, max_deliveries=max_deliveries, visibility_timeout_ms=vis,
+                                  max_unacked=10_000, virtual_partitions=v)
+        self.gd = GroupDelivery(self.cfg)
+        self.now = 0
+        self.msgs: list[MMsg] = []
+        self.by_id: dict[str, MMsg] = {}
+        self.chains: dict[tuple[bytes, IsolationContext], list[MMsg]] = {}
+        self.next_off = {0: 0, 1: 0}
+        self.spread = 7
+        self.consumers: dict[str, IsolationContext] = {}
+        self.assignment: AssignmentResult | None = None
+        self.v = v
+        self.n_cids = 0
+        self.deliveries = 0
+
+    # ---------------------------------------------------------------- helpers
+    def _specs(self) -> dict[str, ConsumerSpec]:
+        assert self.assignment is not None or not self.consumers
+        return {cid: ConsumerSpec(ctx, self.assignment.vps_of(cid) if self.assignment else ()) for cid, ctx in self.consumers.items()}
+
+    def _reassign(self) -> None:
+        self.assignment = assign(self.consumers, self.v, self.assignment, max_vps=16)
+        self.v = self.assignment.virtual_partitions
+        self.gd.set_consumers(self._specs(), self.now, self.v)
+
+    def _fail(self, m: MMsg, delay: int = 0) -> None:
+        m.holder = None
+        if m.count >= self.cfg.max_deliveries:
+            m.status = DEAD_UNCONFIRMED
+        elif delay > 0:
+            m.status, m.due = DELAYED, self.now + delay
+        else:
+            m.status = PENDING
+
+    def check_dead_letters(self, expect_none: bool = False) -> None:
+        got = {d.message_id: d for d in self.gd.take_dead_letters()}
+        want = {m.mid for m in self.msgs if m.status == DEAD_UNCONFIRMED and not m.taken}
+        assert set(got) == want, (sorted(got), sorted(want))
+        if expect_none:
+            assert not got
+        for mid, d in got.items():
+            m = self.by_id[mid]
+            assert d.delivery_count == m.count == self.cfg.max_deliveries
+            assert d.entry == m.entry()
+            m.taken = True
+
+    def confirm_dead(self, fraction: float, rng: random.Random) -> None:
+        ids = [m.mid for m in self.msgs if m.status == DEAD_UNCONFIRMED and m.taken]
+        chosen = [i for i in ids if rng.random() < fraction]
+        assert self.gd.confirm_dead_letters(chosen) == len(chosen)
+        for i in chosen:
+            self.by_id[i].status = DEAD
+
+    def check_lag(self) -> None:
+        outstanding = [m for m in self.msgs if m.status not in DONE]
+        assert self.gd.lag().total == len(outstanding)
+        for cid in self.consumers:
+            assert self.gd.inflight_count(cid) == sum(1 for m in outstanding if m.status == INFLIGHT and m.holder == cid)
+
+    # ------------------------------------------------------------- operations
+    def ingest(self, rng: random.Random, n: int) -> None:
+        for _ in range(n):
+            pp = rng.randrange(2)
+            off = self.next_off[pp] + rng.randrange(1, 4)  # gaps: other queues' records
+            self.next_off[pp] = off + 1
+            key = rng.choice(KEYS)
+            if key is None:
+                self.spread += 1
+                h = self.spread
+            else:
+                h = key_hash(key)
+            m = MMsg(pp, off, key, rng.choice(CONTEXTS), h)
+            self.msgs.append(m)
+            self.by_id[m.mid] = m
+            if key is not None:
+                self.chains.setdefault((key, m.ctx), []).append(m)
+            assert self.gd.ingest(m.entry()) is True
+            assert self.gd.ingest(m.entry()) is False  # idempotent
+            self.gd.mark_scanned(pp, off + 1)
+        self.check_lag()
+
+    def join(self, ctx: IsolationContext) -> str:
+        self.n_cids += 1
+        cid = f"c{self.n_cids}"
+        self.consumers[cid] = ctx
+        self._reassign()
+        return cid
+
+    def leave(self, cid: str, graceful: bool) -> None:
+        del self.consumers[cid]
+        held = sorted((m for m in self.msgs if m.status == INFLIGHT and m.holder == cid), key=lambda m: m.offset)
+        for m in held:
+            self._fail(m)
+        if graceful:
+            assert self.gd.leave(cid, self.now) == len(held)
+        self._reassign()
+        self.check_dead_letters()
+        assert not self.gd.is_member(cid)
+
+    def advance(self, dt: int) -> None:
+        self.now += dt
+        self.gd.expire(self.now)
+        for m in self.msgs:
+            if m.status == INFLIGHT and m.due <= self.now:
+                self._fail(m)
+            elif m.status == DELAYED and m.due <= self.now:
+                m.status = PENDING
+        self.check_dead_letters()
+        self.check_lag()
+
+    def poll(self, cid: str, max_messages: int) -> list[str]:
+        self.gd.expire(self.now)
+        got = self.gd.poll(cid, max_messages, self.now)
+        self.check_dead_letters(expect_none=True)
+        assert len(got) <= max_messages
+        live = set(self.consumers.values())
+        my_ctx = self.consumers[cid]
+        seen_first = False
+        mask = self.v - 1
+        for d in got:
+            m = self.by_id[d.message_id]
+            assert m.status == PENDING, (d, m.status)
+            assert (d.pp, d.offset, d.key, d.ctx) == (m.pp, m.offset, m.key, m.ctx)
+            assert d.delivery_count == m.count + 1
+            assert d.deadline_ms == self.now + self.cfg.visibility_timeout_ms
+            # isolation: decided now, over the live contexts; env never crossed
+            assert route(m.ctx, live) == my_ctx and my_ctx.env == m.ctx.env
+            assert d.vp == m.khash & mask and d.vp in self.assignment.vps_of(cid)  # type: ignore[union-attr]
+            # redeliveries first within one poll
+            if d.delivery_count == 1:
+                seen_first = True
+            else:
+                assert not seen_first, "a redelivery came after a first delivery"
+            # per-key order
+            if self.cfg.ordering == "key" and m.key is not None:
+                for earlier in self.chains[(m.key, m.ctx)]:
+                    if earlier is m:
+                        break
+                    assert earlier.status in DONE, f"{m.mid} delivered while earlier {earlier.mid} is {earlier.status}"
+            m.status, m.holder, m.count, m.due = INFLIGHT, cid, m.count + 1, d.deadline_ms
+            m.delivered_ever += 1
+        self.deliveries += len(got)
+        self.check_lag()
+        return [d.message_id for d in got]
+
+    def held_by(self, cid: str) -> list[MMsg]:
+        return [m for m in self.msgs if m.status == INFLIGHT and m.holder == cid]
+
+    def ack(self, cid: str, rng: random.Random, fraction: float) -> None:
+        mine = [m for m in self.held_by(cid) if rng.random() < fraction]
+        others = [m for m in rng.sample(self.msgs, min(3, len(self.msgs))) if not (m.status == INFLIGHT and m.holder == cid)]
+        ids = [m.mid for m in mine + others] + [m.mid for m in mine[:1]]  # a duplicate id too
+        rng.shuffle(ids)
+        assert self.gd.ack(cid, ids) == len(mine)
+        for m in mine:
+            m.status, m.holder = ACKED, None
+        self.check_lag()
+
+    def nack(self, cid: str, rng: random.Random, delay: int) -> None:
+        mine = [m for m in self.held_by(cid) if rng.random() < 0.5]
+        assert self.gd.nack(cid, [m.mid for m in mine], delay, self.now) == len(mine)
+        for m in mine:
+            self._fail(m, delay)
+        self.check_dead_letters()
+        self.check_lag()
+
+    def failover(self, json_roundtrip: bool) -> None:
+        """A new read node takes over from the persisted ack state and re-reads the log."""
+        state = self.gd.ack_state()
+        if json_roundtrip:
+            state = {pp: PartitionAckState.from_json(s.to_json()) for pp, s in state.items()}
+        self.gd = GroupDelivery(self.cfg)
+        self.gd.restore(state)
+        self.gd.set_virtual_partitions(self.v)
+        if self.consumers:
+            self.gd.set_consumers(self._specs(), self.now, self.v)
+        for m in self.msgs:  # re-read everything in the original (lineage) order
+            expect_new = m.status not in (ACKED, DEAD)
+            assert self.gd.ingest(m.entry()) is expect_new, (m.mid, m.status)
+            if expect_new:
+                m.status, m.holder, m.count, m.taken = PENDING, None, 0, False
+        for pp, nxt in self.next_off.items():
+            self.gd.mark_scanned(pp, nxt)
+        self.check_lag()
+
+    def drain(self, rng: random.Random) -> None:
+        """Consumers for every env poll and ack until everything is done."""
+        for env in sorted({m.ctx.env for m in self.msgs}):
+            if not any(c.env == env and c.set == "" and c.lane == "" for c in self.consumers.values()):
+                self.join(IsolationContext(env, "", ""))
+        for _ in range(2 * self.cfg.max_deliveries + 4):
+            self.advance(1000)  # past every visibility deadline and nack delay
+            progress = True
+            while progress:
+                progress = False
+                for cid in sorted(self.consumers):
+                    if self.poll(cid, 1000):
+                        progress = True
+                        self.ack(cid, rng, 1.0)
+            self.confirm_dead(1.0, rng)
+            if all(m.status in (ACKED, DEAD) for m in self.msgs):
+                break
+        assert all(m.status in (ACKED, DEAD) for m in self.msgs), [m for m in self.msgs if m.status not in DONE][:5]
+        assert self.gd.lag().total == 0
+        assert self.gd.outstanding() == 0
+        for pp, st in self.gd.ack_state().items():
+            assert st.pending_below == () and st.acked_above == () and st.low_watermark == self.next_off[pp]

@@ -1,0 +1,52 @@
+"""Message ids: canonical, round-trip, strict validation."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from read_nodes.message_id import (
+    MAX_OFFSET,
+    MAX_PP,
+    MessageIdError,
+    decode_message_id,
+    decode_message_ids,
+    encode_message_id,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, MAX_PP), st.integers(0, MAX_OFFSET))
+def test_round_trip(pp: int, offset: int) -> None:
+    mid = encode_message_id(pp, offset)
+    assert decode_message_id(mid) == (pp, offset)
+
+
+def test_examples() -> None:
+    assert encode_message_id(0, 0) == "0-0"
+    assert encode_message_id(3, 1234) == "3-4d2"
+
+
+@pytest.mark.parametrize(
+    "bad", ["", "0", "0-", "-0", "00-1", "0-01", "A-1", "1-F", " 1-1", "1-1 ", "1--1", "+1-1", "1-1-1", "100000000-0",
+            "0-8000000000000000", 5, None, b"0-0"],
+)
+def test_rejects_malformed(bad: object) -> None:
+    with pytest.raises(MessageIdError) as e:
+        decode_message_id(bad)
+    assert "invalid message id" in str(e.value) and e.value.message_id == bad
+
+
+def test_list_names_the_index() -> None:
+    assert decode_message_ids(["1-2", "0-0"]) == [(1, 2), (0, 0)]
+    with pytest.raises(MessageIdError, match="at index 1"):
+        decode_message_ids(["1-2", "zz"])
+    with pytest.raises(MessageIdError, match="list"):
+        decode_message_ids("1-2")
+
+
+@pytest.mark.parametrize("pp,offset", [(-1, 0), (0, -1), (MAX_PP + 1, 0), (0, MAX_OFFSET + 1), (True, 0)])
+def test_encode_rejects_out_of_range(pp: int, offset: int) -> None:
+    with pytest.raises(ValueError):
+        encode_message_id(pp, offset)
