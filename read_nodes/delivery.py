@@ -46,7 +46,7 @@ done); ``ack``/``nack``/``ingest`` are ``O(log n)`` per message. Memory: at most
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from sortedcontainers import SortedList
 
@@ -66,11 +66,8 @@ from read_nodes.delivery_types import (
 )
 from read_nodes.message_id import decode_message_ids, encode_message_id
 from read_nodes.ready_buckets import FIRST_DELIVERY, REDELIVERY, ReadyBuckets
+from read_nodes.routing_table import RouterFactory, RoutingTable
 from virtual_partitions.hashing import check_virtual_partitions
-
-RouteFn = Callable[[IsolationContext], IsolationContext | None]
-RouterFactory = Callable[[frozenset[IsolationContext]], RouteFn]
-"""Builds the routing function for a set of live consumer contexts."""
 
 _WAITING, _READY, _INFLIGHT, _DELAYED = range(4)
 
@@ -123,15 +120,12 @@ class GroupDelivery:
         if router_factory is None:
             fallback = config.set_fallback
             router_factory = lambda live: Router(live, fallback).route  # noqa: E731
-        self._router_factory = router_factory
-        self._route: RouteFn = router_factory(frozenset())
+        self._routes = RoutingTable(router_factory)
         self._consumers: dict[str, _Consumer] = {}
         self._msgs: dict[Pos, _Msg] = {}
         self._chains: dict[ChainKey, deque[_Msg]] = {}
         self._ready: ReadyBuckets[IsolationContext, _Msg] = ReadyBuckets()
         self._timers: SortedList = SortedList()  # (due_ms, seq, pp, offset) of in-flight and delayed
-        self._route_of: dict[IsolationContext, IsolationContext | None] = {}
-        self._sources: dict[IsolationContext, list[IsolationContext]] = {}
         self._ctx_count: dict[IsolationContext, int] = {}
         self._tracker = AckTracker()
         self._dead_untaken: dict[Pos, DeadLetter] = {}
@@ -177,18 +171,7 @@ class GroupDelivery:
             )
 
     def _reroute(self) -> None:
-        live = frozenset(c.ctx for c in self._consumers.values())
-        self._route = self._router_factory(live)
-        self._route_of = {}
-        self._sources = {}
-        for ctx in self._ctx_count:
-            self._add_route(ctx)
-
-    def _add_route(self, msg_ctx: IsolationContext) -> None:
-        target = self._route(msg_ctx)
-        self._route_of[msg_ctx] = target
-        if target is not None:
-            self._sources.setdefault(target, []).append(msg_ctx)
+        self._routes.rebuild((c.ctx for c in self._consumers.values()), self._ctx_count)
 
     def _release_all(self, consumer_id: str, now_ms: int) -> int:
         c = self._consumers[consumer_id]
@@ -237,11 +220,14 @@ class GroupDelivery:
         return left
 
     def join(self, consumer_id: str, ctx: IsolationContext, vps: Iterable[int], now_ms: int) -> None:
-        """Add (or update) one member. Other members keep their vps: when the
-        assignment moves vps, prefer ``set_consumers`` with the whole new assignment."""
+        """Add (or update) one member; counts as its heartbeat. Other members keep
+        their vps: when the assignment moves vps, follow with ``set_consumers`` (or
+        use it directly) with the whole new assignment."""
         specs = {cid: ConsumerSpec(c.ctx, c.vps) for cid, c in self._consumers.items()}
         specs[consumer_id] = ConsumerSpec(ctx, vps)
         self.set_consumers(specs, now_ms)
+        c = self._consumers[consumer_id]
+        c.last_seen = max(c.last_seen, now_ms)
 
     def set_vps(self, consumer_id: str, vps: Iterable[int]) -> None:
         """Change the vps one member owns (UnknownConsumer when not a member)."""
@@ -300,8 +286,7 @@ class GroupDelivery:
         ctx = entry.ctx
         n = self._ctx_count.get(ctx)
         self._ctx_count[ctx] = 1 if n is None else n + 1
-        if ctx not in self._route_of:
-            self._add_route(ctx)
+        self._routes.add(ctx)
         if chain is not None:
             q = self._chains.get(chain)
             if q is not None:
@@ -332,7 +317,7 @@ class GroupDelivery:
         self.expire(now_ms)
         if max_messages <= 0 or not c.vps:
             return []
-        taken = self._ready.take(self._sources.get(c.ctx, ()), c.vps, max_messages)
+        taken = self._ready.take(self._routes.sources(c.ctx), c.vps, max_messages)
         deadline = now_ms + self._config.visibility_timeout_ms
         out: list[Delivery] = []
         mask = self._mask
@@ -356,7 +341,7 @@ class GroupDelivery:
         """True when ``poll`` would return something now (before new timeouts): for
         waking long polls. UnknownConsumer when not a member."""
         c = self._consumer(consumer_id)
-        return bool(c.vps) and self._ready.any_for(self._sources.get(c.ctx, ()), c.vps)
+        return bool(c.vps) and self._ready.any_for(self._routes.sources(c.ctx), c.vps)
 
     def _clear_timer(self, msg: _Msg) -> None:
         if msg.due is not None:

@@ -49,26 +49,25 @@ def encode_message_id(pp: int, offset: int) -> str:
     return f"{pp:x}-{offset:x}"
 
 
-def _problem(message_id: object) -> str | None:
-    """Why ``message_id`` is not a canonical id, or None when it is one."""
+def _parse(message_id: object) -> tuple[int, int] | str:
+    """``(pp, offset)`` of a canonical id, or the reason it is not one."""
     if not isinstance(message_id, str):
         return "must be a string"
     m = _ID_RE.fullmatch(message_id)
     if m is None:
         return "expected '<pp hex>-<offset hex>' as returned by produce or poll"
-    if int(m.group(2), 16) > MAX_OFFSET:
+    offset = int(m.group(2), 16)
+    if offset > MAX_OFFSET:
         return "offset out of range"
-    return None
+    return int(m.group(1), 16), offset
 
 
 def decode_message_id(message_id: object) -> tuple[int, int]:
     """``(pp, offset)`` of a canonical id; MessageIdError for anything else."""
-    problem = _problem(message_id)
-    if problem is not None:
-        raise MessageIdError(message_id, problem)
-    assert isinstance(message_id, str)
-    pp, offset = message_id.split("-")
-    return int(pp, 16), int(offset, 16)
+    parsed = _parse(message_id)
+    if isinstance(parsed, str):
+        raise MessageIdError(message_id, parsed)
+    return parsed
 
 
 def decode_message_ids(message_ids: object) -> list[tuple[int, int]]:
@@ -78,8 +77,8 @@ def decode_message_ids(message_ids: object) -> list[tuple[int, int]]:
         raise MessageIdError(message_ids, "ids must be a list of strings")
     out: list[tuple[int, int]] = []
     for i, mid in enumerate(message_ids):
-        problem = _problem(mid)
-        if problem is not None:
-            raise MessageIdError(mid, f"at index {i}: {problem}")
-        out.append(decode_message_id(mid))
+        parsed = _parse(mid)
+        if isinstance(parsed, str):
+            raise MessageIdError(mid, f"at index {i}: {parsed}")
+        out.append(parsed)
     return out

@@ -342,3 +342,6 @@ def test_lag_members_stats_and_idle() -> None:
     assert g.idle_consumers(10_100, 10_000) == ["a"]
     assert g.has_ready("a") and not g.has_ready("b")
     assert g.stats()["in_flight"] == 1 and g.stats()["outstanding"] == 3
+    g.join("a", PROD, ALL, 10_050)  # rejoining is a heartbeat too (and applies timeouts)
+    assert g.idle_consumers(10_100, 10_000) == []
+    assert g.has_ready("b") and g.stats()["in_flight"] == 0

@@ -80,7 +80,7 @@ class DeliveryMachine(RuleBasedStateMachine):
 
 TestDeliveryMachine = DeliveryMachine.TestCase
 TestDeliveryMachine.settings = settings(
-    max_examples=60, stateful_step_count=40, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=150, stateful_step_count=50, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 
 
