@@ -1,26 +1,28 @@
 """Persistable ack state of one consumer group on one queue, per physical partition.
 
 What must survive a read-node failover is *which offsets of this queue are done*
-(acked, or dead-lettered and safely produced to the DLQ). Per pp it is kept as:
+(acked, or dead-lettered and safely produced to the DLQ). Two forms are offered;
+a group must be persisted and restored with one form consistently.
+
+**Pair form** ``(low_watermark, acked_above)`` (what ``metadata.acks`` stores):
+every offset of the queue below ``low_watermark`` is done (offsets of other
+queues in the shared pp do not matter), plus the done offsets at or above it.
+The watermark never goes backwards. Its size is the number of done offsets
+above the oldest outstanding one, so one stuck message (e.g. of an env without
+consumers) makes it grow with every later ack; ``window`` lets the caller stop
+ingesting a pp before it exceeds a bound.
+
+**Compact form** ``PartitionAckState(scanned_to, pending_below, acked_above)``:
 
 - ``scanned_to``: the reader has handed every record of this queue at offsets
-  ``< scanned_to`` to the delivery state (the service advances it with
-  ``mark_scanned`` only after ingesting; offsets of other queues in the pp do not
-  matter, which is what lets a small queue in a busy pp persist a tiny state);
-- ``pending_below``: the offsets ``< scanned_to`` that are NOT done (in flight,
-  waiting, blocked behind their key, or dead-lettered but not yet confirmed);
-- ``acked_above``: done offsets ``>= scanned_to`` (records ingested ahead of the
-  scan position, e.g. while an earlier vp range of the lineage is held back).
+  ``< scanned_to`` to the delivery state (``mark_scanned``, only after ingesting);
+- ``pending_below``: the offsets ``< scanned_to`` that are NOT done;
+- ``acked_above``: done offsets ``>= scanned_to`` (ingested ahead of the scan
+  position, e.g. while an earlier vp range of the lineage is held back).
 
-So an offset ``o`` of this queue is done iff ``o < scanned_to and o not in
-pending_below`` or ``o in acked_above``. ``low_watermark`` (every offset of this
-queue below it is done) is ``min(pending_below[0], scanned_to)``; the service
-re-tails from there after a takeover. The state is bounded by the number of
-outstanding messages (plus a short ``acked_above``), not by how many messages
-were acked while an old one is stuck (e.g. a message of an env without
-consumers), which a plain ``(low_watermark, acked offsets above it)`` pair is.
-``PartitionAckState.from_pair(low_watermark, acked_above)`` reads that simpler
-form too.
+Its size is bounded by the outstanding messages, whatever is stuck.
+``low_watermark`` is ``min(pending_below[0], scanned_to)`` in both forms, and
+``PartitionAckState.from_pair`` reads a pair.
 
 Pure logic: no I/O.
 """
@@ -81,8 +83,9 @@ class PartitionAckState:
 
     @classmethod
     def from_pair(cls, low_watermark: int, acked_above: Iterable[int] = ()) -> PartitionAckState:
-        """The state "everything below ``low_watermark`` is done, plus ``acked_above``"."""
-        return cls(low_watermark, (), tuple(acked_above))
+        """The state "everything below ``low_watermark`` is done, plus ``acked_above``"
+        (offsets below ``low_watermark`` in ``acked_above`` are ignored)."""
+        return cls(low_watermark, (), tuple(o for o in acked_above if o >= low_watermark))
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready dict; ``from_json`` is its inverse."""
@@ -102,16 +105,47 @@ def _contains(sorted_values: tuple[int, ...], value: int) -> bool:
     return i < len(sorted_values) and sorted_values[i] == value
 
 
-AckStateLike = PartitionAckState | tuple[int, Iterable[int]]
+AckStateLike = Any
+"""A ``PartitionAckState``, a ``(low_watermark, acked_above)`` pair, or any object
+with ``low_watermark`` and ``acked_above`` attributes (``metadata.acks.AckState``)."""
+
+
+def as_partition_state(state: AckStateLike) -> PartitionAckState:
+    """Normalize any accepted form to a ``PartitionAckState``; ValueError otherwise."""
+    if isinstance(state, PartitionAckState):
+        return state
+    if isinstance(state, (tuple, list)):
+        if len(state) != 2:
+            raise ValueError("an ack state pair must be (low_watermark, acked_above)")
+        return PartitionAckState.from_pair(state[0], sorted(set(state[1])))
+    lw = getattr(state, "low_watermark", None)
+    above = getattr(state, "acked_above", None)
+    if lw is None or above is None:
+        raise ValueError(f"not an ack state: {state!r}")
+    return PartitionAckState.from_pair(lw, sorted(set(above)))
 
 
 class _Partition:
-    __slots__ = ("scanned", "unfinished", "acked")
+    __slots__ = ("scanned", "unfinished", "done", "unlisted_below")
 
     def __init__(self, scanned: int = 0) -> None:
         self.scanned = scanned
-        self.unfinished: SortedList = SortedList()
-        self.acked: SortedList = SortedList()
+        self.unfinished: SortedList = SortedList()  # outstanding offsets (ingested or restored pending)
+        self.done: SortedList = SortedList()  # done offsets >= the low watermark
+        # after restoring a compact state with pending offsets, the done offsets between
+        # them and its scanned_to are not listed: the pair form is exact only once the
+        # watermark has passed that point
+        self.unlisted_below = 0
+
+    def low_watermark(self) -> int:
+        return min(self.unfinished[0], self.scanned) if self.unfinished else self.scanned
+
+    def trim(self) -> None:
+        done = self.done
+        if done:
+            lw = self.low_watermark()
+            if done[0] < lw:
+                del done[: done.bisect_left(lw)]
 
 
 class AckTracker:
@@ -119,7 +153,7 @@ class AckTracker:
 
     ``track`` an offset when its message is ingested, ``done`` it when acked or
     dead-lettered-and-confirmed; ``mark_scanned`` after the reader has ingested
-    everything of the queue below a position. All operations O(log n).
+    everything of the queue below a position. All operations O(log n) amortized.
     """
 
     __slots__ = ("_parts",)
@@ -135,23 +169,20 @@ class AckTracker:
         return part
 
     def restore(self, states: Mapping[int, AckStateLike]) -> None:
-        """Load persisted states (``PartitionAckState`` or ``(low_watermark, acked_above)``).
-        Only on an empty tracker; ValueError otherwise or on malformed input."""
-        if any(p.unfinished or p.acked or p.scanned for p in self._parts.values()):
+        """Load persisted states (see ``AckStateLike``). Only on an empty tracker;
+        ValueError otherwise or on malformed input (then nothing changes)."""
+        if any(p.unfinished or p.done or p.scanned for p in self._parts.values()):
             raise ValueError("restore needs an empty ack tracker")
         parsed: dict[int, PartitionAckState] = {}
         for pp, st in states.items():
             _offset(pp, "pp")
-            if not isinstance(st, PartitionAckState):
-                if not isinstance(st, (tuple, list)) or len(st) != 2:
-                    raise ValueError(f"ack state of pp {pp} must be PartitionAckState or (low_watermark, acked_above)")
-                st = PartitionAckState.from_pair(st[0], st[1])
-            parsed[pp] = st
+            parsed[pp] = as_partition_state(st)
         self._parts.clear()
         for pp, st in parsed.items():
             part = self._parts[pp] = _Partition(st.scanned_to)
             part.unfinished.update(st.pending_below)
-            part.acked.update(st.acked_above)
+            part.done.update(st.acked_above)
+            part.unlisted_below = st.scanned_to if st.pending_below else 0
 
     def is_done(self, pp: int, offset: int) -> bool:
         """True when ``offset`` of ``pp`` is known to be done (ingest must skip it)."""
@@ -160,7 +191,7 @@ class AckTracker:
             return False
         if offset < part.scanned:
             return offset not in part.unfinished
-        return offset in part.acked
+        return offset in part.done
 
     def is_tracked(self, pp: int, offset: int) -> bool:
         """True when ``offset`` is tracked as not done (ingested, or pending from a restore)."""
@@ -171,7 +202,7 @@ class AckTracker:
         """Record that the message at ``offset`` is outstanding (idempotent)."""
         _offset(offset, "offset")
         part = self._part(pp)
-        if offset in part.acked:
+        if offset in part.done or (offset < part.scanned and offset not in part.unfinished):
             raise ValueError(f"offset {offset} of pp {pp} is already done")
         if offset not in part.unfinished:
             part.unfinished.add(offset)
@@ -180,20 +211,18 @@ class AckTracker:
         """Record that the message at ``offset`` is acked or dead-lettered for good."""
         part = self._part(pp)
         part.unfinished.discard(offset)
-        if offset >= part.scanned and offset not in part.acked:
-            part.acked.add(offset)
+        if offset >= part.low_watermark() and offset not in part.done:
+            part.done.add(offset)
+        part.trim()
 
     def mark_scanned(self, pp: int, offset: int) -> None:
         """Every record of the queue in ``pp`` below ``offset`` has been ingested (or
         skipped as done). Never moves back; smaller values are ignored."""
         _offset(offset, "offset")
         part = self._part(pp)
-        if offset <= part.scanned:
-            return
-        part.scanned = offset
-        acked = part.acked
-        if acked and acked[0] < offset:
-            del acked[: acked.bisect_left(offset)]
+        if offset > part.scanned:
+            part.scanned = offset
+            part.trim()
 
     def scanned_to(self, pp: int) -> int:
         part = self._parts.get(pp)
@@ -201,21 +230,42 @@ class AckTracker:
 
     def low_watermark(self, pp: int) -> int:
         part = self._parts.get(pp)
-        if part is None:
-            return 0
-        return min(part.unfinished[0], part.scanned) if part.unfinished else part.scanned
+        return 0 if part is None else part.low_watermark()
+
+    def window(self, pp: int) -> int:
+        """Offsets tracked at or above the low watermark (outstanding + done): an
+        upper bound of the pair form's ``acked_above`` once they are all done."""
+        part = self._parts.get(pp)
+        return 0 if part is None else len(part.unfinished) + len(part.done)
+
+    def is_hole(self, pp: int, offset: int) -> bool:
+        """True when ``offset`` lies below the highest done offset: ingesting it fills
+        the window instead of widening it (needed to make progress after a restore)."""
+        part = self._parts.get(pp)
+        return part is not None and bool(part.done) and offset < part.done[-1]
 
     def outstanding(self) -> int:
         """Offsets tracked as not done, over all pps."""
         return sum(len(p.unfinished) for p in self._parts.values())
 
     def state(self) -> dict[int, PartitionAckState]:
-        """The persistable state of every pp seen. O(outstanding + acked_above)."""
+        """The compact persistable state of every pp seen. O(outstanding + acked_above)."""
         out: dict[int, PartitionAckState] = {}
         for pp, part in self._parts.items():
             below = tuple(part.unfinished.irange(maximum=part.scanned, inclusive=(True, False)))
-            above = tuple(part.acked)
+            above = tuple(part.done.irange(minimum=part.scanned))
             out[pp] = PartitionAckState(part.scanned, below, above)
+        return out
+
+    def pair_state(self) -> dict[int, tuple[int, list[int]]]:
+        """The pair form ``{pp: (low_watermark, done offsets >= it)}``. ValueError while
+        a pp restored from a compact state with pending offsets still has them (the
+        pair form cannot express that: keep persisting such a group compactly)."""
+        out: dict[int, tuple[int, list[int]]] = {}
+        for pp, part in self._parts.items():
+            if part.low_watermark() < part.unlisted_below:
+                raise ValueError(f"pp {pp} was restored from a compact state: use the compact form")
+            out[pp] = (part.low_watermark(), list(part.done))
         return out
 
     def pps(self) -> list[int]:

@@ -40,7 +40,12 @@ Cost: ``poll`` is ``O(b + k log b)`` for ``k`` messages returned from ``b``
 non-empty (message context, vp) buckets the consumer sees (blocked keys are
 never scanned: a key's next message becomes ready only when the previous one is
 done); ``ack``/``nack``/``ingest`` are ``O(log n)`` per message. Memory: at most
-``max_unacked`` outstanding messages (``can_ingest``).
+``max_unacked`` outstanding messages, and per pp an ack window of at most
+``max_acked_above`` offsets (``can_ingest(pp, offset)``).
+
+Persistence: ``ack_state()`` gives per pp ``(low_watermark, acked_above)`` (the
+form ``metadata.acks`` stores), ``compact_ack_state()`` a form bounded by the
+outstanding messages; ``restore`` takes either (see ``read_nodes.ack_tracker``).
 """
 
 from __future__ import annotations
@@ -260,15 +265,24 @@ class GroupDelivery:
         """Ingested messages not yet done, plus dead letters not yet confirmed."""
         return len(self._msgs) + len(self._dead_untaken) + len(self._dead_taken)
 
-    def can_ingest(self) -> bool:
-        """False when ``max_unacked`` messages are outstanding: pause ingestion."""
-        return self.outstanding() < self._config.max_unacked
+    def can_ingest(self, pp: int | None = None, offset: int | None = None) -> bool:
+        """False when ``max_unacked`` messages are outstanding, or (given ``pp``) when
+        the pp's ack window (outstanding + done offsets above its low watermark)
+        reached ``max_acked_above``: pause ingesting (that pp). Given ``offset`` too:
+        a record pending from a ``restore`` or filling a hole below the highest done
+        offset is always accepted, so a takeover can make progress."""
+        tracker = self._tracker
+        if pp is not None and offset is not None and (tracker.is_tracked(pp, offset) or tracker.is_hole(pp, offset)):
+            return True
+        if self.outstanding() >= self._config.max_unacked:
+            return False
+        cap = self._config.max_acked_above
+        return pp is None or cap is None or tracker.window(pp) < cap
 
     def ingest(self, entry: DeliveryEntry) -> bool:
         """Add a record; False when it is already known or already done (skipped).
 
-        DeliveryFull when ``can_ingest()`` is False (records pending from a
-        ``restore`` are always accepted, so a takeover cannot deadlock).
+        DeliveryFull when ``can_ingest(entry.pp, entry.offset)`` is False.
         """
         pos = (entry.pp, entry.offset)
         if pos in self._msgs or pos in self._dead_untaken or pos in self._dead_taken:
@@ -276,8 +290,12 @@ class GroupDelivery:
         tracker = self._tracker
         if tracker.is_done(entry.pp, entry.offset):
             return False
-        if not tracker.is_tracked(entry.pp, entry.offset) and not self.can_ingest():
-            raise DeliveryFull(f"{self.outstanding()} messages outstanding (max_unacked {self._config.max_unacked})")
+        if not self.can_ingest(entry.pp, entry.offset):
+            raise DeliveryFull(
+                f"cannot ingest pp {entry.pp}: {self.outstanding()} messages outstanding (max_unacked "
+                f"{self._config.max_unacked}), ack window {tracker.window(entry.pp)} (max_acked_above "
+                f"{self._config.max_acked_above})"
+            )
         tracker.track(entry.pp, entry.offset)
         chain = (entry.key, entry.ctx) if self._key_order and entry.key is not None else None
         msg = _Msg(self._seq, entry, chain)
@@ -471,9 +489,17 @@ class GroupDelivery:
         return n
 
     # ------------------------------------------------------------- persistence
-    def ack_state(self) -> dict[int, PartitionAckState]:
-        """Per pp, what is done (see ``read_nodes.ack_tracker``); persist it so that a
-        takeover (``restore``) redelivers exactly the messages not done."""
+    def ack_state(self) -> dict[int, tuple[int, list[int]]]:
+        """Per pp, ``(low_watermark, sorted done offsets >= it)``: every offset of this
+        queue below the watermark is acked or dead-lettered (confirmed). Persist it
+        (``metadata.acks``) so that a takeover (``restore``) redelivers exactly the
+        messages not done. The watermark never goes backwards. See
+        ``read_nodes.ack_tracker`` for its size and ``compact_ack_state``."""
+        return self._tracker.pair_state()
+
+    def compact_ack_state(self) -> dict[int, PartitionAckState]:
+        """The same information bounded by the outstanding messages (see
+        ``read_nodes.ack_tracker``); ``restore`` accepts either form."""
         return self._tracker.state()
 
     def low_watermark(self, pp: int) -> int:
@@ -481,9 +507,11 @@ class GroupDelivery:
         return self._tracker.low_watermark(pp)
 
     def restore(self, states: Mapping[int, AckStateLike]) -> None:
-        """Start from persisted ack states (before any ingest): records done there are
-        skipped by ``ingest``, every other record is delivered again (delivery counts
-        restart). ValueError when messages were already ingested."""
+        """Start from persisted ack states, per pp a ``(low_watermark, acked_above)``
+        pair, an object with those attributes, or a ``PartitionAckState``; before any
+        ingest. Records done there are skipped by ``ingest``; every other record is
+        delivered again (delivery counts restart). ValueError when messages were
+        already ingested or a state is malformed (nothing changes)."""
         if self._msgs or self._dead_untaken or self._dead_taken:
             raise ValueError("restore must happen before any ingest")
         self._tracker.restore(states)

@@ -29,7 +29,7 @@ class UnknownConsumer(KeyError):
 
 
 class DeliveryFull(RuntimeError):
-    """``ingest`` was called while ``can_ingest()`` is False (the caller must pause tailing)."""
+    """``ingest`` was called while ``can_ingest(pp, offset)`` is False (the caller must pause tailing)."""
 
 
 def _positive(value: object, name: str) -> int:
@@ -47,6 +47,9 @@ class DeliveryConfig:
       timed out or released by a leaving consumer is dead-lettered.
     - ``visibility_timeout_ms``: an unacked delivery is redelivered after this long.
     - ``max_unacked``: bound on ingested-but-not-done messages (``can_ingest``).
+    - ``max_acked_above``: bound on a pp's ack window, so the persisted pair form
+      stays within ``metadata.acks``' limit of 10,000 (the default leaves headroom
+      for holes re-read after a takeover; None: unbounded).
     - ``virtual_partitions``: the queue's current V (``set_virtual_partitions`` changes it).
     - ``set_fallback``: the queue's set-fallback routing option.
     """
@@ -55,6 +58,7 @@ class DeliveryConfig:
     max_deliveries: int = 5
     visibility_timeout_ms: int = 30000
     max_unacked: int = 100_000
+    max_acked_above: int | None = 9_000
     virtual_partitions: int = 16
     set_fallback: bool = True
 
@@ -64,6 +68,8 @@ class DeliveryConfig:
         _positive(self.max_deliveries, "max_deliveries")
         _positive(self.visibility_timeout_ms, "visibility_timeout_ms")
         _positive(self.max_unacked, "max_unacked")
+        if self.max_acked_above is not None:
+            _positive(self.max_acked_above, "max_acked_above")
         check_virtual_partitions(self.virtual_partitions)
 
 

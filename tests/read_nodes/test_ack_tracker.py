@@ -70,6 +70,13 @@ def test_tracker_matches_model_and_restores(seed: int, n: int) -> None:
     for o in offsets:
         assert state.is_done(o) == (o in done), o
         assert t.is_done(0, o) == (o in done)
+    lw, above = t.pair_state()[0]
+    assert lw == state.low_watermark and above == sorted(o for o in done if o >= lw)
+    assert t.window(0) == len(above) + len(tracked)
+    p = AckTracker()
+    p.restore({0: (lw, above)})
+    for o in offsets:
+        assert p.is_done(0, o) == (o in done or o < lw)
     r = AckTracker()
     r.restore({0: state})
     assert r.state() == {0: state}
@@ -90,6 +97,30 @@ def test_restore_needs_empty_and_validates() -> None:
         AckTracker().restore({-1: PartitionAckState(0)})
 
 
+def test_restore_accepts_objects_with_the_two_attributes() -> None:
+    from types import SimpleNamespace
+
+    t = AckTracker()
+    t.restore({3: SimpleNamespace(low_watermark=5, acked_above=[9, 7, 7, 2])})
+    assert t.pair_state() == {3: (5, [7, 9])}
+    assert [o for o in range(11) if t.is_done(3, o)] == [0, 1, 2, 3, 4, 7, 9]
+    assert t.is_hole(3, 8) and not t.is_hole(3, 10)
+    with pytest.raises(ValueError, match="not an ack state"):
+        AckTracker().restore({0: object()})
+
+
+def test_watermark_never_regresses_on_new_ingest() -> None:
+    t = AckTracker()
+    t.track(0, 4)
+    t.done(0, 4)
+    t.mark_scanned(0, 5)
+    assert t.pair_state() == {0: (5, [])}
+    t.track(0, 7)  # ingested later: the watermark stays
+    assert t.pair_state() == {0: (5, [])}
+    with pytest.raises(ValueError, match="already done"):
+        t.track(0, 4)
+
+
 def test_stuck_message_keeps_state_small() -> None:
     """One unacked old message and many acks after it: the state stays tiny."""
     t = AckTracker()
@@ -100,3 +131,4 @@ def test_stuck_message_keeps_state_small() -> None:
     t.mark_scanned(0, 1000)
     assert t.state()[0] == PartitionAckState(1000, (0,), ())
     assert t.low_watermark(0) == 0
+    assert t.window(0) == 1000  # while the pair form lists every later ack

@@ -129,9 +129,9 @@ def test_dead_letter_after_max_deliveries_unblocks_key(how: str) -> None:
     consumer = "b" if how == "left" else "a"
     assert ids(g.poll(consumer, 10, now)) == ["0-1"]  # dead-lettered counts as done for ordering
     # not yet confirmed: still outstanding in the persisted state
-    assert g.ack_state()[0].is_done(0) is False
+    assert g.ack_state()[0] == (0, []) and g.compact_ack_state()[0].is_done(0) is False
     assert g.confirm_dead_letters(["0-0"]) == 1 and g.confirm_dead_letters(["0-0"]) == 0
-    assert g.ack_state()[0].is_done(0) is True
+    assert g.ack_state()[0] == (0, [0]) and g.compact_ack_state()[0].is_done(0) is True  # nothing marked scanned
 
 
 def test_leave_redelivers_to_others_at_once() -> None:
@@ -227,7 +227,8 @@ def test_twelve_consumers_one_physical_partition_all_get_work() -> None:
         assert all(d.pp == 0 and d.vp in a.vps_of(cid) for d in ds)
 
 
-def test_ack_state_restore_round_trip() -> None:
+@pytest.mark.parametrize("form", ["pair", "compact"])
+def test_ack_state_restore_round_trip(form: str) -> None:
     g = gd()
     g.join("a", PROD, ALL, 0)
     offsets = [0, 3, 4, 9, 12, 13]  # other queues' records in between
@@ -235,17 +236,23 @@ def test_ack_state_restore_round_trip() -> None:
         g.ingest(entry(off, b"k%d" % off))
     g.mark_scanned(0, 14)
     got = g.poll("a", 10, 0)
-    assert g.ack("a", ["0-3", "0-9", "0-d"]) == 3  # ids are hex
-    st = g.ack_state()[0]
-    assert st == PartitionAckState(14, (0, 4, 12), ())
-    assert st.low_watermark == 0 == g.low_watermark(0)
     assert len(got) == 6
+    assert g.ack("a", ["0-3", "0-9", "0-d"]) == 3  # ids are hex
+    assert g.ack_state() == {0: (0, [3, 9, 13])}
+    assert g.compact_ack_state() == {0: PartitionAckState(14, (0, 4, 12), ())}
+    assert g.low_watermark(0) == 0
+    assert g.ack("a", ["0-0"]) == 1
+    assert g.ack_state() == {0: (4, [9, 13])}
+    state = g.ack_state() if form == "pair" else {0: PartitionAckState.from_json(g.compact_ack_state()[0].to_json())}
     h = gd()
-    h.restore({0: PartitionAckState.from_json(st.to_json())})
+    h.restore(state)
     h.join("b", PROD, ALL, 0)
     fresh = [h.ingest(entry(off, b"k%d" % off)) for off in offsets]
-    assert fresh == [True, False, True, False, True, False]
-    assert sorted(ids(h.poll("b", 10, 0))) == ["0-0", "0-4", "0-c"]
+    assert fresh == [False, False, True, False, True, False]
+    assert sorted(ids(h.poll("b", 10, 0))) == ["0-4", "0-c"]  # takeover: only the unacked, again
+    assert h.ack("b", ["0-4", "0-c"]) == 2
+    h.mark_scanned(0, 14)
+    assert h.ack_state() == {0: (14, [])}
 
 
 def test_restore_from_pair_and_out_of_order_ingest() -> None:
@@ -255,15 +262,49 @@ def test_restore_from_pair_and_out_of_order_ingest() -> None:
     g.poll("a", 1, 0)
     g.ack("a", ["0-14"])
     g.ingest(entry(5, b"y"))
-    assert g.ack_state()[0] == PartitionAckState(0, (), (20,))
+    assert g.compact_ack_state()[0] == PartitionAckState(0, (), (20,))
+    assert g.ack_state()[0] == (0, [20])
     g.mark_scanned(0, 21)
-    assert g.ack_state()[0] == PartitionAckState(21, (5,), ())
+    assert g.compact_ack_state()[0] == PartitionAckState(21, (5,), ())
+    assert g.ack_state()[0] == (5, [20])
     h = gd()
     h.restore({0: (21, [])})  # the plain (low watermark, acked above) form
     assert h.ingest(entry(5, b"y")) is False
     assert h.ingest(entry(21, b"y")) is True
     with pytest.raises(ValueError, match="before any ingest"):
         h.restore({})
+
+
+def test_compact_restore_cannot_be_saved_as_pair_until_caught_up() -> None:
+    g = gd()
+    g.restore({0: PartitionAckState(10, (2,), ())})
+    g.join("a", PROD, ALL, 0)
+    with pytest.raises(ValueError, match="compact"):
+        g.ack_state()
+    g.ingest(entry(2))
+    g.poll("a", 1, 0)
+    g.ack("a", ["0-2"])
+    assert g.ack_state() == {0: (10, [])}
+
+
+def test_ack_window_bounds_the_pair_form() -> None:
+    """One stuck message (an env nobody consumes): the pp stops taking new records
+    once the pair form would outgrow max_acked_above; holes still go in."""
+    g = gd(max_acked_above=4)
+    g.join("a", PROD, ALL, 0)
+    g.ingest(entry(0, b"stuck", Ctx("test")))
+    for off in (1, 2, 3):
+        g.ingest(entry(off, b"k%d" % off))
+    assert not g.can_ingest(0) and g.can_ingest(1) and g.can_ingest()
+    with pytest.raises(DeliveryFull, match="window"):
+        g.ingest(entry(4))
+    g.ack("a", ids(g.poll("a", 10, 0)))
+    assert g.ack_state() == {0: (0, [1, 2, 3])}
+    assert not g.can_ingest(0, 4)
+    h = gd(max_acked_above=4)  # takeover: the stuck message itself is a hole and always fits
+    h.restore({0: (0, [1, 2, 3, 5])})
+    assert h.can_ingest(0, 0) and h.can_ingest(0, 4) and not h.can_ingest(0, 6)
+    assert h.ingest(entry(0, b"stuck", Ctx("test"))) and h.ingest(entry(4)) and not h.ingest(entry(5))
 
 
 def test_memory_bound_and_restored_records_always_fit() -> None:

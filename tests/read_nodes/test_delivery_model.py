@@ -18,9 +18,13 @@ class DeliveryMachine(RuleBasedStateMachine):
     """Random interleavings of every operation; ``teardown`` drains and checks that
     every message ends acked or dead-lettered."""
 
-    @initialize(ordering=st.sampled_from(["key", "key", "none"]), max_deliveries=st.integers(1, 3))
-    def setup(self, ordering: str, max_deliveries: int) -> None:
-        self.h = Harness(ordering=ordering, max_deliveries=max_deliveries)
+    @initialize(
+        ordering=st.sampled_from(["key", "key", "none"]),
+        max_deliveries=st.integers(1, 3),
+        form=st.sampled_from(["pair", "compact"]),
+    )
+    def setup(self, ordering: str, max_deliveries: int, form: str) -> None:
+        self.h = Harness(ordering=ordering, max_deliveries=max_deliveries, form=form)
         self.rng = random.Random(0)
 
     def _cid(self, i: int) -> str:
@@ -89,7 +93,7 @@ TestDeliveryMachine.settings = settings(
 def test_randomized_long_runs(seed: int, ordering: str) -> None:
     """Longer random runs than the state machine explores (300 steps, more messages)."""
     rng = random.Random(seed * 7919 + (ordering == "none"))
-    h = Harness(ordering=ordering, max_deliveries=rng.choice([2, 3, 4]))
+    h = Harness(ordering=ordering, max_deliveries=rng.choice([2, 3, 4]), form="pair" if seed % 2 else "compact")
     for ctx in rng.sample(CONTEXTS, 3):
         h.join(ctx)
     for _ in range(300):
