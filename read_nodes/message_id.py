@@ -2,11 +2,11 @@
 
 A record lives at exactly one (physical partition, offset), and a queue's records
 never share a position, so ``(pp, offset)`` identifies a message within its queue
-(and within the whole cluster). The id is the canonical lowercase hexadecimal of
-both numbers joined by ``-``: ``encode_message_id(3, 1234) == "3-4d2"``.
+(and within the whole cluster). The id is both numbers in canonical decimal
+joined by ``-``: ``encode_message_id(3, 1234) == "3-1234"``.
 
 Canonical means there is exactly one id per message: no leading zeros (``"0"``
-itself is fine), no upper case, no sign, no whitespace. ``decode_message_id``
+itself is fine), no sign, no whitespace. ``decode_message_id``
 accepts only canonical ids and raises ``MessageIdError`` (a ``ValueError``) with
 a clear message for anything else, so an API layer can answer 400.
 
@@ -22,7 +22,7 @@ import re
 MAX_PP = (1 << 32) - 1
 MAX_OFFSET = (1 << 63) - 1
 
-_ID_RE = re.compile(r"(0|[1-9a-f][0-9a-f]{0,7})-(0|[1-9a-f][0-9a-f]{0,15})")
+_ID_RE = re.compile(r"(0|[1-9][0-9]{0,9})-(0|[1-9][0-9]{0,18})", re.ASCII)
 
 
 class MessageIdError(ValueError):
@@ -46,7 +46,7 @@ def encode_message_id(pp: int, offset: int) -> str:
     """
     _check_int(pp, "pp", MAX_PP)
     _check_int(offset, "offset", MAX_OFFSET)
-    return f"{pp:x}-{offset:x}"
+    return f"{pp}-{offset}"
 
 
 def _parse(message_id: object) -> tuple[int, int] | str:
@@ -55,11 +55,11 @@ def _parse(message_id: object) -> tuple[int, int] | str:
         return "must be a string"
     m = _ID_RE.fullmatch(message_id)
     if m is None:
-        return "expected '<pp hex>-<offset hex>' as returned by produce or poll"
-    offset = int(m.group(2), 16)
-    if offset > MAX_OFFSET:
-        return "offset out of range"
-    return int(m.group(1), 16), offset
+        return "expected '<partition>-<offset>' as returned by produce or poll"
+    pp, offset = int(m.group(1)), int(m.group(2))
+    if pp > MAX_PP or offset > MAX_OFFSET:
+        return "partition or offset out of range"
+    return pp, offset
 
 
 def decode_message_id(message_id: object) -> tuple[int, int]:

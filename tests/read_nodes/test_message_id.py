@@ -25,12 +25,13 @@ def test_round_trip(pp: int, offset: int) -> None:
 
 def test_examples() -> None:
     assert encode_message_id(0, 0) == "0-0"
-    assert encode_message_id(3, 1234) == "3-4d2"
+    assert encode_message_id(3, 1234) == "3-1234"
+    assert decode_message_id("4294967295-9223372036854775807") == (MAX_PP, MAX_OFFSET)
 
 
 @pytest.mark.parametrize(
-    "bad", ["", "0", "0-", "-0", "00-1", "0-01", "A-1", "1-F", " 1-1", "1-1 ", "1--1", "+1-1", "1-1-1", "100000000-0",
-            "0-8000000000000000", 5, None, b"0-0"],
+    "bad", ["", "0", "0-", "-0", "00-1", "0-01", "a-1", "1-f", " 1-1", "1-1 ", "1--1", "+1-1", "1-1-1", "4294967296-0",
+            "0-9223372036854775808", "0-99999999999999999999", "1-\u0661", 5, None, b"0-0"],
 )
 def test_rejects_malformed(bad: object) -> None:
     with pytest.raises(MessageIdError) as e:
