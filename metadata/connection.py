@@ -1,0 +1,63 @@
+"""The Redis client every metadata component shares.
+
+Contract: clients are ``redis.asyncio.Redis`` with ``decode_responses=True``
+(every value vpq keeps in Redis is text: JSON or decimal numbers), bounded
+socket timeouts, and a few quick retries with exponential backoff on connection
+errors and timeouts, so a Redis restart costs a short pause instead of an error.
+Every metadata script is written to be safe to retry (idempotent for the same
+arguments), which is what makes the retry policy acceptable.
+
+The caller owns the client and must ``await client.aclose()``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
+from redis.exceptions import BusyLoadingError, ConnectionError, TimeoutError
+
+from config.settings import RedisSettings
+
+
+@dataclass(frozen=True, slots=True)
+class ClientOptions:
+    """Timeouts and retry policy of a metadata client (seconds)."""
+
+    socket_timeout: float = 5.0
+    connect_timeout: float = 2.0
+    retries: int = 5
+    backoff_base: float = 0.02
+    backoff_cap: float = 0.5
+    health_check_interval: int = 10
+    max_connections: int | None = None
+
+
+def create_client(url: str, options: ClientOptions | None = None, client_name: str | None = None) -> aioredis.Redis:
+    """A new client for ``url`` (no I/O happens until the first command)."""
+    o = options or ClientOptions()
+    retry = Retry(ExponentialBackoff(cap=o.backoff_cap, base=o.backoff_base), o.retries)
+    return aioredis.Redis.from_url(
+        url,
+        decode_responses=True,
+        socket_timeout=o.socket_timeout,
+        socket_connect_timeout=o.connect_timeout,
+        retry=retry,
+        retry_on_error=[ConnectionError, TimeoutError, BusyLoadingError],
+        health_check_interval=o.health_check_interval,
+        max_connections=o.max_connections,
+        client_name=client_name,
+    )
+
+
+def client_from_settings(
+    settings: RedisSettings, url: str | None = None, options: ClientOptions | None = None
+) -> aioredis.Redis:
+    """A client for ``url`` or else ``settings.url``; ValueError when neither is set
+    (the embedded-Redis case resolves the URL before building metadata clients)."""
+    target = url or settings.url
+    if not target:
+        raise ValueError("no Redis URL: start the embedded Redis first or set redis.url / VPQ_REDIS__URL")
+    return create_client(target, options)

@@ -1,0 +1,273 @@
+"""The placement map (with its epoch) and the lineage of every virtual partition.
+
+Map contract:
+
+- Stored in the wire format ``{"epoch": n, "queues": {"q": {"virtual_partitions":
+  V, "placement": [pp of vp 0, ...]}}}`` (canonical JSON) next to its epoch.
+  No map at all counts as epoch 0.
+- ``publish(new_map, expected_epoch)`` is a compare-and-swap in Lua: it stores
+  ``new_map`` only if the stored epoch is ``expected_epoch`` and
+  ``new_map["epoch"] == expected_epoch + 1``, and announces
+  ``{"type": "map", "epoch": n}`` atomically with it. Of any number of
+  concurrent publishers starting from the same epoch exactly one wins. A retry
+  of a publish that already succeeded (same epoch, same body) returns True again.
+- ``update(fn)`` is the read/CAS/retry loop around it.
+
+Lineage contract (per (queue, vp), oldest range first, ``to`` exclusive, ``None``
+for the one open range, which can only be the last):
+
+- ``open_range`` appends an open range (the previous one must be sealed);
+  ``seal_range`` closes the open range at ``to_offset``; ``move_range`` does both
+  at once (a remap of one vp).
+- Fencing by epoch: every lineage change carries the map epoch it acts for. It is
+  refused (False) when that epoch is older than the epoch of the vp's last change
+  or newer than the stored map's epoch, so a remapper working from a stale map
+  cannot rewrite the history a newer one wrote.
+- Every operation is idempotent: repeating one that already took effect returns True.
+- ``split_lineage(queue, old_v, epoch)``: when V doubles, vp ``i + old_v``
+  inherits a copy of vp ``i``'s lineage (both live in the same pp ranges).
+
+Offsets travel as decimal strings inside Lua and are never converted back from
+Lua numbers, so they stay exact for any value below 2**53.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
+
+import redis.asyncio as aioredis
+
+from metadata.events import ANNOUNCE_LUA
+from metadata.keys import Keys
+
+# KEYS: map, events_version, events_log ; ARGV: expected, new epoch, body, channel
+_PUBLISH = ANNOUNCE_LUA + """
+local cur = tonumber(redis.call('HGET', KEYS[1], 'epoch') or '0')
+local expected = tonumber(ARGV[1])
+local new = tonumber(ARGV[2])
+if cur == new and redis.call('HGET', KEYS[1], 'body') == ARGV[3] then return 1 end
+if cur ~= expected or new ~= expected + 1 then return 0 end
+redis.call('HSET', KEYS[1], 'epoch', ARGV[2], 'body', ARGV[3])
+vpq_announce(KEYS[2], KEYS[3], ARGV[4], {type='map', epoch=new})
+return 1
+"""
+
+# KEYS: lineage hash, map ; ARGV: mode (open|seal|move), vp, epoch, to, pp, from
+# range encoding: "pp,from,to,epoch" joined by ';' (to empty while open)
+_LINEAGE = """
+local mode, vp, epoch = ARGV[1], ARGV[2], ARGV[3]
+local to, pp, from = ARGV[4], ARGV[5], ARGV[6]
+local map_epoch = tonumber(redis.call('HGET', KEYS[2], 'epoch') or '0')
+if tonumber(epoch) > map_epoch then return 0 end
+local cur = redis.call('HGET', KEYS[1], vp)
+local head, last = nil, nil
+if cur then
+  head, last = string.match(cur, '^(.*);([^;]*)$')
+  if not last then head, last = nil, cur end
+end
+local lpp, lfrom, lto, lep
+if last then
+  lpp, lfrom, lto, lep = string.match(last, '^(%d+),(%d+),(%d*),(%d+)$')
+end
+local function opened_entry() return pp .. ',' .. from .. ',,' .. epoch end
+local function join(h, e) if h then return h .. ';' .. e end return e end
+if mode == 'open' then
+  if last and lto == '' then
+    if lpp == pp and lfrom == from and lep == epoch then return 1 end
+    return 0
+  end
+  if last then
+    if tonumber(epoch) < tonumber(lep) then return 0 end
+    if lpp == pp and tonumber(from) < tonumber(lto) then return 0 end
+  end
+  redis.call('HSET', KEYS[1], vp, join(cur, opened_entry()))
+  return 1
+end
+if not last then return 0 end
+if mode == 'seal' then
+  if lto ~= '' then
+    if lto == to and lep == epoch then return 1 end
+    return 0
+  end
+  if tonumber(epoch) < tonumber(lep) or tonumber(to) < tonumber(lfrom) then return 0 end
+  redis.call('HSET', KEYS[1], vp, join(head, lpp .. ',' .. lfrom .. ',' .. to .. ',' .. epoch))
+  return 1
+end
+-- move: seal the open range at `to` and open (pp, from)
+-- already moved? (the last range is the one we would open, the one before it sealed at `to`)
+if lto == '' and lpp == pp and lfrom == from and lep == epoch and head then
+  local prev = string.match(head, '([^;]*)$')
+  local _, _, pto, pep = string.match(prev, '^(%d+),(%d+),(%d*),(%d+)$')
+  if pto == to and pep == epoch then return 1 end
+end
+if lto ~= '' then return 0 end
+if tonumber(epoch) < tonumber(lep) or tonumber(to) < tonumber(lfrom) then return 0 end
+if lpp == pp and tonumber(from) < tonumber(to) then return 0 end
+local sealed = lpp .. ',' .. lfrom .. ',' .. to .. ',' .. epoch
+redis.call('HSET', KEYS[1], vp, join(join(head, sealed), opened_entry()))
+return 1
+"""
+
+# KEYS: lineage hash, map ; ARGV: old V, epoch
+_SPLIT = """
+local map_epoch = tonumber(redis.call('HGET', KEYS[2], 'epoch') or '0')
+if tonumber(ARGV[2]) > map_epoch then return -1 end
+local v = tonumber(ARGV[1])
+local copied = 0
+for i = 0, v - 1 do
+  local cur = redis.call('HGET', KEYS[1], tostring(i))
+  if cur and redis.call('HSETNX', KEYS[1], tostring(i + v), cur) == 1 then copied = copied + 1 end
+end
+return copied
+"""
+
+
+class LineageRange(NamedTuple):
+    """``[from_offset, to_offset)`` of physical partition ``pp``; ``to_offset`` None while open."""
+
+    pp: int
+    from_offset: int
+    to_offset: int | None
+
+
+def _decode_lineage(raw: str | None) -> list[LineageRange]:
+    if not raw:
+        return []
+    out: list[LineageRange] = []
+    for part in raw.split(";"):
+        pp, frm, to, _epoch = part.split(",")
+        out.append(LineageRange(int(pp), int(frm), int(to) if to else None))
+    return out
+
+
+def _nonneg(value: int, what: str) -> str:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"{what} must be an integer >= 0, got {value!r}")
+    return str(value)
+
+
+def check_map(m: Mapping[str, Any]) -> None:
+    """ValueError unless ``m`` is a well-formed wire-format map."""
+    if not isinstance(m, Mapping) or set(m) != {"epoch", "queues"}:
+        raise ValueError("a placement map is an object with exactly 'epoch' and 'queues'")
+    _nonneg(m["epoch"], "epoch")
+    if not isinstance(m["queues"], Mapping):
+        raise ValueError("'queues' must be an object")
+    for name, q in m["queues"].items():
+        if not isinstance(q, Mapping) or set(q) != {"virtual_partitions", "placement"}:
+            raise ValueError(f"queue {name!r}: needs exactly 'virtual_partitions' and 'placement'")
+        v = q["virtual_partitions"]
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1 or v & (v - 1):
+            raise ValueError(f"queue {name!r}: virtual_partitions must be a power of two")
+        pl = q["placement"]
+        if not isinstance(pl, (list, tuple)) or len(pl) != v:
+            raise ValueError(f"queue {name!r}: placement must list one pp per vp")
+        for pp in pl:
+            _nonneg(pp, f"queue {name!r}: pp")
+
+
+def encode_map(m: Mapping[str, Any]) -> str:
+    """Canonical JSON of a map (sorted keys, no spaces)."""
+    return json.dumps(m, sort_keys=True, separators=(",", ":"))
+
+
+class MapConflictError(RuntimeError):
+    """``MapStore.update`` lost the compare-and-swap too many times in a row."""
+
+
+class MapStore:
+    """Placement map and lineage over one shared client (the caller owns it)."""
+
+    def __init__(self, client: aioredis.Redis, keys: Keys) -> None:
+        self._client = client
+        self._keys = keys
+        self._publish = client.register_script(_PUBLISH)
+        self._lineage = client.register_script(_LINEAGE)
+        self._split = client.register_script(_SPLIT)
+
+    async def current(self) -> dict[str, Any] | None:
+        """The stored map, or None before the first publish."""
+        raw = await self._client.hget(self._keys.map(), "body")
+        return json.loads(raw) if raw is not None else None
+
+    async def epoch(self) -> int:
+        """The stored map's epoch (0 before the first publish)."""
+        raw = await self._client.hget(self._keys.map(), "epoch")
+        return int(raw) if raw is not None else 0
+
+    async def publish(self, new_map: Mapping[str, Any], expected_epoch: int) -> bool:
+        """Compare-and-swap; see the module docstring. ValueError on a malformed map
+        or when ``new_map["epoch"] != expected_epoch + 1``."""
+        check_map(new_map)
+        if new_map["epoch"] != expected_epoch + 1:
+            raise ValueError(f"new map epoch must be {expected_epoch + 1}, got {new_map['epoch']}")
+        k = self._keys
+        ok = await self._publish(
+            keys=[k.map(), k.events_version(), k.events_log()],
+            args=[expected_epoch, new_map["epoch"], encode_map(new_map), k.events()],
+        )
+        return bool(ok)
+
+    async def update(
+        self, fn: Callable[[dict[str, Any]], dict[str, Any] | None], max_attempts: int = 32
+    ) -> dict[str, Any]:
+        """Read the map (``{"epoch": 0, "queues": {}}`` when none), let ``fn`` return
+        the next content (or None for no change), publish it at epoch + 1; retry
+        from a fresh read when another publisher won. Returns the map in force
+        afterwards. ``fn`` gets a deep copy and may mutate it; it must be pure
+        (it can run several times). Raises ``MapConflictError`` after ``max_attempts``."""
+        for _ in range(max_attempts):
+            cur = await self.current() or {"epoch": 0, "queues": {}}
+            nxt = fn(copy.deepcopy(cur))
+            if nxt is None:
+                return cur
+            nxt = {"epoch": cur["epoch"] + 1, "queues": nxt["queues"]}
+            if await self.publish(nxt, cur["epoch"]):
+                return nxt
+        raise MapConflictError(f"placement map update lost the epoch race {max_attempts} times")
+
+    # lineage
+    async def lineage(self, queue: str, vp: int) -> list[LineageRange]:
+        return _decode_lineage(await self._client.hget(self._keys.lineage(queue), str(vp)))
+
+    async def lineage_all(self, queue: str) -> dict[int, list[LineageRange]]:
+        """Lineage of every vp of ``queue`` that has one (bulk, one round trip)."""
+        raw = await self._client.hgetall(self._keys.lineage(queue))
+        return {int(vp): _decode_lineage(v) for vp, v in sorted(raw.items(), key=lambda kv: int(kv[0]))}
+
+    async def open_range(self, queue: str, vp: int, pp: int, from_offset: int, epoch: int) -> bool:
+        return await self._lineage_op(queue, "open", vp, epoch, "", pp, from_offset)
+
+    async def seal_range(self, queue: str, vp: int, to_offset: int, epoch: int) -> bool:
+        return await self._lineage_op(queue, "seal", vp, epoch, to_offset, "", "")
+
+    async def move_range(self, queue: str, vp: int, to_offset: int, pp: int, from_offset: int, epoch: int) -> bool:
+        """Seal the open range at ``to_offset`` and open ``(pp, from_offset)`` atomically."""
+        return await self._lineage_op(queue, "move", vp, epoch, to_offset, pp, from_offset)
+
+    async def split_lineage(self, queue: str, old_virtual_partitions: int, epoch: int) -> int:
+        """Copy vp i's lineage to vp i + old_V for every i that has one and whose
+        child has none yet; returns how many were copied (-1: epoch is in the future)."""
+        v = int(old_virtual_partitions)
+        if v < 1 or v & (v - 1):
+            raise ValueError("old_virtual_partitions must be a power of two")
+        return int(await self._split(keys=[self._keys.lineage(queue), self._keys.map()], args=[v, _nonneg(epoch, "epoch")]))
+
+    async def delete_lineage(self, queue: str) -> None:
+        await self._client.delete(self._keys.lineage(queue))
+
+    async def _lineage_op(
+        self, queue: str, mode: str, vp: int, epoch: int, to: int | str, pp: int | str, frm: int | str
+    ) -> bool:
+        args = [
+            mode,
+            _nonneg(vp, "vp"),
+            _nonneg(epoch, "epoch"),
+            _nonneg(to, "to_offset") if to != "" else "",
+            _nonneg(pp, "pp") if pp != "" else "",
+            _nonneg(frm, "from_offset") if frm != "" else "",
+        ]
+        return bool(await self._lineage(keys=[self._keys.lineage(queue), self._keys.map()], args=args))

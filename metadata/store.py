@@ -1,0 +1,64 @@
+"""MetadataStore: one client and every metadata store built on it.
+
+The usual entry point for a role process::
+
+    md = MetadataStore(settings.redis, url=redis_url, queue_defaults=settings.queues)
+    await md.start()            # connects (PING)
+    listener = md.event_listener(); await listener.start()
+    cache = MapCache(md.queues, md.maps, listener); await cache.start()
+    ...
+    await cache.stop(); await listener.stop(); await md.stop()
+
+Every store keeps its keys under ``settings.key_prefix``. ``stop()`` closes the
+client; components built from it (listeners, caches, keepers) must be stopped
+first.
+"""
+
+from __future__ import annotations
+
+import redis.asyncio as aioredis
+
+from config.settings import QueueDefaults, RedisSettings
+from metadata.acks import DEFAULT_MAX_ACKED_ABOVE, AckStore
+from metadata.connection import ClientOptions, client_from_settings
+from metadata.contexts import ContextRegistry
+from metadata.events import Announcer, EventListener
+from metadata.groups import GroupStore
+from metadata.keys import Keys
+from metadata.leases import LeaseManager, NodeRegistry
+from metadata.maps import MapStore
+from metadata.queues import QueueRegistry
+
+
+class MetadataStore:
+    def __init__(
+        self,
+        settings: RedisSettings,
+        url: str | None = None,
+        queue_defaults: QueueDefaults | None = None,
+        *,
+        max_acked_above: int = DEFAULT_MAX_ACKED_ABOVE,
+        options: ClientOptions | None = None,
+    ) -> None:
+        self.settings = settings
+        self.client: aioredis.Redis = client_from_settings(settings, url, options)
+        self.keys = Keys(settings.key_prefix)
+        self.queues = QueueRegistry(self.client, self.keys, queue_defaults)
+        self.contexts = ContextRegistry(self.client, self.keys)
+        self.maps = MapStore(self.client, self.keys)
+        self.nodes = NodeRegistry(self.client, self.keys)
+        self.leases = LeaseManager(self.client, self.keys)
+        self.groups = GroupStore(self.client, self.keys)
+        self.acks = AckStore(self.client, self.keys, max_acked_above)
+        self.announcer = Announcer(self.client, self.keys)
+
+    async def start(self) -> None:
+        """Check that Redis answers (raises redis ConnectionError otherwise)."""
+        await self.client.ping()
+
+    async def stop(self) -> None:
+        await self.client.aclose()
+
+    def event_listener(self, *, use_pubsub: bool = True) -> EventListener:
+        """A new (not started) listener polling every ``settings.poll_fallback_ms``."""
+        return EventListener(self.client, self.keys, self.settings.poll_fallback_ms, use_pubsub=use_pubsub)

@@ -1,0 +1,99 @@
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from metadata.maps import LineageRange
+from metadata.store import MetadataStore
+
+
+def _map(epoch: int, pp: int) -> dict:
+    return {"epoch": epoch, "queues": {"q": {"virtual_partitions": 2, "placement": [pp, pp]}}}
+
+
+async def test_publish_is_compare_and_swap(md: MetadataStore) -> None:
+    assert await md.maps.current() is None
+    assert await md.maps.epoch() == 0
+    assert await md.maps.publish(_map(1, 0), 0)
+    assert not await md.maps.publish(_map(1, 1), 0)  # epoch 0 is gone
+    assert await md.maps.publish(_map(1, 0), 0)  # a retry of the winning publish
+    with pytest.raises(ValueError):
+        await md.maps.publish(_map(3, 0), 1)  # must be expected + 1
+    with pytest.raises(ValueError):
+        await md.maps.publish({"epoch": 2, "queues": {"q": {"virtual_partitions": 3, "placement": [0, 0, 0]}}}, 1)
+    assert await md.maps.current() == _map(1, 0)
+
+
+async def test_two_writers_race_and_exactly_one_wins(make_store) -> None:
+    a, b = make_store(), make_store()
+    await a.start()
+    await b.start()
+    rounds = 200
+    for epoch in range(rounds):
+        ok_a, ok_b = await asyncio.gather(a.maps.publish(_map(epoch + 1, 1), epoch), b.maps.publish(_map(epoch + 1, 2), epoch))
+        assert ok_a != ok_b, f"round {epoch}: a={ok_a} b={ok_b}"
+        winner = 1 if ok_a else 2
+        assert await a.maps.current() == _map(epoch + 1, winner)
+    assert await b.maps.epoch() == rounds
+
+
+async def test_update_loop_serializes_concurrent_changes(make_store) -> None:
+    stores = [make_store() for _ in range(4)]
+
+    def add(name: str):
+        def fn(m: dict) -> dict:
+            m["queues"][name] = {"virtual_partitions": 1, "placement": [0]}
+            return m
+
+        return fn
+
+    await asyncio.gather(*(s.maps.update(add(f"q{i}")) for i, s in enumerate(stores)))
+    final = await stores[0].maps.current()
+    assert final is not None
+    assert final["epoch"] == 4
+    assert sorted(final["queues"]) == ["q0", "q1", "q2", "q3"]
+
+
+async def test_lineage_open_seal_move_and_fencing(md: MetadataStore) -> None:
+    assert await md.maps.publish(_map(1, 0), 0)
+    assert await md.maps.lineage("q", 0) == []
+    assert not await md.maps.open_range("q", 0, 0, 0, 2)  # epoch 2 does not exist yet
+    assert await md.maps.open_range("q", 0, 0, 0, 1)
+    assert await md.maps.open_range("q", 0, 0, 0, 1)  # idempotent
+    assert not await md.maps.open_range("q", 0, 1, 5, 1)  # still open: seal first
+    assert await md.maps.publish(_map(2, 1), 1)
+    assert await md.maps.move_range("q", 0, 100, 1, 40, 2)
+    assert await md.maps.move_range("q", 0, 100, 1, 40, 2)  # idempotent
+    assert await md.maps.lineage("q", 0) == [LineageRange(0, 0, 100), LineageRange(1, 40, None)]
+    assert not await md.maps.seal_range("q", 0, 50, 1)  # stale epoch is fenced
+    assert not await md.maps.seal_range("q", 0, 39, 2)  # below the range start
+    assert await md.maps.seal_range("q", 0, 70, 2)
+    assert not await md.maps.open_range("q", 0, 0, 200, 1)  # stale epoch
+    assert not await md.maps.open_range("q", 0, 1, 60, 2)  # overlaps the sealed range on pp 1
+    assert await md.maps.open_range("q", 0, 0, 200, 2)
+    assert await md.maps.lineage("q", 0) == [
+        LineageRange(0, 0, 100),
+        LineageRange(1, 40, 70),
+        LineageRange(0, 200, None),
+    ]
+
+
+async def test_lineage_split_and_bulk_read(md: MetadataStore) -> None:
+    assert await md.maps.publish(_map(1, 0), 0)
+    big = 2**52 + 3  # offsets stay exact through Lua
+    assert await md.maps.open_range("q", 0, 0, big, 1)
+    assert await md.maps.open_range("q", 1, 2, 5, 1)
+    assert await md.maps.split_lineage("q", 2, 1) == 2
+    assert await md.maps.split_lineage("q", 2, 1) == 0
+    all_ = await md.maps.lineage_all("q")
+    assert all_ == {
+        0: [LineageRange(0, big, None)],
+        1: [LineageRange(2, 5, None)],
+        2: [LineageRange(0, big, None)],
+        3: [LineageRange(2, 5, None)],
+    }
+    assert await md.maps.seal_range("q", 2, big + 10, 1)
+    assert (await md.maps.lineage("q", 0))[0].to_offset is None  # children are independent
+    await md.maps.delete_lineage("q")
+    assert await md.maps.lineage_all("q") == {}
