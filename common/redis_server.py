@@ -111,6 +111,8 @@ class RedisServer:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait()
+        if self.proc is not None and self.proc.stderr:
+            self.proc.stderr.close()
 
     def stop(self, timeout: float = 10.0) -> None:
         if self.proc is None:
