@@ -6,6 +6,7 @@ import typer
 
 from cli.bench import bench_app
 from cli.commands import register_commands
+from cli.up import up
 
 app = typer.Typer(
     name="vpq",
@@ -13,6 +14,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
 )
+app.command("up")(up)
 app.add_typer(bench_app, name="bench")
 register_commands(app)
 

@@ -1,0 +1,60 @@
+"""Shared entry-point plumbing for role processes (``python -m <role>.main``):
+logging, the event loop, and running a start()/stop() component until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+
+class Component(Protocol):
+    async def start(self) -> Any: ...
+    async def stop(self) -> Any: ...
+
+
+def setup_logging(role: str, level: str = "INFO") -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format=f"%(asctime)s {role} %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+async def run_until_signalled(
+    components: list[Component], on_started: Callable[[], Awaitable[None] | None] | None = None
+) -> None:
+    """Start the components in order, wait for SIGTERM/SIGINT, stop them in reverse order."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    started: list[Component] = []
+    try:
+        for component in components:
+            await component.start()
+            started.append(component)
+        if on_started is not None:
+            result = on_started()
+            if asyncio.iscoroutine(result):
+                await result
+        await stop.wait()
+    finally:
+        for component in reversed(started):
+            try:
+                await component.stop()
+            except Exception:  # keep stopping the others; the error is logged
+                logging.getLogger("vpq").exception("error while stopping %r", component)
+
+
+def run(main: Callable[[], Awaitable[None]]) -> None:
+    """Run ``main`` on uvloop when available."""
+    try:
+        import uvloop
+
+        uvloop.run(main())
+    except ImportError:
+        asyncio.run(main())
