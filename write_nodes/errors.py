@@ -1,0 +1,41 @@
+"""Errors raised by the physical-partition log.
+
+Contract:
+- every ``OSError`` met while touching a partition's files is wrapped in
+  :class:`LogIOError` (the original is chained as ``__cause__``) and takes the
+  partition offline; it is never swallowed;
+- an offline partition raises :class:`PartitionOfflineError` (a ``LogIOError``)
+  on every further append or read, until it is stopped and reopened (recovery);
+- :class:`CorruptBatchError` reports bytes that are not a valid record batch
+  (pure decoding; no I/O involved);
+- :class:`OffsetOutOfRangeError` reports a read below the log start offset
+  (the data was deleted by retention) or beyond the end of the log.
+"""
+
+from __future__ import annotations
+
+
+class LogIOError(OSError):
+    """An I/O error on a partition's files. The partition is offline afterwards."""
+
+    def __init__(self, message: str, partition_id: int | None = None) -> None:
+        super().__init__(message)
+        self.partition_id = partition_id
+
+
+class PartitionOfflineError(LogIOError):
+    """The partition went offline after an I/O error (or is not started / already stopped)."""
+
+
+class CorruptBatchError(ValueError):
+    """Bytes that do not form a valid record batch (bad length, magic, CRC or record layout)."""
+
+
+class OffsetOutOfRangeError(ValueError):
+    """A read asked for an offset outside ``[start_offset, end_offset]``."""
+
+    def __init__(self, offset: int, start_offset: int, end_offset: int) -> None:
+        super().__init__(f"offset {offset} outside [{start_offset}, {end_offset}]")
+        self.offset = offset
+        self.start_offset = start_offset
+        self.end_offset = end_offset

@@ -1,0 +1,317 @@
+"""Group commit (BookKeeper-journal style), as its own component.
+
+Callers ``await committer.submit(data, meta)``. ``submit`` asks the *sink* to
+place the write (on the event-loop thread: offsets, segment roll, indexes) and
+queues the resulting :class:`WriteOp`. A dedicated I/O thread drains the queue
+continuously: it takes everything queued (up to ``max_group_bytes``), writes it
+with one ``writev`` per file, fsyncs once per file, then hands the group back to
+the loop, which lets the sink mark it durable and only then resolves the
+waiters. The thread never waits for the loop, so it writes group N+1 while the
+loop is still acknowledging group N and building the next batches.
+
+Fsync policy (``LogSettings.fsync_policy``):
+- ``group`` (default, durable): every group is fsynced before its waiters are
+  resolved: an acknowledged append survives ``kill -9`` and power loss;
+- ``interval``: waiters are resolved once the bytes are written (page cache); a
+  timer fsyncs every ``fsync_interval_ms``. Survives a process crash, NOT a
+  power loss or kernel crash (up to an interval of acknowledged data may go);
+- ``none``: never fsync while running (experiments only); :meth:`stop` still
+  fsyncs once.
+
+Any exception (from the sink's ``prepare`` or from the I/O) takes the committer
+offline: the failed group's waiters and every queued write get a
+``PartitionOfflineError`` (chaining the original error), later submits raise it
+at once, and the sink's ``failed`` hook is called once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from write_nodes.errors import LogIOError, PartitionOfflineError
+from write_nodes.segment import write_all
+
+FsyncFn = Callable[[int], None]
+FsyncPolicy = Literal["group", "interval", "none"]
+
+
+def default_fsync(fd: int) -> None:
+    """``fdatasync`` where it exists (it still flushes the file size), else ``fsync``."""
+    (getattr(os, "fdatasync", None) or os.fsync)(fd)
+
+
+@dataclass(slots=True)
+class WriteOp:
+    """One queued unit of I/O, prepared by the sink on the loop thread.
+
+    The I/O thread runs ``before`` (in order, each given the counting fsync), then
+    appends ``data`` to ``fd`` (consecutive ops on one fd share one ``writev``).
+    When the group is synced (policy ``group``, or a ``force_sync`` op in it) every
+    fd in ``sync_fds`` of every op of the group is fsynced once, after all writes."""
+
+    fd: int = -1
+    data: bytes = b""
+    before: list[Callable[[FsyncFn], object]] = field(default_factory=list)
+    sync_fds: tuple[int, ...] = ()
+    force_sync: bool = False
+    context: object = None
+    future: asyncio.Future[None] | None = None
+
+
+class CommitSink(Protocol):
+    """What the committer needs from the thing it writes to (the partition log)."""
+
+    def prepare(self, data: bytes, meta: object, sync: bool) -> WriteOp:
+        """Place one write (loop thread). ``sync``: the policy fsyncs every group."""
+        ...
+
+    def prepare_sync(self) -> WriteOp | None:
+        """An op whose fsyncs cover everything written so far, ``None`` if all is synced."""
+        ...
+
+    def finish(self, ops: list[WriteOp], synced: bool) -> None:
+        """The group's I/O completed (loop thread); ``synced`` when it was fsynced."""
+        ...
+
+    def failed(self, error: LogIOError) -> None:
+        """The I/O failed; the committer is offline from now on."""
+        ...
+
+
+class GroupCommitter:
+    """Gathers concurrent appends into one write and one fsync per group."""
+
+    def __init__(
+        self,
+        sink: CommitSink,
+        *,
+        policy: FsyncPolicy = "group",
+        fsync_interval_ms: int = 50,
+        max_group_bytes: int = 8 * 1024 * 1024,
+        fsync: FsyncFn = default_fsync,
+        name: str = "log",
+        history_size: int = 0,
+    ) -> None:
+        if policy not in ("group", "interval", "none"):
+            raise ValueError(f"unknown fsync policy {policy!r}")
+        self._sink = sink
+        self.policy: FsyncPolicy = policy
+        self._sync_groups = policy == "group"
+        self._interval_s = fsync_interval_ms / 1000.0
+        self._max_group_bytes = max_group_bytes
+        self._fsync_fn = fsync
+        self._name = name
+        self._queue: deque[WriteOp] = deque()
+        self._cond = threading.Condition(threading.Lock())
+        self._closing = False
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._ticker: asyncio.Task[None] | None = None
+        self._accepting = False
+        self._error: PartitionOfflineError | None = None
+        self.fsyncs = 0  # fsync calls made (written by the I/O thread only)
+        self.groups = 0  # I/O rounds completed
+        self.writes = 0  # ops completed
+        # (bytes written, fsyncs made) per I/O round, oldest first, when history_size > 0;
+        # appended by the I/O thread: read it with history_snapshot()
+        self.history: deque[tuple[int, int]] = deque(maxlen=history_size)
+
+    # ---------------------------------------------------------------- lifecycle
+    @property
+    def online(self) -> bool:
+        return self._error is None
+
+    @property
+    def error(self) -> PartitionOfflineError | None:
+        return self._error
+
+    async def start(self) -> None:
+        if self._thread is not None:
+            raise RuntimeError("committer already started")
+        self._loop = asyncio.get_running_loop()
+        self._accepting = True
+        self._thread = threading.Thread(target=self._io_main, name=f"vpq-io-{self._name}", daemon=True)
+        self._thread.start()
+        if self.policy == "interval":
+            self._ticker = asyncio.create_task(self._tick(), name=f"fsync-interval-{self._name}")
+
+    async def stop(self) -> None:
+        """Stop accepting, complete every queued write, fsync once (any policy), end
+        the I/O thread. Raises the offline error if the I/O failed."""
+        self._accepting = False
+        if self._ticker is not None:
+            self._ticker.cancel()
+            await asyncio.gather(self._ticker, return_exceptions=True)
+            self._ticker = None
+        if self._thread is None:
+            return
+        try:
+            if self._error is None:
+                await self.sync_now()
+        except LogIOError:
+            pass
+        finally:
+            with self._cond:
+                self._closing = True
+                self._cond.notify()
+            await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
+            self._thread = None
+        if self._error is not None:
+            raise self._error
+
+    def history_snapshot(self) -> list[tuple[int, int]]:
+        """A copy of ``history``: (bytes written, fsyncs) per I/O round, oldest first."""
+        with self._cond:
+            return list(self.history)
+
+    # ------------------------------------------------------------------ appends
+    def submit(self, data: bytes, meta: object = None) -> asyncio.Future[None]:
+        """Queue ``data``; the returned future resolves once it is written (and fsynced
+        under the ``group`` policy). Raises ``PartitionOfflineError`` at once when
+        offline or not running. Call order is write order."""
+        if self._error is not None:
+            raise self._error
+        if not self._accepting:
+            raise PartitionOfflineError(f"{self._name}: not running")
+        try:
+            op = self._sink.prepare(data, meta, self._sync_groups)
+        except Exception as exc:
+            self._go_offline(exc, [])
+            assert self._error is not None
+            raise self._error from exc
+        return self._enqueue(op)
+
+    async def sync_now(self) -> None:
+        """fsync everything written so far (whatever the policy)."""
+        if self._error is not None:
+            raise self._error
+        op = self._sink.prepare_sync()
+        if op is None:
+            return
+        op.force_sync = True
+        await self._enqueue(op)
+
+    def _enqueue(self, op: WriteOp) -> asyncio.Future[None]:
+        assert self._loop is not None
+        fut: asyncio.Future[None] = self._loop.create_future()
+        op.future = fut
+        with self._cond:
+            self._queue.append(op)
+            if len(self._queue) == 1:
+                self._cond.notify()
+        return fut
+
+    # ---------------------------------------------------------------- I/O thread
+    def _io_main(self) -> None:
+        loop = self._loop
+        assert loop is not None
+        while True:
+            with self._cond:
+                while not self._queue and not self._closing:
+                    self._cond.wait()
+                if not self._queue:
+                    return
+                group = self._take_group()
+            try:
+                synced = self._execute(group)
+            except BaseException as exc:  # the partition goes offline; the loop learns why
+                loop.call_soon_threadsafe(self._go_offline, exc, group)
+                return
+            loop.call_soon_threadsafe(self._complete, group, synced)
+
+    def _take_group(self) -> list[WriteOp]:
+        queue = self._queue
+        group = [queue.popleft()]
+        total = len(group[0].data)
+        limit = self._max_group_bytes
+        while queue and total + len(queue[0].data) <= limit:
+            op = queue.popleft()
+            total += len(op.data)
+            group.append(op)
+        return group
+
+    def _execute(self, group: list[WriteOp]) -> bool:
+        """Writes (one writev per run of ops on the same fd), then the fsyncs."""
+        before = self.fsyncs
+        sync = self._sync_groups
+        fd = -1
+        bufs: list[bytes] = []
+        nbytes = 0
+        for op in group:
+            sync = sync or op.force_sync
+            if op.before:
+                if bufs:
+                    write_all(fd, bufs)
+                    bufs = []
+                for step in op.before:
+                    step(self._counted_fsync)
+            if op.data:
+                if op.fd != fd and bufs:
+                    write_all(fd, bufs)
+                    bufs = []
+                fd = op.fd
+                bufs.append(op.data)
+                nbytes += len(op.data)
+        if bufs:
+            write_all(fd, bufs)
+        if sync:
+            done: set[int] = set()
+            for op in group:
+                for sync_fd in op.sync_fds:
+                    if sync_fd not in done:
+                        done.add(sync_fd)
+                        self._counted_fsync(sync_fd)
+        if self.history.maxlen:
+            with self._cond:
+                self.history.append((nbytes, self.fsyncs - before))
+        return sync
+
+    def _counted_fsync(self, fd: int) -> None:
+        self._fsync_fn(fd)
+        self.fsyncs += 1
+
+    # ---------------------------------------------------------------- loop side
+    def _complete(self, group: list[WriteOp], synced: bool) -> None:
+        self.groups += 1
+        self.writes += len(group)
+        self._sink.finish(group, synced)
+        for op in group:
+            fut = op.future
+            if fut is not None and not fut.done():
+                fut.set_result(None)
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval_s)
+            if self._error is not None:
+                return
+            try:
+                await self.sync_now()
+            except LogIOError:
+                return
+
+    def _go_offline(self, exc: BaseException, group: list[WriteOp]) -> None:
+        first = self._error is None
+        if first:
+            err = PartitionOfflineError(f"{self._name}: I/O error, partition offline: {exc}")
+            err.__cause__ = exc
+            self._error = err
+        with self._cond:
+            failed = list(group) + list(self._queue)
+            self._queue.clear()
+            self._closing = True
+            self._cond.notify()
+        for op in failed:
+            fut = op.future
+            if fut is not None and not fut.done():
+                fut.set_exception(self._error)
+                fut.exception()  # the submitter may be gone: no "never retrieved" warning
+        if first:
+            assert self._error is not None
+            self._sink.failed(self._error)

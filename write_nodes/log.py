@@ -1,0 +1,364 @@
+"""``PartitionLog``: one physical partition = one directory of segments.
+
+Contract:
+- ``await start()`` opens (and repairs) the directory and returns the
+  :class:`RecoveryReport`; ``await stop()`` writes every pending append, fsyncs,
+  writes the indexes and the recovery-point checkpoint, closes the files;
+- ``await append(records)`` assigns consecutive offsets and returns
+  ``(base_offset, last_offset)`` once durable under the fsync policy (``group``:
+  fsynced). Concurrent appends become one batch each, in call order, and are
+  group-committed (one write and one fsync for many appends);
+- ``read(offset, max_bytes)`` returns raw whole batches starting with the batch
+  containing ``offset`` (so the first batch may begin before ``offset``), from a
+  single segment, at least one batch even if it is larger than ``max_bytes``,
+  and ``b""`` at the readable end. Only data below ``durable_end_offset`` is
+  readable, so a reader never sees a message a crash could take back. The
+  batches are not CRC-checked here: consumers of raw batches verify them;
+- an ``OSError`` takes the partition offline: every later append or read raises
+  :class:`PartitionOfflineError` until the log is stopped and started again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from config.settings import LogSettings
+from write_nodes.appender import AppendMeta, SegmentAppender
+from write_nodes.checkpoint import fsync_directory, write_checkpoint
+from write_nodes.errors import LogIOError, OffsetOutOfRangeError, PartitionOfflineError
+from write_nodes.group_commit import FsyncFn, GroupCommitter, default_fsync
+from write_nodes.recovery import LogLoader, RecoveryReport
+from write_nodes.records import HEADER, BatchView, Record, build_batch, restamp_base_offset
+from write_nodes.retention import SegmentInfo, segments_to_delete
+from write_nodes.segments import LogSegments
+
+MAX_BATCH_BYTES = 1 << 30
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class PartitionLog:
+    """A durable, segmented, append-only log of record batches."""
+
+    def __init__(
+        self,
+        directory: Path,
+        settings: LogSettings,
+        partition_id: int = 0,
+        *,
+        clock_ms: Callable[[], int] = wall_clock_ms,
+        fsync: FsyncFn = default_fsync,
+        history_size: int = 0,
+    ) -> None:
+        self.directory = Path(directory)
+        self.settings = settings
+        self.partition_id = partition_id
+        self._clock_ms = clock_ms
+        self._fsync = fsync
+        self._history_size = history_size
+        self._segments = LogSegments()
+        self._appender: SegmentAppender | None = None
+        self._committer: GroupCommitter | None = None
+        self._dir_fd = -1
+        self._next_offset = 0
+        self._error: PartitionOfflineError | None = None
+        self._running = False
+        self._advanced = asyncio.Event()
+        self._housekeeping: asyncio.Task[None] | None = None
+        self._checkpointed: int | None = None
+        self.report: RecoveryReport | None = None
+
+    # ---------------------------------------------------------------- lifecycle
+    async def start(self) -> RecoveryReport:
+        """Open the directory (recovering it) and start the group committer."""
+        if self._running:
+            raise RuntimeError("log already started")
+        loop = asyncio.get_running_loop()
+        loader = LogLoader(self.directory, self.settings.index_interval_bytes, self._clock_ms())
+        try:
+            self._segments, report = await loop.run_in_executor(None, loader.load)
+            self._dir_fd = os.open(self.directory, os.O_RDONLY)
+            end = report.recovered_end_offset
+            if report.recovery_point is None or report.recovery_point > end:
+                await loop.run_in_executor(None, write_checkpoint, self.directory, end)
+                self._checkpointed = end
+            else:
+                self._checkpointed = report.recovery_point
+        except OSError as exc:
+            self._close_files()
+            raise LogIOError(f"partition {self.partition_id}: cannot open {self.directory}: {exc}", self.partition_id) from exc
+        self._next_offset = report.recovered_end_offset
+        self._appender = SegmentAppender(
+            self.directory,
+            self._segments,
+            self.settings,
+            self._dir_fd,
+            self._clock_ms,
+            on_durable=self._on_durable,
+            on_failed=self._on_failed,
+        )
+        self._committer = GroupCommitter(
+            self._appender,
+            policy=self.settings.fsync_policy,
+            fsync_interval_ms=self.settings.fsync_interval_ms,
+            max_group_bytes=self.settings.max_group_bytes,
+            fsync=self._fsync,
+            name=f"p{self.partition_id}",
+            history_size=self._history_size,
+        )
+        await self._committer.start()
+        self._error = None
+        self._running = True
+        self._housekeeping = asyncio.create_task(self._housekeep(), name=f"log-housekeeping-{self.partition_id}")
+        self.report = report
+        return report
+
+    async def stop(self) -> None:
+        """Write and fsync pending appends, write indexes and the checkpoint, close.
+        Raises ``PartitionOfflineError`` if the partition had gone offline (files are
+        closed anyway; the next start recovers)."""
+        if not self._running:
+            return
+        self._running = False
+        if self._housekeeping is not None:
+            self._housekeeping.cancel()
+            await asyncio.gather(self._housekeeping, return_exceptions=True)
+            self._housekeeping = None
+        loop = asyncio.get_running_loop()
+        try:
+            assert self._committer is not None
+            await self._committer.stop()
+            if self._error is None:
+                await loop.run_in_executor(None, self._write_final_state)
+        except OSError as exc:
+            self._on_failed(self._wrap(exc))
+        finally:
+            self._close_files()
+            self._advanced.set()
+        if self._error is not None:
+            raise self._error
+
+    def _write_final_state(self) -> None:
+        active = self._segments.active
+        assert active is not None
+        active.write_indexes(self._fsync)
+        os.fsync(self._dir_fd)
+        write_checkpoint(self.directory, active.next_offset)
+
+    def _close_files(self) -> None:
+        for seg in self._segments:
+            with contextlib.suppress(OSError):
+                seg.close()
+        if self._dir_fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self._dir_fd)
+            self._dir_fd = -1
+
+    # --------------------------------------------------------------- properties
+    @property
+    def online(self) -> bool:
+        return self._running and self._error is None
+
+    @property
+    def start_offset(self) -> int:
+        first = self._segments.first
+        return first.base_offset if first is not None else 0
+
+    @property
+    def end_offset(self) -> int:
+        """The next offset to assign."""
+        return self._next_offset
+
+    @property
+    def durable_end_offset(self) -> int:
+        """Offsets below this are durable (fsynced under the ``group`` policy) and readable."""
+        return self._appender.durable_end if self._appender is not None else self._next_offset
+
+    @property
+    def size_bytes(self) -> int:
+        return self._segments.total_size()
+
+    @property
+    def segment_count(self) -> int:
+        return len(self._segments)
+
+    @property
+    def committer(self) -> GroupCommitter:
+        """The group committer (for its counters: ``fsyncs``, ``groups``, ``writes``, ``history``)."""
+        if self._committer is None:
+            raise RuntimeError("log not started")
+        return self._committer
+
+    # ------------------------------------------------------------------ appends
+    async def append(self, records: Sequence[Record], timestamp_ms: int | None = None) -> tuple[int, int]:
+        """Append ``records`` as one batch; returns (base_offset, last_offset) once
+        durable. ``ValueError`` for an empty or malformed batch (nothing appended)."""
+        self._check_online()
+        ts = self._clock_ms() if timestamp_ms is None else timestamp_ms
+        base = self._next_offset
+        batch = build_batch(base, records, ts)
+        return await self._submit(batch, base, len(records), HEADER.unpack_from(batch, 0)[7])
+
+    async def append_batch_bytes(self, batch: bytes) -> tuple[int, int]:
+        """Append one pre-built batch (e.g. from a gateway). Its base offset is
+        replaced; its CRC is verified first. ``ValueError`` (``CorruptBatchError``)
+        when it is not exactly one valid batch."""
+        self._check_online()
+        view = BatchView(batch, 0)
+        if view.size != len(batch):
+            raise ValueError(f"expected exactly one batch, got {len(batch)} bytes for a {view.size}-byte batch")
+        if not view.verify_crc():
+            raise ValueError("batch CRC mismatch")
+        view.records()  # the record area must parse
+        base = self._next_offset
+        return await self._submit(restamp_base_offset(batch, base), base, view.record_count, view.max_ts)
+
+    async def _submit(self, batch: bytes, base: int, count: int, max_ts: int) -> tuple[int, int]:
+        if len(batch) > MAX_BATCH_BYTES:
+            raise ValueError(f"batch of {len(batch)} bytes exceeds {MAX_BATCH_BYTES}")
+        assert self._committer is not None
+        fut = self._committer.submit(batch, AppendMeta(base, base + count, max_ts))
+        self._next_offset = base + count
+        await fut
+        return base, base + count - 1
+
+    # -------------------------------------------------------------------- reads
+    def read(self, offset: int, max_bytes: int) -> bytes:
+        """Raw whole batches from the batch containing ``offset`` (see module doc).
+        ``OffsetOutOfRangeError`` below the start or beyond the end of the log."""
+        self._check_online()
+        if offset < self.start_offset or offset > self._next_offset:
+            raise OffsetOutOfRangeError(offset, self.start_offset, self._next_offset)
+        if offset >= self.durable_end_offset:
+            return b""
+        seg = self._segments.floor(offset)
+        assert seg is not None
+        try:
+            return seg.read(offset, max(1, max_bytes), seg.durable_size)
+        except OSError as exc:
+            raise self._fail(exc) from exc
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
+        """The first readable offset whose record timestamp is >= ``timestamp_ms``
+        (Kafka semantics: exact for non-decreasing timestamps), ``None`` if none."""
+        self._check_online()
+        try:
+            for seg in self._segments:
+                if seg.durable_size == 0 or seg.max_timestamp < timestamp_ms:
+                    continue
+                found = seg.find_timestamp(timestamp_ms, seg.durable_size)
+                if found is not None:
+                    return found
+        except OSError as exc:
+            raise self._fail(exc) from exc
+        return None
+
+    async def wait_for(self, offset: int, timeout_s: float) -> bool:
+        """Wait until ``durable_end_offset > offset`` (True) or ``timeout_s`` passes,
+        the log stops or goes offline (False)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while self.durable_end_offset <= offset:
+            if not self.online:
+                return False
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            event = self._advanced
+            try:
+                await asyncio.wait_for(event.wait(), remaining)
+            except asyncio.TimeoutError:
+                return self.durable_end_offset > offset
+        return True
+
+    # -------------------------------------------------------------- maintenance
+    def apply_retention(self, now_ms: int | None = None) -> int:
+        """Delete whole old segments by ``retention_ms`` / ``retention_bytes`` (never the
+        active one, nor one with I/O in flight). Returns how many were deleted."""
+        self._check_online()
+        assert self._appender is not None
+        now = self._clock_ms() if now_ms is None else now_ms
+        active = self._segments.active
+        segs = list(self._segments)
+        infos = [
+            SegmentInfo(
+                s.base_offset,
+                s.size,
+                s.max_timestamp,
+                s is not active and s.pending_io == 0 and not self._appender.is_dirty(s),
+            )
+            for s in segs
+        ]
+        count = segments_to_delete(infos, now, self.settings.retention_bytes, self.settings.retention_ms)
+        try:
+            for seg in segs[:count]:
+                self._segments.remove(seg)
+                seg.delete()
+        except OSError as exc:
+            raise self._fail(exc) from exc
+        return count
+
+    async def checkpoint(self) -> int:
+        """Write the recovery-point checkpoint now (offsets below it are fsynced with
+        their indexes). Returns the recovery point written."""
+        self._check_online()
+        assert self._appender is not None
+        point = self._appender.synced_end
+        if point != self._checkpointed:
+            try:
+                await asyncio.get_running_loop().run_in_executor(None, write_checkpoint, self.directory, point)
+            except OSError as exc:
+                raise self._fail(exc) from exc
+            self._checkpointed = point
+        return point
+
+    async def _housekeep(self) -> None:
+        interval = self.settings.checkpoint_interval_ms / 1000.0
+        while self.online:
+            await asyncio.sleep(interval)
+            try:
+                await self.checkpoint()
+                self.apply_retention()
+            except LogIOError:
+                return
+
+    # ---------------------------------------------------------------- failures
+    def _check_online(self) -> None:
+        if self._error is not None:
+            raise self._error
+        if not self._running:
+            raise PartitionOfflineError(f"partition {self.partition_id} is not started", self.partition_id)
+
+    def _wrap(self, exc: OSError) -> PartitionOfflineError:
+        err = PartitionOfflineError(f"partition {self.partition_id}: I/O error, partition offline: {exc}", self.partition_id)
+        err.__cause__ = exc
+        return err
+
+    def _fail(self, exc: OSError) -> PartitionOfflineError:
+        self._on_failed(self._wrap(exc))
+        assert self._error is not None
+        return self._error
+
+    def _on_failed(self, error: LogIOError) -> None:
+        if self._error is None:
+            if not isinstance(error, PartitionOfflineError):
+                wrapped = PartitionOfflineError(str(error), self.partition_id)
+                wrapped.__cause__ = error
+                error = wrapped
+            self._error = error  # type: ignore[assignment]
+        self._wake()
+
+    def _on_durable(self, _end: int) -> None:
+        self._wake()
+
+    def _wake(self) -> None:
+        event = self._advanced
+        self._advanced = asyncio.Event()
+        event.set()

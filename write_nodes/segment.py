@@ -1,0 +1,349 @@
+"""One log segment: a data file of record batches plus its sparse indexes.
+
+Contract:
+- the data file ``<base>.log`` only grows at its end (``O_APPEND``), except when
+  recovery truncates a torn tail;
+- bookkeeping and I/O are split: :meth:`LogSegment.track_append` records a batch
+  that *will* be written (position, indexes, timestamps) and is called on the
+  event-loop thread in offset order; :meth:`LogSegment.write` puts bytes in the
+  file and may run on an I/O thread;
+- ``size`` counts tracked bytes, ``durable_size`` the bytes readers may see
+  (moved forward by the log once a write is acknowledged); reads never go past
+  the limit they are given;
+- every method may raise ``OSError``; the owner (the partition log) turns it into
+  a ``LogIOError`` and takes the partition offline.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from write_nodes import filenames
+from write_nodes.errors import CorruptBatchError
+from write_nodes.offset_index import MAX_RELATIVE, CorruptIndexError, OffsetIndex
+from write_nodes.records import HEADER, HEADER_SIZE, LENGTH_END, BatchView, header_problem
+from write_nodes.time_index import TimeIndex
+
+_IOV_MAX = min(os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024, 1024)
+_SCAN_CHUNK = 64 * 1024
+NO_TIMESTAMP = -(1 << 63)
+
+
+def write_all(fd: int, buffers: list[bytes]) -> int:
+    """Write every buffer, in order, with as few ``writev`` calls as possible
+    (one unless there are more than IOV_MAX buffers or the kernel writes short)."""
+    total = 0
+    pending: list[bytes | memoryview] = list(buffers)
+    while pending:
+        chunk = pending[:_IOV_MAX]
+        wanted = sum(len(b) for b in chunk)
+        n = os.writev(fd, chunk)
+        total += n
+        if n == wanted:
+            pending = pending[_IOV_MAX:]
+            continue
+        # short write: drop what was written, keep the rest
+        rest: list[bytes | memoryview] = []
+        skip = n
+        for buf in pending:
+            if skip >= len(buf):
+                skip -= len(buf)
+                continue
+            rest.append(memoryview(buf)[skip:] if skip else buf)
+            skip = 0
+        pending = rest
+    return total
+
+
+class LogSegment:
+    """A segment starting at ``base_offset``. Create with :meth:`create` (new, empty)
+    or :meth:`open` (existing file; the caller replays its batches with
+    :meth:`track_append` or calls :meth:`load_trusted`)."""
+
+    def __init__(self, directory: Path, base_offset: int, fd: int, index_interval_bytes: int, created_ms: int) -> None:
+        self.directory = directory
+        self.base_offset = base_offset
+        self.fd = fd
+        self.index_interval_bytes = index_interval_bytes
+        self.created_ms = created_ms
+        self.index = OffsetIndex(base_offset)
+        self.time_index = TimeIndex(base_offset)
+        self.size = 0
+        self.durable_size = 0
+        self.next_offset = base_offset
+        self.durable_next_offset = base_offset
+        self.max_timestamp = NO_TIMESTAMP
+        self._max_ts_offset = base_offset
+        self._bytes_since_index = 0
+        self.pending_io = 0  # in-flight writes/fsyncs touching this segment
+        self.dirty = False  # written but not fsynced
+        self.closed = False
+
+    # ---------------------------------------------------------------- lifecycle
+    @classmethod
+    def create(cls, directory: Path, base_offset: int, index_interval_bytes: int, now_ms: int) -> LogSegment:
+        """A new, empty segment file (an existing file with that name is emptied)."""
+        fd = os.open(filenames.log_file(directory, base_offset), os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        return cls(directory, base_offset, fd, index_interval_bytes, now_ms)
+
+    @classmethod
+    def open(cls, directory: Path, base_offset: int, index_interval_bytes: int, now_ms: int) -> LogSegment:
+        """An existing segment file, with empty bookkeeping."""
+        fd = os.open(filenames.log_file(directory, base_offset), os.O_RDWR | os.O_APPEND)
+        return cls(directory, base_offset, fd, index_interval_bytes, now_ms)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            os.close(self.fd)
+
+    def delete(self) -> None:
+        """Close and remove the data file and both index files."""
+        self.close()
+        for path in self.paths():
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                pass
+
+    def paths(self) -> list[Path]:
+        d, b = self.directory, self.base_offset
+        return [filenames.log_file(d, b), filenames.index_file(d, b), filenames.time_index_file(d, b)]
+
+    # -------------------------------------------------------------- bookkeeping
+    def fits(self, record_count: int, nbytes: int) -> bool:
+        """Whether a batch of ``nbytes`` / ``record_count`` records stays within the index
+        format's 32-bit relative offsets and positions."""
+        return (
+            self.size + nbytes <= MAX_RELATIVE
+            and self.next_offset + record_count - 1 - self.base_offset <= MAX_RELATIVE
+        )
+
+    def track_append(self, base_offset: int, next_offset: int, max_timestamp: int, nbytes: int) -> int:
+        """Record a batch appended at the end; returns its position in the file."""
+        if base_offset != self.next_offset:
+            raise ValueError(f"batch at {base_offset} does not follow {self.next_offset}")
+        position = self.size
+        if self._bytes_since_index >= self.index_interval_bytes:
+            self.index.append(base_offset, position)
+            self.time_index.maybe_append(self.max_timestamp, self._max_ts_offset)
+            self._bytes_since_index = 0
+        if max_timestamp > self.max_timestamp:
+            self.max_timestamp = max_timestamp
+            self._max_ts_offset = base_offset
+        self._bytes_since_index += nbytes
+        self.size = position + nbytes
+        self.next_offset = next_offset
+        return position
+
+    def mark_durable(self, size: int, next_offset: int) -> None:
+        """Readers may now see the first ``size`` bytes (offsets below ``next_offset``)."""
+        if size > self.durable_size:
+            self.durable_size = size
+            self.durable_next_offset = next_offset
+
+    def seal_time_index(self) -> None:
+        """Make the time index end with the segment's exact max timestamp (on roll/close)."""
+        if self.size:
+            self.time_index.maybe_append(self.max_timestamp, self._max_ts_offset)
+
+    # ---------------------------------------------------------------------- I/O
+    def write(self, buffers: list[bytes]) -> int:
+        return write_all(self.fd, buffers)
+
+    def file_size(self) -> int:
+        return os.fstat(self.fd).st_size
+
+    def pread(self, position: int, n: int) -> bytes:
+        """Exactly ``n`` bytes at ``position`` unless the file ends first."""
+        data = os.pread(self.fd, n, position)
+        if len(data) == n or not data:
+            return data
+        parts = [data]
+        got = len(data)
+        while got < n:
+            more = os.pread(self.fd, n - got, position + got)
+            if not more:
+                break
+            parts.append(more)
+            got += len(more)
+        return b"".join(parts)
+
+    def truncate(self, size: int) -> None:
+        os.ftruncate(self.fd, size)
+
+    def iter_headers(self, position: int, limit: int) -> Iterator[tuple[int, tuple[int, ...]]]:
+        """(position, header fields) of each batch from ``position`` whose header lies
+        before ``limit`` (the batch itself may extend past it). Header fields are
+        ``records.HEADER``'s. ``CorruptBatchError`` on an insane header."""
+        pos = position
+        while pos + HEADER_SIZE <= limit:
+            chunk = self.pread(pos, min(_SCAN_CHUNK, limit - pos))
+            p = 0
+            while p + HEADER_SIZE <= len(chunk):
+                fields = HEADER.unpack_from(chunk, p)
+                base, length, magic, _crc, attrs, last_delta, _f, _m, count = fields
+                problem = header_problem(base, length, magic, attrs, last_delta, count)
+                if problem is not None:
+                    raise CorruptBatchError(f"segment {self.base_offset} position {pos + p}: {problem}")
+                yield pos + p, fields
+                p += LENGTH_END + length
+            if p == 0:
+                return
+            pos += p
+
+    def find_position(self, offset: int, limit: int) -> tuple[int, int] | None:
+        """(position, size) of the batch containing ``offset``, looking only at the
+        first ``limit`` bytes; ``None`` when no such batch lies within them."""
+        _, start = self.index.lookup(offset)
+        for pos, fields in self.iter_headers(start, limit):
+            if fields[0] + fields[5] >= offset:
+                size = LENGTH_END + fields[1]
+                return (pos, size) if pos + size <= limit else None
+        return None
+
+    def find_timestamp(self, timestamp: int, limit: int) -> int | None:
+        """Offset of the first record with timestamp >= ``timestamp`` in the first
+        ``limit`` bytes (scanning from the time index's hint), ``None`` if none."""
+        _, start = self.index.lookup(self.time_index.scan_start(timestamp))
+        for pos, fields in self.iter_headers(start, limit):
+            if fields[7] < timestamp:
+                continue
+            size = LENGTH_END + fields[1]
+            if pos + size > limit:
+                return None
+            for record in BatchView(self.pread(pos, size), 0).records():
+                if record.timestamp_ms is not None and record.timestamp_ms >= timestamp:
+                    return record.offset
+        return None
+
+    def read(self, offset: int, max_bytes: int, limit: int) -> bytes:
+        """Whole batches starting with the one containing ``offset``, at most
+        ``max_bytes`` unless the first batch alone is larger, never past ``limit``."""
+        found = self.find_position(offset, limit)
+        if found is None:
+            return b""
+        pos, first_size = found
+        if first_size >= max_bytes:
+            return self.pread(pos, first_size)
+        data = self.pread(pos, min(max_bytes, limit - pos))
+        end = 0
+        n = len(data)
+        while end + LENGTH_END <= n:
+            length = int.from_bytes(data[end + 8 : end + 12], "big", signed=True)
+            if length <= 0 or end + LENGTH_END + length > n:
+                break
+            end += LENGTH_END + length
+        return data if end == n else data[:end]
+
+    def batches_from(self, position: int, limit: int) -> list[BatchView]:
+        """Parsed batches from ``position`` up to ``limit`` (headers checked, CRC not)."""
+        data = self.pread(position, limit - position)
+        views = []
+        p = 0
+        while p < len(data):
+            view = BatchView(data, p)
+            views.append(view)
+            p += view.size
+        return views
+
+    # ------------------------------------------------------------------ indexes
+    def write_indexes(self, fsync: Callable[[int], None] | None) -> list[Path]:
+        """Write both index files (temporary file then rename), calling ``fsync`` on
+        each before the rename when given. The rename itself is made durable by the
+        next directory fsync. Returns the paths written."""
+        self.seal_time_index()
+        written = []
+        for path, data in (
+            (filenames.index_file(self.directory, self.base_offset), self.index.to_bytes()),
+            (filenames.time_index_file(self.directory, self.base_offset), self.time_index.to_bytes()),
+        ):
+            tmp = filenames.tmp_file(path)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                if data:
+                    write_all(fd, [data])
+                if fsync is not None:
+                    fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+            written.append(path)
+        return written
+
+    def remove_index_files(self) -> None:
+        for path in (
+            filenames.index_file(self.directory, self.base_offset),
+            filenames.time_index_file(self.directory, self.base_offset),
+        ):
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                pass
+
+    def load_trusted(self) -> None:
+        """Bookkeeping for a segment below the recovery point: its bytes were fsynced
+        and its indexes written, so load the index files (sanity-checked) and scan
+        only the batch headers after the last index entry. A missing or insane index
+        is rebuilt from the headers. CRCs are not checked (they were when written)."""
+        file_size = self.file_size()
+        try:
+            idx: OffsetIndex | None = OffsetIndex.from_bytes(
+                self.base_offset, self._read_file(filenames.index_file(self.directory, self.base_offset)), file_size
+            )
+        except (CorruptIndexError, FileNotFoundError):
+            idx = None
+        views: list[BatchView] = []
+        if idx is not None and len(idx):
+            start_offset, start_pos = idx.last_entry()
+            try:
+                views = self.batches_from(start_pos, file_size)
+            except CorruptBatchError:
+                idx = None
+            if idx is not None and (not views or views[0].base_offset != start_offset):
+                idx = None
+        tidx: TimeIndex | None = None
+        if idx is not None and len(idx):
+            end_offset = views[-1].next_offset
+            try:
+                tidx = TimeIndex.from_bytes(
+                    self.base_offset,
+                    self._read_file(filenames.time_index_file(self.directory, self.base_offset)),
+                    end_offset,
+                )
+            except (CorruptIndexError, FileNotFoundError):
+                tidx = None
+        if idx is None or not len(idx) or tidx is None or tidx.max_timestamp is None:
+            self._replay(0, self.batches_from(0, file_size))
+        else:
+            self.index = idx
+            self.time_index = tidx
+            self.max_timestamp = tidx.max_timestamp
+            self._max_ts_offset = tidx.entries()[-1][1]
+            self.size = start_pos
+            self.next_offset = start_offset
+            self._bytes_since_index = 0  # the entry we resume from is already in the index
+            self._replay(start_pos, views)
+        self.durable_size = self.size
+        self.durable_next_offset = self.next_offset
+        if self.size:
+            self.created_ms = min(self.created_ms, self._first_timestamp())
+
+    def _replay(self, start_pos: int, views: list[BatchView]) -> None:
+        for view in views:
+            self.track_append(view.base_offset, view.next_offset, view.max_ts, view.size)
+        if start_pos + sum(v.size for v in views) != self.size:
+            raise CorruptBatchError(f"segment {self.base_offset}: index and data disagree")
+
+    def _first_timestamp(self) -> int:
+        head = self.pread(0, HEADER_SIZE)
+        if len(head) < HEADER_SIZE:
+            return self.created_ms
+        return HEADER.unpack_from(head, 0)[7]
+
+    @staticmethod
+    def _read_file(path: Path) -> bytes:
+        with open(path, "rb") as f:
+            return f.read()
