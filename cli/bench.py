@@ -9,3 +9,4 @@ bench_app = typer.Typer(help="Benchmarks: print figures and ratios; the last lin
 from cli.bench_assign import bench_assign  # noqa: E402  (registered after bench_app exists)
 
 bench_app.command("assign")(bench_assign)
+import cli.bench_log  # noqa: E402,F401  (registers "vpq bench log")
