@@ -1,0 +1,19 @@
+import pytest
+
+from tests.integration.platform import Platform
+
+FAST = {
+    "VPQ_QUEUES__SESSION_TIMEOUT_MS": "3000",
+    "VPQ_REDIS__LEASE_TTL_MS": "2000",
+}
+
+
+@pytest.fixture(scope="module")
+def platform(tmp_path_factory):
+    p = Platform(tmp_path_factory.mktemp("vpq"), physical_partitions=2, env=dict(FAST))
+    p.start()
+    yield p
+    try:
+        p.stop()
+    except Exception:
+        p.kill_all()
