@@ -1,0 +1,81 @@
+"""Build benchmark systems by name, or from another process's ``attach_spec``.
+
+Names: ``vpq``, ``redis``, ``nats``, ``rabbitmq`` (what ``--systems`` accepts), plus
+``nats-subjects`` (NATS with every queue a subject of one stream; scenario 3 only).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from load.peers.nats_js import DEFAULT_URL as NATS_URL
+from load.peers.nats_js import NatsJetStream
+from load.peers.rabbitmq import DEFAULT_URL as RABBITMQ_URL
+from load.peers.rabbitmq import RabbitMQ
+from load.peers.redis_streams import RedisStreams
+from load.peers.vpq import Vpq
+from load.system import System
+
+SYSTEM_NAMES: tuple[str, ...] = ("vpq", "redis", "nats", "rabbitmq")
+EXTRA_NAMES: tuple[str, ...] = ("nats-subjects",)
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    """Where the systems are (loopback defaults) and where owned servers keep data."""
+
+    data_dir: Path
+    vpq_url: str = "http://127.0.0.1:8080"
+    start_vpq: bool = True
+    nats_url: str = NATS_URL
+    rabbitmq_url: str = RABBITMQ_URL
+    tag: str = "run"
+
+
+def parse_systems(text: str) -> list[str]:
+    """``"vpq,redis"`` -> ``["vpq", "redis"]``; ``ValueError`` naming an unknown system."""
+    names = [n.strip().lower() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in SYSTEM_NAMES + EXTRA_NAMES]
+    if unknown:
+        raise ValueError(f"unknown system(s) {', '.join(unknown)}; choose from {', '.join(SYSTEM_NAMES)}")
+    if not names:
+        raise ValueError("no system chosen")
+    return list(dict.fromkeys(names))
+
+
+def make_system(name: str, endpoints: Endpoints) -> System:
+    """A not-yet-started system called ``name``."""
+    if name == "vpq":
+        return Vpq(
+            endpoints.vpq_url,
+            start_if_missing=endpoints.start_vpq,
+            data_dir=endpoints.data_dir / "vpq-platform",
+            physical_partitions=8,
+            tag=endpoints.tag,
+        )
+    if name == "redis":
+        return RedisStreams(data_dir=endpoints.data_dir / "redis-peer")
+    if name == "nats":
+        return NatsJetStream(endpoints.nats_url, layout="streams", tag=endpoints.tag)
+    if name == "nats-subjects":
+        return NatsJetStream(endpoints.nats_url, layout="subjects", tag=endpoints.tag + "s")
+    if name == "rabbitmq":
+        return RabbitMQ(endpoints.rabbitmq_url, tag=endpoints.tag)
+    raise ValueError(f"unknown system {name!r}")
+
+
+def from_spec(spec: dict[str, Any]) -> System:
+    """A system that attaches to the servers and names another instance set up
+    (``System.attach_spec()``), owning nothing: stopping it only disconnects."""
+    kind = spec["kind"]
+    if kind == "vpq":
+        return Vpq(spec["url"], start_if_missing=False, tag=spec["tag"])
+    if kind == "redis":
+        return RedisStreams(url=spec["url"])
+    if kind == "nats":
+        return NatsJetStream(spec["url"], layout=spec["layout"], tag=spec["tag"])
+    if kind == "rabbitmq":
+        return RabbitMQ(spec["url"], tag=spec["tag"])
+    raise ValueError(f"unknown system kind {kind!r}")

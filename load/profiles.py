@@ -1,0 +1,93 @@
+"""Sizes of a benchmark run: ``QUICK`` (at most about 2 minutes for all systems, the CI
+smoke test) and ``FULL`` (at most about 10 minutes on a 2-core machine). Pure data.
+
+Every loop of the harness is bounded by one of these numbers (a count, a duration or
+a time budget), so a slow or stuck system ends a step instead of the run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    producers: int  # concurrent closed-loop producer tasks
+    # scenario 1: durable produce throughput
+    s1_duration_s: float
+    s1_max_messages: dict[int, int]  # batch size -> message cap
+    # scenario 2: end-to-end latency at a fixed rate (open loop)
+    s2_rate: float
+    s2_duration_s: float
+    # scenario 3: logical queues 1 -> N
+    s3_steps: tuple[int, ...]
+    s3_messages: int
+    s3_create_budget_s: float
+    # scenario 4: consumer scaling
+    s4_steps: tuple[int, ...]
+    s4_messages_per_consumer: int
+    # scenario 5: catch-up read while producing
+    s5_backlog: int  # message cap of the backlog, loaded for at most s5_backlog_s
+    s5_backlog_s: float
+    s5_rate: float
+    s5_duration_s: float  # idle phase
+    s5_catchup_max_s: float  # producing during catch-up stops when caught up, or after this
+    # one scenario on one system may not take longer than this
+    scenario_timeout_s: float
+    s2_keys: int = 64
+    s3_batch: int = 10
+    s3_lanes: int = 4
+    s3_count_sample: int = 50
+    s3_drain_sample: int = 3
+    s4_work_ms: float = 10.0
+    s4_shards: int = 64
+    s4_keys: int = 1024
+    s4_batch: int = 10
+    drain_batch: int = 500
+    message_bytes: int = 1024
+
+
+QUICK = Profile(
+    name="quick",
+    producers=16,
+    s1_duration_s=1.5,
+    s1_max_messages={1: 10_000, 100: 30_000},
+    s2_rate=200.0,
+    s2_duration_s=2.0,
+    s3_steps=(1, 100, 1_000),
+    s3_messages=2_000,
+    s3_create_budget_s=12.0,
+    s4_steps=(1, 16, 64),
+    s4_messages_per_consumer=60,
+    s5_backlog=60_000,
+    s5_backlog_s=2.5,
+    s5_rate=200.0,
+    s5_duration_s=1.5,
+    s5_catchup_max_s=4.0,
+    scenario_timeout_s=60.0,
+)
+
+FULL = Profile(
+    name="full",
+    producers=16,
+    s1_duration_s=4.0,
+    s1_max_messages={1: 100_000, 100: 200_000},
+    s2_rate=500.0,
+    s2_duration_s=6.0,
+    s3_steps=(1, 100, 1_000, 10_000),
+    s3_messages=10_000,
+    s3_create_budget_s=70.0,
+    s4_steps=(1, 4, 16, 64),
+    s4_messages_per_consumer=150,
+    s5_backlog=200_000,
+    s5_backlog_s=8.0,
+    s5_rate=500.0,
+    s5_duration_s=4.0,
+    s5_catchup_max_s=12.0,
+    scenario_timeout_s=240.0,
+)
+
+
+def profile_for(quick: bool) -> Profile:
+    return QUICK if quick else FULL

@@ -1,0 +1,113 @@
+"""Scenario 3: produce throughput as logical queues grow (1 -> 100 -> 1,000 -> 10,000).
+
+Per step: create ``n`` queues (timed; creation stops at ``s3_create_budget_s`` and the
+step goes on with the queues created so far, saying so), read the server's memory,
+produce ``s3_messages`` 1 KiB messages in batches of ``s3_batch`` spread round-robin
+over the queues (vpq: over ``s3_lanes`` swimlanes too), read the memory again, check
+the stored counts of a sample of queues and read back a few sampled queues in full
+(loss, duplicates, per-key order), then delete the step's queues (timed).
+
+vpq keeps every queue in its physical partitions (8 when the harness starts it); the
+peers get one stream / quorum queue per logical queue, and ``nats-subjects`` one
+stream with a subject per queue.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from typing import Any
+
+from load.checks import DeliveryChecker
+from load.scenarios.common import Context, drain, produce_closed
+
+TITLE = "throughput as logical queues grow (creation time, server memory)"
+CREATE_CHUNK = 200
+
+
+def _sample(items: list[str], k: int) -> list[str]:
+    """Up to ``k`` items spread evenly over ``items`` (first and last included)."""
+    if len(items) <= k:
+        return list(items)
+    step = (len(items) - 1) / (k - 1) if k > 1 else 0
+    return list(dict.fromkeys(items[round(i * step)] for i in range(k)))
+
+
+def _delta(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
+    return {k: after[k] - before[k] for k in after if k in before}
+
+
+async def run(ctx: Context) -> dict[str, Any]:
+    system, p = ctx.system, ctx.profile
+    steps: list[dict[str, Any]] = []
+    for n in p.s3_steps:
+        names = [f"s3-n{n}-{i}" for i in range(n)]
+        memory_before = await system.server_memory()
+        t0 = time.monotonic()
+        created: list[str] = []
+        for i in range(0, n, CREATE_CHUNK):
+            if time.monotonic() - t0 > p.s3_create_budget_s:
+                break
+            chunk = names[i : i + CREATE_CHUNK]
+            await system.setup(chunk, ordered=True, shards=1)
+            created.extend(chunk)
+        create_s = time.monotonic() - t0
+        ctx.echo(f"  {n} queues: created {len(created)} in {create_s:.2f}s; producing")
+        expected: dict[str, list[tuple[str, int]]] = defaultdict(list)
+        produced = await produce_closed(
+            system,
+            created,
+            producers=p.producers,
+            batch=p.s3_batch,
+            max_messages=p.s3_messages,
+            duration_s=p.scenario_timeout_s / 2,
+            keys_per_producer=2,
+            on_acked=lambda q, k, s: expected[q].append((k, s)),
+            lanes=p.s3_lanes,
+            message_bytes=p.message_bytes,
+        )
+        memory_after = await system.server_memory()
+
+        mismatches = 0
+        counted = 0
+        count_unknown = 0
+        for q in _sample(created, p.s3_count_sample):
+            stored = await system.count(q)
+            if stored is None:
+                count_unknown += 1
+                continue
+            counted += 1
+            mismatches += int(stored != len(expected.get(q, ())))
+        checker = DeliveryChecker(order_required=True)
+        for q in _sample([q for q in created if expected.get(q)], p.s3_drain_sample):
+            for k, s in expected[q]:
+                checker.expect(k, s)
+            await drain(system, q, checker, members=1, ordered=True, batch=p.drain_batch, timeout_s=20.0)
+
+        t1 = time.monotonic()
+        for i in range(0, len(created), CREATE_CHUNK):
+            await system.delete(created[i : i + CREATE_CHUNK])
+        delete_s = time.monotonic() - t1
+        mem_delta = _delta(memory_after, memory_before)
+        steps.append(
+            {
+                "queues": n,
+                "created": len(created),
+                "creation_complete": len(created) == n,
+                "create_s": round(create_s, 3),
+                "creates_per_s": round(len(created) / create_s, 1) if create_s > 0 else None,
+                **produced.figures(p.message_bytes),
+                "memory_before": memory_before,
+                "memory_after": memory_after,
+                "memory_delta": mem_delta,
+                "rss_delta_per_queue": (
+                    round(mem_delta["rss_bytes"] / len(created)) if "rss_bytes" in mem_delta and created else None
+                ),
+                "counts_checked": counted,
+                "count_mismatches": mismatches,
+                "counts_unknown": count_unknown,
+                "check": checker.report().to_json(),
+                "delete_s": round(delete_s, 3),
+            }
+        )
+    return {"batch": p.s3_batch, "lanes_vpq": p.s3_lanes, "steps": steps}

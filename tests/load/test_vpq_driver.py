@@ -1,0 +1,140 @@
+"""The vpq driver through the SDK, against the SDK tests' in-memory fake gateway, and
+the ``vpq up`` child process management with stand-in binaries."""
+
+from __future__ import annotations
+
+import asyncio
+import stat
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from aiohttp.test_utils import TestServer
+
+from load.checks import DeliveryChecker
+from load.payload import make_payload, parse_payload
+from load.peers.vpq import Vpq
+from load.peers.vpq_process import VpqProcess, VpqProcessError, crash_looping
+from load.system import SystemUnavailable
+from tests.sdk.fake_gateway import FakeGateway
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+async def gateway_url() -> AsyncIterator[tuple[FakeGateway, str]]:
+    gateway = FakeGateway()
+    server = TestServer(gateway.app())
+    await server.start_server()
+    yield gateway, str(server.make_url("")).rstrip("/")
+    await server.close()
+
+
+async def test_round_trip_through_the_sdk(gateway_url: tuple[FakeGateway, str]) -> None:
+    gateway, url = gateway_url
+    vpq = Vpq(url, start_if_missing=False, tag="t1")
+    await vpq.start()
+    try:
+        assert vpq.describe()["physical_partitions"] == 4 and not vpq.describe()["started_by_harness"]
+        await vpq.setup(["q"], ordered=True)
+        assert gateway.queues["vpqb-t1-q"]["ordering"] == "key"
+        await vpq.setup(["u"], ordered=False)
+        assert gateway.queues["vpqb-t1-u"]["ordering"] == "none"
+        batch = [(f"k{i % 5}", make_payload(f"k{i % 5}", i // 5)) for i in range(40)]
+        await vpq.produce("q", batch[:20], lanes=4)
+        await vpq.produce("q", batch[20:])
+        assert await vpq.count("q") == 40
+        lanes = {m["lane"] for m in gateway.logs["vpqb-t1-q"][:20]}
+        assert lanes <= {"", "lane-1", "lane-2", "lane-3"} and len(lanes) > 1
+        assert len(gateway.logs["vpqb-t1-q"][0]["value"]) == 1024  # 1 KiB JSON string value
+
+        checker = DeliveryChecker()
+        for k, p in batch:
+            stamp = parse_payload(p)
+            checker.expect(stamp.key, stamp.seq)
+
+        async def handler(key: str, payload: bytes) -> None:
+            stamp = parse_payload(payload)
+            assert stamp.key == key
+            checker.observe(stamp.key, stamp.seq)
+
+        member = await vpq.consume("q", handler, ordered=True, batch=7)
+        for _ in range(300):
+            if checker.expected_seen == 40:
+                break
+            await asyncio.sleep(0.01)
+        await member.stop()
+        assert checker.report().ok and checker.report().distinct == 40
+        await vpq.delete(["q"])
+        assert "vpqb-t1-q" not in gateway.queues
+        await vpq.teardown()
+        assert "vpqb-t1-u" not in gateway.queues
+    finally:
+        await vpq.stop()
+
+
+async def test_unreachable_platform_is_unavailable(tmp_path: Path) -> None:
+    vpq = Vpq("http://127.0.0.1:9", start_if_missing=False)
+    with pytest.raises(SystemUnavailable, match="no ready platform"):
+        await vpq.start()
+
+
+def _script(path: Path, body: str) -> Path:
+    path.write_text(f"#!{sys.executable}\n{body}")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+FAKE_UP = f"""
+import sys
+sys.path.insert(0, {str(REPO)!r})
+from aiohttp import web
+from tests.sdk.fake_gateway import FakeGateway
+args = sys.argv[1:]
+assert args[0] == "up" and "--physical-partitions" in args
+port = int(args[args.index("--port") + 1])
+web.run_app(FakeGateway().app(), host="127.0.0.1", port=port, print=None)
+"""
+
+
+async def test_the_driver_starts_and_stops_its_own_platform(tmp_path: Path) -> None:
+    binary = _script(tmp_path / "vpq", FAKE_UP)
+    vpq = Vpq("http://127.0.0.1:9", start_if_missing=True, data_dir=tmp_path / "platform", binary=binary, tag="t2")
+    await vpq.start()
+    process = vpq._process
+    assert process is not None and process.proc is not None
+    pid = process.proc.pid
+    try:
+        assert vpq.describe()["started_by_harness"]
+        await vpq.setup(["q"])
+        await vpq.produce("q", [("a", make_payload("a", 0))])
+        assert await vpq.count("q") == 1
+        assert (await vpq.server_memory())["rss_bytes"] > 0
+    finally:
+        await vpq.stop()
+    assert not Path(f"/proc/{pid}").exists()  # stopped and reaped
+
+
+async def test_a_failing_vpq_up_is_reported(tmp_path: Path) -> None:
+    exits = VpqProcess(tmp_path / "a", binary=_script(tmp_path / "fails", "print('boom'); raise SystemExit(3)"))
+    with pytest.raises(VpqProcessError, match="exited with 3"):
+        await exits.start(timeout_s=20)
+    looping = VpqProcess(
+        tmp_path / "b",
+        binary=_script(
+            tmp_path / "loops",
+            "import time\nfor i in range(10):\n    print(f'vpq: read-0 exited with 1', flush=True)\ntime.sleep(60)\n",
+        ),
+    )
+    with pytest.raises(VpqProcessError, match="keeps restarting"):
+        await looping.start(timeout_s=20)
+    assert looping.proc is None
+    missing = VpqProcess(tmp_path / "c", binary=tmp_path / "nowhere")
+    with pytest.raises(VpqProcessError, match="not found"):
+        await missing.start()
+
+
+def test_crash_loop_detection() -> None:
+    assert not crash_looping("vpq: started gateway\nvpq: gateway exited with 1\n")
+    assert crash_looping("vpq: x exited with 1\n" * 6)
