@@ -10,3 +10,7 @@ from cli.bench_assign import bench_assign  # noqa: E402  (registered after bench
 
 bench_app.command("assign")(bench_assign)
 import cli.bench_log  # noqa: E402,F401  (registers "vpq bench log")
+
+from cli.bench_peers import bench_peers  # noqa: E402
+
+bench_app.command("peers")(bench_peers)
