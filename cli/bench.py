@@ -14,3 +14,7 @@ import cli.bench_log  # noqa: E402,F401  (registers "vpq bench log")
 from cli.bench_peers import bench_peers  # noqa: E402
 
 bench_app.command("peers")(bench_peers)
+
+from cli.bench_rebalance import bench_rebalance  # noqa: E402
+
+bench_app.command("rebalance")(bench_rebalance)

@@ -1,0 +1,45 @@
+"""TrafficCounter: aligned windows, idle windows, late records."""
+
+from __future__ import annotations
+
+import pytest
+
+from spark_rebalance.stats_schema import TrafficRow
+from spark_rebalance.traffic_counter import TrafficCounter
+
+W = 1000
+
+
+def test_counts_are_summed_per_key_and_window() -> None:
+    c = TrafficCounter(W, start_ms=10_250)
+    c.record(10_300, "q", 1, 4, 2, 200)
+    c.record(10_900, "q", 1, 4, 3, 300)
+    c.record(10_950, "q", 1, 4, 1, 10, lane="feat-a")
+    c.record(11_100, "r", 0, 1, 5, 50)
+    assert c.drain(10_999) == []
+    assert c.drain(11_000) == [
+        (10_000, [TrafficRow("q", 1, 4, "", "prod", 5, 500), TrafficRow("q", 1, 4, "feat-a", "prod", 1, 10)])
+    ]
+    assert c.drain(11_000) == []
+    assert c.drain(12_500) == [(11_000, [TrafficRow("r", 0, 1, "", "prod", 5, 50)])]
+
+
+def test_idle_windows_are_drained_empty() -> None:
+    c = TrafficCounter(W, start_ms=0)
+    assert c.drain(3_000) == [(0, []), (1_000, []), (2_000, [])]
+
+
+def test_late_record_goes_to_oldest_open_window() -> None:
+    c = TrafficCounter(W, start_ms=0)
+    c.drain(2_000)
+    c.record(500, "q", 0, 1, 1, 1)
+    assert c.drain(3_000) == [(2_000, [TrafficRow("q", 0, 1, "", "prod", 1, 1)])]
+
+
+def test_bad_records_are_rejected_at_once() -> None:
+    c = TrafficCounter(W, start_ms=0)
+    with pytest.raises(ValueError):
+        c.record(0, "bad name", 0, 1, 1, 1)
+    with pytest.raises(ValueError):
+        c.record(0, "q", 0, 1, -1, 1)
+    assert c.drain(1_000) == [(0, [])]
