@@ -38,7 +38,6 @@ def make_spark(
         .config("spark.driver.memory", driver_memory)
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.adaptive.enabled", "true")
-        .config("spark.sql.sources.partitionColumnTypeInference.enabled", "true")
     )
     for key, value in (extra_conf or {}).items():
         builder = builder.config(key, value)

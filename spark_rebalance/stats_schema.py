@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -145,11 +144,6 @@ class TrafficRow:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise ValueError(f"{name} must be an int >= 0, got {v!r}")
-
-    @classmethod
-    def from_mapping(cls, data: Mapping[str, Any]) -> TrafficRow:
-        """Build from a dict with the field names above (missing lane/env/counts default)."""
-        return cls(**{k: data[k] for k in ("queue", "vp", "virtual_partitions", "lane", "env", "messages", "bytes") if k in data})
 
 
 def to_arrow_table(window_start_ms: int, window_ms: int, node_id: str, rows: list[TrafficRow]) -> pa.Table:

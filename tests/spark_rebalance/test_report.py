@@ -1,14 +1,18 @@
-"""Plan rendering: the rich tables and the before/after PNG chart."""
+"""Plan rendering: the rich tables, the before/after PNG chart, the ``vpq rebalance`` report."""
 
 from __future__ import annotations
 
+import json
 import struct
 
 from rich.console import Console
 
+from cli.rebalance_report import print_outcome
+from config.settings import RebalanceSettings
 from spark_rebalance.plan_model import Plan, PlannerOptions
 from spark_rebalance.planner import plan
 from spark_rebalance.report import chart_path, render_plan, write_chart
+from spark_rebalance.runner import RebalanceOutcome
 from spark_rebalance.synthetic import placement_for, queue_sizes, single_heavy_loads
 
 PPS = list(range(4))
@@ -48,3 +52,20 @@ def test_chart_is_a_png_under_the_data_dir(tmp_path) -> None:
     width, height = struct.unpack(">II", data[16:24])
     assert width >= 600 and height >= 600
     assert [p.name for p in path.parent.iterdir()] == ["plan-1234.png"]
+
+
+def test_print_outcome_for_vpq_rebalance(tmp_path) -> None:
+    console = Console(record=True, width=200)
+    chart = print_outcome(RebalanceOutcome(_plan(), None, 1500.0, 20.0), console, tmp_path, 99, RebalanceSettings(), True)
+    assert chart == tmp_path / "rebalance" / "plan-99.png" and chart.is_file()
+    lines = console.export_text().splitlines()
+    assert lines[0].startswith("dry run")
+    last = json.loads(lines[-1])
+    assert last["dry_run"] is True and last["chart"] == str(chart) and "placement" not in last
+    assert last["moves_made"] == len(last["moves"]) > 0
+
+    refused = Plan.refusal(placement_for({"a": 2}, PPS), 4, "statistics are stale")
+    console = Console(record=True, width=200)
+    assert print_outcome(RebalanceOutcome(refused, None, 5.0, 0.0), console, tmp_path, 100, RebalanceSettings(), False) is None
+    assert json.loads(console.export_text().splitlines()[-1])["refused"] == "statistics are stale"
+    assert not (tmp_path / "rebalance" / "plan-100.png").exists()
