@@ -1,0 +1,323 @@
+"""``ClusterBackend``: the gateway's ``Backend`` (``gateway/backend.py``) over the real platform.
+
+Parts (built in ``start()``, stopped in reverse by ``stop()``):
+
+- ``MetadataStore`` (Redis), its ``EventListener`` and a ``MapCache`` (queues + placement
+  map in memory, kept fresh by announcements);
+- ``WriteNodeDirectory`` / ``ReadNodeDirectory`` (who owns which pp, which read node
+  serves which group), refreshed by node announcements and on errors;
+- one ``aiohttp.ClientSession`` shared by ``WriteNodeClient`` and ``ReadNodeClient``;
+- the ``Appender`` (``write_nodes.produce``) for produce, ``QueueAdmin`` for queue
+  admin, ``GroupCaller`` for consumer calls, a ``TrafficMeter`` for queue traffic.
+
+The physical partitions of the cluster are ``0 .. settings.cluster.physical_partitions-1``
+(the settings ``vpq up`` hands every process), plus any pp the map places a queue on.
+
+Produce: the queue's ``max_message_bytes`` is checked first (413 ``message_too_large``
+with the index of the first oversize message, nothing appended), from the cached
+registry; an unknown queue is looked up in Redis once, then 404. Consumer calls check
+the queue the same way, then go to the group's read node (which creates the group and
+the dead-letter queue ``{q}.{g}.dlq`` itself).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import aiohttp
+
+from common.errors import NotFound, PayloadTooLarge, Unavailable, VpqError
+from config.settings import Settings
+from gateway.backend import JoinSpec, ResolvedMessage
+from gateway.cluster_errors import metadata_errors
+from gateway.cluster_groups import GroupCaller
+from gateway.cluster_queues import EMPTY_MAP, QueueAdmin
+from gateway.cluster_traffic import TrafficMeter
+from gateway.node_directory import ReadNodeDirectory, WriteNodeDirectory
+from metadata.events import EventListener
+from metadata.map_cache import MapCache
+from metadata.queues import QueueRecord
+from metadata.store import MetadataStore
+from read_nodes.client import ReadNodeClient
+from virtual_partitions.router import ProduceRouter
+from write_nodes.client import WriteNodeClient
+from write_nodes.produce import Appender, AppendPolicy
+
+log = logging.getLogger("vpq.gateway.cluster")
+T = TypeVar("T")
+
+
+class ClusterBackend:
+    """See the module docstring. ``policy`` tunes the produce retries and batch size."""
+
+    def __init__(self, settings: Settings, redis_url: str, *, policy: AppendPolicy | None = None) -> None:
+        self._settings = settings
+        self._redis_url = redis_url
+        self._policy = policy or AppendPolicy()
+        self._partition_count = settings.cluster.physical_partitions
+        self._md: MetadataStore | None = None
+        self._listener: EventListener | None = None
+        self._cache: MapCache | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self._writers: WriteNodeDirectory | None = None
+        self._readers: ReadNodeDirectory | None = None
+        self._write_client: WriteNodeClient | None = None
+        self._read_client: ReadNodeClient | None = None
+        self._appender: Appender | None = None
+        self._admin: QueueAdmin | None = None
+        self._groups: GroupCaller | None = None
+        self.traffic = TrafficMeter()
+        self._started = False
+
+    # ---------------------------------------------------------------- lifecycle
+    async def start(self) -> None:
+        if self._started:
+            return
+        try:
+            md = self._md = MetadataStore(self._settings.redis, url=self._redis_url, queue_defaults=self._settings.queues)
+            await md.start()
+            listener = self._listener = md.event_listener()
+            await listener.start()
+            cache = self._cache = MapCache(md.queues, md.maps, listener)
+            await cache.start()
+            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1024, limit_per_host=256))
+            writers = self._writers = WriteNodeDirectory(md.nodes, md.leases, self._partition_count)
+            readers = self._readers = ReadNodeDirectory(md.nodes, down_ttl_s=self._settings.redis.lease_ttl_ms / 1000.0)
+            listener.add_callback(writers.on_event)
+            listener.add_callback(readers.on_event)
+            await writers.refresh()
+            await readers.refresh()
+            self._write_client = WriteNodeClient(self._session)
+            self._read_client = ReadNodeClient(self._session)
+            self._appender = Appender(cache, ProduceRouter(cache, md.contexts), writers, self._write_client, self._policy)
+            self._admin = QueueAdmin(md, self._placeable_partitions, self.traffic, on_change=cache.refresh)
+            self._groups = GroupCaller(readers)
+            self._started = True
+        except BaseException:
+            await self._close()
+            raise
+
+    async def stop(self) -> None:
+        await self._close()
+
+    async def _close(self) -> None:
+        self._started = False
+        if self._listener is not None:
+            for d in (self._writers, self._readers):
+                if d is not None:
+                    self._listener.remove_callback(d.on_event)
+        for closer in (
+            self._cache.stop if self._cache else None,
+            self._listener.stop if self._listener else None,
+            self._session.close if self._session else None,
+            self._md.stop if self._md else None,
+        ):
+            if closer is not None:
+                try:
+                    await closer()
+                except Exception:  # keep closing the rest
+                    log.exception("error while stopping the cluster backend")
+        self._cache = self._listener = self._session = self._md = None
+
+    def _placeable_partitions(self) -> list[int]:
+        pps = set(range(self._partition_count))
+        if self._cache is not None and self._cache.map is not None:
+            for q in self._cache.map["queues"].values():
+                pps.update(q["placement"])
+        return sorted(pps)
+
+    def _require(self, part: T | None) -> T:
+        if not self._started or part is None:
+            raise Unavailable("not_ready", "the gateway backend is not started", retry_after=1.0)
+        return part
+
+    async def ready(self) -> bool:
+        if not self._started or self._md is None or self._writers is None or self._readers is None:
+            return False
+        try:
+            await self._md.client.ping()
+            await self._writers.refresh()
+            await self._readers.refresh()
+        except Exception:
+            return False
+        if not self._writers.live_nodes() or not self._readers.live_nodes():
+            return False
+        owners = self._writers.owners()
+        return all(owners.get(pp) is not None for pp in range(self._partition_count))
+
+    # ---------------------------------------------------------------- queues
+    async def put_queue(self, name: str, config: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+        return await self._require(self._admin).put(name, config)
+
+    async def get_queue(self, name: str) -> dict[str, Any]:
+        return await self._require(self._admin).get(name)
+
+    async def list_queues(self) -> list[dict[str, Any]]:
+        return await self._require(self._admin).list()
+
+    async def delete_queue(self, name: str) -> None:
+        await self._require(self._admin).delete(name)
+
+    async def _queue(self, name: str) -> QueueRecord:
+        """The queue's record from the cache, looked up in Redis once on a miss."""
+        cache = self._require(self._cache)
+        rec = cache.queue(name)
+        if rec is None:
+            with metadata_errors():
+                await cache.refresh()
+            rec = cache.queue(name)
+        if rec is None:
+            raise NotFound("queue_not_found", f"queue {name!r} does not exist", queue=name)
+        return rec
+
+    # ---------------------------------------------------------------- produce
+    async def produce(self, queue: str, messages: list[ResolvedMessage]) -> list[dict[str, Any]]:
+        appender = self._require(self._appender)
+        rec = await self._queue(queue)
+        limit = int(rec.config["max_message_bytes"])
+        total = 0
+        for i, m in enumerate(messages):
+            size = m.size_bytes
+            if size > limit:
+                raise PayloadTooLarge(
+                    "message_too_large",
+                    f"messages[{i}] is {size} bytes; queue {queue!r} accepts at most {limit}",
+                    index=i,
+                    size_bytes=size,
+                    max_message_bytes=limit,
+                )
+            total += size
+        with metadata_errors():
+            results = await appender.append(queue, messages)
+        self.traffic.record(queue, len(messages), total)
+        return results
+
+    # ---------------------------------------------------------------- consumers
+    async def _group_call(self, queue: str, group: str, fn: Callable[[ReadNodeClient, str], Awaitable[T]]) -> T:
+        caller = self._require(self._groups)
+        client = self._require(self._read_client)
+        await self._queue(queue)
+        return await caller.call(queue, group, lambda address: fn(client, address))
+
+    async def join(self, queue: str, group: str, spec: JoinSpec) -> dict[str, Any]:
+        ctx = spec.context
+        return await self._group_call(
+            queue,
+            group,
+            lambda c, a: c.join(
+                a, queue, group, consumer_id=spec.consumer_id, env=ctx.env, set_=ctx.set, lane=ctx.lane, start=spec.start
+            ),
+        )
+
+    async def poll(
+        self, queue: str, group: str, consumer_id: str, max_messages: int, wait_ms: int
+    ) -> list[dict[str, Any]]:
+        return await self._group_call(queue, group, lambda c, a: c.poll(a, queue, group, consumer_id, max_messages, wait_ms))
+
+    async def ack(self, queue: str, group: str, consumer_id: str, ids: list[str]) -> int:
+        return await self._group_call(queue, group, lambda c, a: c.ack(a, queue, group, consumer_id, ids))
+
+    async def nack(self, queue: str, group: str, consumer_id: str, ids: list[str], delay_ms: int) -> int:
+        return await self._group_call(queue, group, lambda c, a: c.nack(a, queue, group, consumer_id, ids, delay_ms))
+
+    async def leave(self, queue: str, group: str, consumer_id: str) -> None:
+        await self._group_call(queue, group, lambda c, a: c.leave(a, queue, group, consumer_id))
+
+    async def group_info(self, queue: str, group: str) -> dict[str, Any]:
+        return await self._group_call(queue, group, lambda c, a: c.group_info(a, queue, group))
+
+    # ---------------------------------------------------------------- cluster
+    async def cluster(self) -> dict[str, Any]:
+        md = self._require(self._md)
+        writers = self._require(self._writers)
+        readers = self._require(self._readers)
+        client = self._require(self._write_client)
+        with metadata_errors():
+            write_nodes = await md.nodes.nodes("write")
+            read_nodes = await md.nodes.nodes("read")
+            await writers.refresh()
+            epoch = await md.maps.epoch()
+        listings = await asyncio.gather(*(client.partitions(n.address) for n in write_nodes), return_exceptions=True)
+        reported: dict[int, dict[str, Any]] = {}
+        reachable: dict[str, bool] = {}
+        for node, listing in zip(write_nodes, listings, strict=True):
+            reachable[node.node_id] = isinstance(listing, dict)
+            if isinstance(listing, dict):
+                for p in listing["partitions"]:
+                    if isinstance(p, dict) and isinstance(p.get("id"), int):
+                        reported[p["id"]] = {**p, "reporter": node.node_id}
+            elif not isinstance(listing, VpqError):
+                log.warning("listing partitions of %s failed: %r", node.address, listing)
+        owners = writers.owners()
+        pps = sorted(set(owners) | set(reported))
+        partitions = []
+        for pp in pps:
+            ref = owners.get(pp)
+            p = reported.get(pp, {})
+            partitions.append(
+                {
+                    "id": pp,
+                    "owner": ref.node_id if ref is not None else None,
+                    "end_offset": int(p.get("end_offset", 0)),
+                    "start_offset": int(p.get("start_offset", 0)),
+                    "bytes": int(p.get("bytes", 0)),
+                    "online": bool(p.get("online", False)) and ref is not None,
+                }
+            )
+        return {
+            "write_nodes": [
+                {"id": n.node_id, "address": n.address, "reachable": reachable.get(n.node_id, False), "meta": dict(n.meta)}
+                for n in write_nodes
+            ],
+            "read_nodes": [
+                {"id": n.node_id, "address": n.address, "meta": dict(n.meta)} for n in read_nodes
+            ],
+            "physical_partitions": partitions,
+            "epoch": epoch,
+            "live_read_nodes_seen": len(readers.live_nodes()),
+        }
+
+    async def current_map(self) -> dict[str, Any]:
+        md = self._require(self._md)
+        with metadata_errors():
+            m = await md.maps.current()
+        return m if m is not None else dict(EMPTY_MAP)
+
+    async def metrics_text(self) -> str:
+        if not self._started or self._appender is None:
+            return ""
+        s = self._appender.stats
+        lines = [
+            "# HELP vpq_cluster_map_epoch Placement map epoch in this gateway's cache.",
+            "# TYPE vpq_cluster_map_epoch gauge",
+            f"vpq_cluster_map_epoch {self._cache.epoch if self._cache else 0}",
+            "# HELP vpq_cluster_nodes Live nodes as last seen by this gateway.",
+            "# TYPE vpq_cluster_nodes gauge",
+            f'vpq_cluster_nodes{{role="write"}} {len(self._writers.live_nodes()) if self._writers else 0}',
+            f'vpq_cluster_nodes{{role="read"}} {len(self._readers.live_nodes()) if self._readers else 0}',
+            "# HELP vpq_produce_messages_total Messages appended durably through this gateway.",
+            "# TYPE vpq_produce_messages_total counter",
+            f"vpq_produce_messages_total {s.messages}",
+            "# HELP vpq_produce_batches_total Record batches appended to write nodes.",
+            "# TYPE vpq_produce_batches_total counter",
+            f"vpq_produce_batches_total {s.batches}",
+            "# HELP vpq_produce_failures_total Produce requests that failed after retries.",
+            "# TYPE vpq_produce_failures_total counter",
+            f"vpq_produce_failures_total {s.failures}",
+            "# HELP vpq_produce_retries_total Append retries by reason.",
+            "# TYPE vpq_produce_retries_total counter",
+        ]
+        lines += [f'vpq_produce_retries_total{{reason="{r}"}} {n}' for r, n in sorted(s.retries.items())]
+        if self._groups is not None:
+            lines += [
+                "# HELP vpq_consumer_forwards_total Consumer calls forwarded to the group's owning read node.",
+                "# TYPE vpq_consumer_forwards_total counter",
+                f"vpq_consumer_forwards_total {self._groups.forwards}",
+                "# HELP vpq_consumer_failovers_total Consumer calls retried on another read node.",
+                "# TYPE vpq_consumer_failovers_total counter",
+                f"vpq_consumer_failovers_total {self._groups.failovers}",
+            ]
+        return "\n".join(lines) + "\n"

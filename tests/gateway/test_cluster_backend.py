@@ -1,0 +1,230 @@
+"""ClusterBackend against a real redis-server and fake nodes speaking the wire formats over
+HTTP (tests/gateway/cluster_fakes.py); one test drives it through the gateway app."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import orjson
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from common.errors import NotFound, PayloadTooLarge, Unavailable
+from config.settings import ClusterSettings, RedisSettings, Settings
+from gateway.app import create_app
+from gateway.backend import JoinSpec, ResolvedMessage
+from gateway.cluster_backend import ClusterBackend
+from gateway.node_directory import group_key, rendezvous_pick
+from isolation.context import IsolationContext
+from metadata.leases import pp_resource
+from metadata.store import MetadataStore
+from tests.gateway.cluster_fakes import FakeReadNode, FakeWriteNode
+from write_nodes.produce import AppendPolicy
+
+K = 2
+
+
+@dataclass
+class Cluster:
+    settings: Settings
+    redis_url: str
+    md: MetadataStore
+    writer: FakeWriteNode
+    readers: list[FakeReadNode]
+    backend: ClusterBackend
+
+    async def add_writer(self) -> None:
+        await self.md.nodes.register_node(self.writer.node_id, "write", self.writer.address, 60_000)
+        for pp in range(K):
+            await self.md.leases.acquire(pp_resource(pp), self.writer.node_id, 60_000)
+
+    async def add_reader(self, node: FakeReadNode) -> None:
+        await self.md.nodes.register_node(node.node_id, "read", node.address, 60_000)
+
+
+@pytest.fixture
+async def cluster(redis_url: str, key_prefix: str) -> AsyncIterator[Cluster]:
+    settings = Settings(redis=RedisSettings(key_prefix=key_prefix), cluster=ClusterSettings(physical_partitions=K))
+    md = MetadataStore(settings.redis, url=redis_url)
+    await md.start()
+    writer = FakeWriteNode(owned=set(range(K)))
+    readers = [FakeReadNode("r1"), FakeReadNode("r2")]
+    for n in (writer, *readers):
+        await n.start()
+    backend = ClusterBackend(settings, redis_url, policy=AppendPolicy(budget_s=1.0))
+    await backend.start()
+    yield Cluster(settings, redis_url, md, writer, readers, backend)
+    await backend.stop()
+    await backend.stop()  # idempotent
+    for n in (writer, *readers):
+        await n.stop()
+    await md.stop()
+
+
+def msg(key: str | None, value: object, size: int = 0) -> ResolvedMessage:
+    data = orjson.dumps(value) if not size else orjson.dumps("x" * size)
+    return ResolvedMessage(key, data, True, {}, IsolationContext())
+
+
+async def test_ready_needs_nodes_and_owned_partitions(cluster: Cluster) -> None:
+    b = cluster.backend
+    assert not await b.ready()
+    await cluster.md.nodes.register_node("w1", "write", cluster.writer.address, 60_000)
+    await cluster.md.leases.acquire(pp_resource(0), "w1", 60_000)
+    await cluster.add_reader(cluster.readers[0])
+    assert not await b.ready()  # pp 1 has no owner
+    await cluster.md.leases.acquire(pp_resource(1), "w1", 60_000)
+    assert await b.ready()
+
+
+async def test_produce_appends_durably_through_the_write_node(cluster: Cluster) -> None:
+    await cluster.add_writer()
+    b = cluster.backend
+    info, created = await b.put_queue("orders", {"virtual_partitions": 4})
+    assert created and sorted(set(info["placement"])) == [0, 1]
+    results = await b.produce("orders", [msg("a", 1), msg("b", 2), msg(None, 3)])
+    assert [r["id"] for r in results] == [f"{r['partition']}-{r['offset']}" for r in results]
+    stored = {(pp, rec.offset): rec for pp in range(K) for rec in cluster.writer.records(pp)}
+    qid = info["id"]
+    for r, value in zip(results, (1, 2, 3), strict=True):
+        rec = stored[(r["partition"], r["offset"])]
+        assert rec.queue_id == qid and rec.virtual_partition == r["virtual_partition"]
+        assert orjson.loads(rec.value) == value
+        assert info["placement"][r["virtual_partition"]] == r["partition"]
+    got = await b.get_queue("orders")
+    assert got["traffic"]["messages_total"] == 3 and got["traffic"]["bytes_total"] > 0
+    metrics = await b.metrics_text()
+    assert "vpq_produce_messages_total 3" in metrics and "vpq_cluster_map_epoch 1" in metrics
+    assert [q["name"] for q in await b.list_queues()] == ["orders"]
+
+
+async def test_oversize_message_is_413_and_nothing_is_appended(cluster: Cluster) -> None:
+    await cluster.add_writer()
+    b = cluster.backend
+    await b.put_queue("small", {"max_message_bytes": 100})
+    with pytest.raises(PayloadTooLarge) as info:
+        await b.produce("small", [msg("a", 1), msg("b", None, size=200), msg("c", None, size=300)])
+    assert info.value.code == "message_too_large" and info.value.details["index"] == 1
+    assert cluster.writer.requests == []
+
+
+async def test_unknown_queue_is_404(cluster: Cluster) -> None:
+    await cluster.add_writer()
+    await cluster.add_reader(cluster.readers[0])
+    b = cluster.backend
+    with pytest.raises(NotFound) as info:
+        await b.produce("ghost", [msg("a", 1)])
+    assert info.value.code == "queue_not_found"
+    with pytest.raises(NotFound):
+        await b.join("ghost", "g", JoinSpec(None))
+    with pytest.raises(NotFound):
+        await b.delete_queue("ghost")
+    assert cluster.readers[0].calls == []
+
+
+async def test_produce_to_a_queue_created_elsewhere(cluster: Cluster) -> None:
+    await cluster.add_writer()
+    other = ClusterBackend(cluster.settings, cluster.redis_url)
+    await other.start()
+    try:
+        await other.put_queue("elsewhere", {"virtual_partitions": 1})
+    finally:
+        await other.stop()
+    results = await cluster.backend.produce("elsewhere", [msg("k", 1)])
+    assert results[0]["offset"] == 0
+
+
+async def test_consumer_calls_follow_the_group_owner(cluster: Cluster) -> None:
+    r1, r2 = cluster.readers
+    for r in (r1, r2):
+        await cluster.add_reader(r)
+    b = cluster.backend
+    await b.put_queue("q", {})
+    chosen_id = rendezvous_pick(group_key("q", "g"), ["r1", "r2"])
+    chosen, owner = (r1, r2) if chosen_id == "r1" else (r2, r1)
+    chosen.not_owner = owner.node_id  # the lease is held by the other node
+    joined = await b.join("q", "g", JoinSpec("c1", IsolationContext(env="test", lane="feat-a"), "latest"))
+    assert joined["served_by"] == owner.node_id
+    assert owner.calls[0][2] == {"consumer_id": "c1", "env": "test", "set": "", "lane": "feat-a", "start": "latest"}
+    asked_chosen = len(chosen.calls)
+    assert await b.poll("q", "g", "c1", 10, 0) == []
+    assert await b.ack("q", "g", "c1", ["0-1"]) == 1
+    assert await b.nack("q", "g", "c1", ["0-2"], 5) == 1
+    assert (await b.group_info("q", "g"))["served_by"] == owner.node_id
+    await b.leave("q", "g", "c1")
+    assert len(chosen.calls) == asked_chosen  # the owner was remembered
+    with pytest.raises(NotFound) as info:
+        await b.poll("q", "g", "c1", 10, 0)  # the read node's own 404 passes through
+    assert info.value.code == "consumer_not_found"
+    assert "vpq_consumer_forwards_total 1" in await b.metrics_text()
+
+
+async def test_unreachable_read_node_fails_over(cluster: Cluster) -> None:
+    r1 = cluster.readers[0]
+    await cluster.add_reader(r1)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{s.getsockname()[1]}"
+    await cluster.md.nodes.register_node("dead", "read", dead, 60_000)
+    b = cluster.backend
+    await b.put_queue("q", {})
+    group = next(f"g{i}" for i in range(1000) if rendezvous_pick(group_key("q", f"g{i}"), ["r1", "dead"]) == "dead")
+    joined = await b.join("q", group, JoinSpec(None))
+    assert joined["served_by"] == "r1"
+    assert "vpq_consumer_failovers_total 1" in await b.metrics_text()
+
+
+async def test_owner_not_live_is_retryable(cluster: Cluster) -> None:
+    r1 = cluster.readers[0]
+    await cluster.add_reader(r1)
+    r1.not_owner = "vanished"
+    await cluster.backend.put_queue("q", {})
+    with pytest.raises(Unavailable) as info:
+        await cluster.backend.group_info("q", "g")
+    assert info.value.code == "group_moving" and info.value.retryable
+
+
+async def test_cluster_and_map_views(cluster: Cluster) -> None:
+    await cluster.add_writer()
+    await cluster.add_reader(cluster.readers[0])
+    b = cluster.backend
+    await b.put_queue("q", {"virtual_partitions": 2})
+    await b.produce("q", [msg("a", 1), msg("b", 2), msg("c", 3)])
+    view = await b.cluster()
+    assert [n["id"] for n in view["write_nodes"]] == ["w1"] and view["write_nodes"][0]["reachable"]
+    assert [n["id"] for n in view["read_nodes"]] == ["r1"]
+    assert view["epoch"] == 1
+    parts = {p["id"]: p for p in view["physical_partitions"]}
+    assert sorted(parts) == [0, 1] and all(p["owner"] == "w1" and p["online"] for p in parts.values())
+    assert sum(p["end_offset"] for p in parts.values()) == 3
+    assert await b.current_map() == await cluster.md.maps.current()
+    await b.delete_queue("q")
+    assert (await b.current_map())["queues"] == {}
+
+
+async def test_through_the_gateway_app(cluster: Cluster) -> None:
+    await cluster.add_writer()
+    await cluster.add_reader(cluster.readers[0])
+    app = create_app(cluster.settings.gateway, cluster.backend, queue_defaults=cluster.settings.queues, manage_backend=False)
+    client = TestClient(TestServer(app))
+    await client.start_server()
+    try:
+        assert (await client.get("/readyz")).status == 200
+        resp = await client.put("/v1/queues/web", json={"virtual_partitions": 2})
+        assert resp.status == 201
+        resp = await client.post(
+            "/v1/queues/web/messages",
+            json={"messages": [{"key": "k", "value": {"a": 1}}, {"value_b64": "AAE="}]},
+            headers={"X-Lane": "feat-a"},
+        )
+        assert resp.status == 200, await resp.text()
+        results = (await resp.json())["results"]
+        assert len(results) == 2
+        resp = await client.post("/v1/queues/nope/messages", json={"messages": [{"value": 1}]})
+        assert resp.status == 404 and (await resp.json())["error"]["code"] == "queue_not_found"
+        assert (await client.get("/v1/maps/current")).status == 200
+        assert "vpq_produce_messages_total 2" in await (await client.get("/metrics")).text()
+    finally:
+        await client.close()
