@@ -10,8 +10,9 @@ Parts (built in ``start()``, stopped in reverse by ``stop()``):
 - the ``Appender`` (``write_nodes.produce``) for produce, ``QueueAdmin`` for queue
   admin, ``GroupCaller`` for consumer calls, a ``TrafficMeter`` for queue traffic.
 
-The physical partitions of the cluster are ``0 .. settings.cluster.physical_partitions-1``
-(the settings ``vpq up`` hands every process), plus any pp the map places a queue on.
+The physical partitions of the cluster are ``0 .. K-1`` with K the count stored in Redis
+when the cluster was created (``write_nodes.cluster_meta``; the first process to start
+stores ``settings.cluster.physical_partitions``), plus any pp the map places a queue on.
 
 Produce: the queue's ``max_message_bytes`` is checked first (413 ``message_too_large``
 with the index of the first oversize message, nothing appended), from the cached
@@ -44,6 +45,7 @@ from metadata.store import MetadataStore
 from read_nodes.client import ReadNodeClient
 from virtual_partitions.router import ProduceRouter
 from write_nodes.client import WriteNodeClient
+from write_nodes.cluster_meta import get_or_init_partition_count
 from write_nodes.produce import Appender, AppendPolicy
 
 log = logging.getLogger("vpq.gateway.cluster")
@@ -79,6 +81,9 @@ class ClusterBackend:
         try:
             md = self._md = MetadataStore(self._settings.redis, url=self._redis_url, queue_defaults=self._settings.queues)
             await md.start()
+            self._partition_count = await get_or_init_partition_count(
+                md.client, md.keys, self._settings.cluster.physical_partitions
+            )
             listener = self._listener = md.event_listener()
             await listener.start()
             cache = self._cache = MapCache(md.queues, md.maps, listener)

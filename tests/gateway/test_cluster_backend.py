@@ -79,6 +79,33 @@ async def test_ready_needs_nodes_and_owned_partitions(cluster: Cluster) -> None:
     assert await b.ready()
 
 
+async def test_partition_count_comes_from_the_cluster(cluster: Cluster, redis_url: str) -> None:
+    """A cluster created with 3 pps keeps them whatever a later process's settings say."""
+    settings = Settings(
+        redis=RedisSettings(key_prefix=cluster.settings.redis.key_prefix + "x"), cluster=ClusterSettings(physical_partitions=3)
+    )
+    first = ClusterBackend(settings, redis_url)
+    await first.start()
+    await first.stop()
+    later = ClusterBackend(settings.model_copy(update={"cluster": ClusterSettings(physical_partitions=1)}), redis_url)
+    await later.start()
+    try:
+        md = MetadataStore(settings.redis, url=redis_url)
+        await md.start()
+        await md.nodes.register_node("w1", "write", cluster.writer.address, 60_000)
+        await md.nodes.register_node("r1", "read", cluster.readers[0].address, 60_000)
+        for pp in range(2):
+            await md.leases.acquire(pp_resource(pp), "w1", 60_000)
+        assert not await later.ready()  # pp 2 has no owner
+        await md.leases.acquire(pp_resource(2), "w1", 60_000)
+        assert await later.ready()
+        info, _ = await later.put_queue("q", {"virtual_partitions": 4})
+        assert sorted(set(info["placement"])) == [0, 1, 2]
+        await md.stop()
+    finally:
+        await later.stop()
+
+
 async def test_produce_appends_durably_through_the_write_node(cluster: Cluster) -> None:
     await cluster.add_writer()
     b = cluster.backend
