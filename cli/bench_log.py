@@ -126,7 +126,7 @@ def bench_log(
     dir: Path | None = typer.Option(None, "--dir", help="parent directory for the data (default: current directory)"),
     fsync_policy: str = typer.Option("group", help="group | interval | none"),
     segment_mb: int = typer.Option(128, help="segment size in MiB"),
-    rounds: int = typer.Option(5, help="alternate this many log rounds with raw replays"),
+    rounds: int = typer.Option(10, help="alternate this many log rounds with raw replays"),
     use_uvloop: bool = typer.Option(True, "--uvloop/--no-uvloop", help="run on uvloop when installed"),
 ) -> None:
     """Append rate of one partition log vs plain write+fsync of the same sizes."""

@@ -238,16 +238,23 @@ class LogSegment:
             end += LENGTH_END + length
         return data if end == n else data[:end]
 
-    def batches_from(self, position: int, limit: int) -> list[BatchView]:
-        """Parsed batches from ``position`` up to ``limit`` (headers checked, CRC not)."""
-        data = self.pread(position, limit - position)
-        views = []
-        p = 0
-        while p < len(data):
-            view = BatchView(data, p)
-            views.append(view)
-            p += view.size
-        return views
+    def headers_to_end(self, position: int, file_size: int) -> list[tuple[int, int, int, int]]:
+        """(base offset, next offset, max timestamp, size) of every batch from ``position``
+        to the end of the file, from headers only. ``CorruptBatchError`` if a header is
+        insane, the batches do not follow each other, or the last one is cut short."""
+        out: list[tuple[int, int, int, int]] = []
+        expected = -1
+        end = position
+        for pos, fields in self.iter_headers(position, file_size):
+            base, length, count, max_ts = fields[0], fields[1], fields[8], fields[7]
+            if expected >= 0 and base != expected:
+                raise CorruptBatchError(f"segment {self.base_offset} position {pos}: offset gap")
+            expected = base + count
+            end = pos + LENGTH_END + length
+            out.append((base, expected, max_ts, LENGTH_END + length))
+        if end != file_size:
+            raise CorruptBatchError(f"segment {self.base_offset}: batches end at {end}, file at {file_size}")
+        return out
 
     # ------------------------------------------------------------------ indexes
     def write_indexes(self, fsync: Callable[[int], None] | None) -> list[Path]:
@@ -285,38 +292,33 @@ class LogSegment:
 
     def load_trusted(self) -> None:
         """Bookkeeping for a segment below the recovery point: its bytes were fsynced
-        and its indexes written, so load the index files (sanity-checked) and scan
-        only the batch headers after the last index entry. A missing or insane index
-        is rebuilt from the headers. CRCs are not checked (they were when written)."""
+        and its indexes written, so load the index files (sanity-checked) and read only
+        the batch headers after the last index entry. A missing or insane index is
+        rebuilt from all the headers. CRCs are not checked (they were when written).
+        ``CorruptBatchError`` if the headers themselves are not sane."""
         file_size = self.file_size()
+        directory, base = self.directory, self.base_offset
         try:
             idx: OffsetIndex | None = OffsetIndex.from_bytes(
-                self.base_offset, self._read_file(filenames.index_file(self.directory, self.base_offset)), file_size
+                base, self._read_file(filenames.index_file(directory, base)), file_size
             )
         except (CorruptIndexError, FileNotFoundError):
             idx = None
-        views: list[BatchView] = []
+        tail: list[tuple[int, int, int, int]] = []
+        tidx: TimeIndex | None = None
         if idx is not None and len(idx):
             start_offset, start_pos = idx.last_entry()
             try:
-                views = self.batches_from(start_pos, file_size)
-            except CorruptBatchError:
-                idx = None
-            if idx is not None and (not views or views[0].base_offset != start_offset):
-                idx = None
-        tidx: TimeIndex | None = None
-        if idx is not None and len(idx):
-            end_offset = views[-1].next_offset
-            try:
+                tail = self.headers_to_end(start_pos, file_size)
+                if not tail or tail[0][0] != start_offset:
+                    raise CorruptIndexError("index does not point at a batch")
                 tidx = TimeIndex.from_bytes(
-                    self.base_offset,
-                    self._read_file(filenames.time_index_file(self.directory, self.base_offset)),
-                    end_offset,
+                    base, self._read_file(filenames.time_index_file(directory, base)), tail[-1][1]
                 )
-            except (CorruptIndexError, FileNotFoundError):
+            except (CorruptBatchError, CorruptIndexError, FileNotFoundError):
                 tidx = None
-        if idx is None or not len(idx) or tidx is None or tidx.max_timestamp is None:
-            self._replay(0, self.batches_from(0, file_size))
+        if idx is None or tidx is None or tidx.max_timestamp is None:
+            self._replay(self.headers_to_end(0, file_size))
         else:
             self.index = idx
             self.time_index = tidx
@@ -325,17 +327,17 @@ class LogSegment:
             self.size = start_pos
             self.next_offset = start_offset
             self._bytes_since_index = 0  # the entry we resume from is already in the index
-            self._replay(start_pos, views)
+            self._replay(tail)
         self.durable_size = self.size
         self.durable_next_offset = self.next_offset
         if self.size:
             self.created_ms = min(self.created_ms, self._first_timestamp())
 
-    def _replay(self, start_pos: int, views: list[BatchView]) -> None:
-        for view in views:
-            self.track_append(view.base_offset, view.next_offset, view.max_ts, view.size)
-        if start_pos + sum(v.size for v in views) != self.size:
-            raise CorruptBatchError(f"segment {self.base_offset}: index and data disagree")
+    def _replay(self, batches: list[tuple[int, int, int, int]]) -> None:
+        for base, next_offset, max_ts, size in batches:
+            if base != self.next_offset:
+                raise CorruptBatchError(f"segment {self.base_offset}: batch {base} does not follow {self.next_offset}")
+            self.track_append(base, next_offset, max_ts, size)
 
     def _first_timestamp(self) -> int:
         head = self.pread(0, HEADER_SIZE)
