@@ -1,0 +1,450 @@
+"""``GroupHost``: one consumer group of one queue, served by this read node.
+
+A host exists only while the node holds the group's lease (``group:{q}:{g}``)
+under ``token``. It wraps the pure ``GroupDelivery`` with everything that needs
+I/O or time:
+
+- **restore** (``open``): the persisted ack state (``read_nodes.ack_persistence``),
+  the group's start offsets, its lineage and its members; every message not done
+  there is delivered again (delivery counts restart), nothing done is;
+- **ingestion** (``read_nodes.ingestor``): a task woken by the tailers of the
+  queue's pps (and by acks, which may make room), in lineage order;
+- **consumer calls**: join, poll (long poll woken by new messages, acks that
+  free a key, timeouts, nacks ending), ack, nack, leave, info;
+- **housekeeping** every ``tick_ms``: visibility timeouts and nack delays,
+  members past their session, dead letters (produced to the DLQ, then
+  confirmed), lineage reloads (map epoch changed, or a record outside the cached
+  lineage), adopting a larger V (someone split the queue), growing the queue
+  when the assignment needs more vps, and persisting the ack state when it
+  changed (at most every ``persist_interval_ms``, fenced by the lease token: a
+  refused save means the lease is gone and the host closes);
+- **close**: stops the tasks, persists a last time when asked (graceful stop),
+  and wakes waiting polls, which then answer 503 ``group_moving``.
+
+A change of the queue's delivery config (ordering, max_deliveries,
+visibility_timeout_ms) is not applied in place: ``needs_reload`` turns True and
+the service re-hosts the group (persist, then restore: messages in flight are
+delivered again, at-least-once). A deleted queue sets ``gone``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from common.errors import BadRequest, Conflict, NotFound, Unavailable, VpqError
+from isolation.context import IsolationContext
+from metadata.aio import cancel_and_wait
+from metadata.names import check_id
+from metadata.queues import QueueRecord
+from read_nodes.ack_persistence import AckSnapshots
+from read_nodes.delivery import GroupDelivery
+from read_nodes.delivery_types import DeadLetter, Delivery, DeliveryConfig, UnknownConsumer
+from read_nodes.group_members import GroupMembers, new_consumer_id
+from read_nodes.ingestor import Ingestor
+from read_nodes.lineage_order import LineageOrder
+from read_nodes.message_id import MessageIdError, decode_message_ids
+from read_nodes.messages import render_message
+from read_nodes.node_parts import NodeParts, monotonic_ms
+
+log = logging.getLogger(__name__)
+
+CONFIG_FIELDS = ("ordering", "max_deliveries", "visibility_timeout_ms")
+
+
+def delivery_config(record: QueueRecord, virtual_partitions: int, max_unacked: int) -> DeliveryConfig:
+    """The delivery settings of a group on ``record``'s queue (compact ack persistence:
+    no cap on the pair form's window)."""
+    c = record.config
+    return DeliveryConfig(
+        ordering=c["ordering"],
+        max_deliveries=int(c["max_deliveries"]),
+        visibility_timeout_ms=int(c["visibility_timeout_ms"]),
+        max_unacked=max_unacked,
+        max_acked_above=None,
+        virtual_partitions=virtual_partitions,
+    )
+
+
+def _not_found(consumer_id: str) -> NotFound:
+    return NotFound("consumer_not_found", f"consumer {consumer_id!r} is not a member of the group", consumer_id=consumer_id)
+
+
+class GroupHost:
+    def __init__(
+        self,
+        parts: NodeParts,
+        record: QueueRecord,
+        group: str,
+        token: int,
+        on_fenced: Callable[[GroupHost], Awaitable[None]],
+    ) -> None:
+        self.parts = parts
+        self.record = record
+        self.queue = record.name
+        self.group = group
+        self.token = token
+        self._on_fenced = on_fenced
+        o = parts.options
+        self._opt = o
+        self.delivery = GroupDelivery(delivery_config(record, self._queue_vps(), o.max_unacked))
+        self.ingestor = Ingestor(
+            record.id, self.delivery, parts.pool, self, self._on_data, batch=o.ingest_batch,
+            unknown_grace_ms=o.unknown_grace_ms,
+        )
+        self.members = GroupMembers(
+            parts.md, self.queue, group, self.delivery,
+            session_timeout_ms=parts.session_timeout_ms, heartbeat_interval_ms=o.heartbeat_interval_ms,
+            max_vps=parts.settings.queues.max_virtual_partitions,
+        )
+        self.snapshots = AckSnapshots(record.id)
+        self._starts: dict[int, int] = {}
+        self._changed = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._dead: list[DeadLetter] = []
+        self._lineage_epoch = -1
+        self._lineage_wanted = False
+        self._lineage_at = 0
+        self._last_persist = 0
+        self.closed = False
+        self.needs_reload = False
+        self.gone = False
+
+    def __repr__(self) -> str:
+        return f"GroupHost({self.queue!r}, {self.group!r}, token={self.token})"
+
+    # ---------------------------------------------------------------- lifecycle
+    def _queue_vps(self) -> int:
+        entry = self.parts.map_cache.entry(self.queue)
+        v = entry.virtual_partitions if entry is not None else self.record.virtual_partitions
+        return max(v, self.record.virtual_partitions)
+
+    async def open(self, start_offsets: Mapping[int, int]) -> None:
+        """Restore the group (see the module docstring) and start its tasks."""
+        restored = await self.parts.acks.load(self.queue, self.group, self.record.id)
+        self.delivery.restore(restored)
+        self.snapshots = AckSnapshots(self.record.id, restored)
+        self._starts = dict(start_offsets)
+        for pp, st in restored.items():
+            self.ingestor.add_pp(pp, max(self._starts.get(pp, 0), st.low_watermark))
+        await self._load_lineage()
+        now = monotonic_ms()
+        await self.members.load(self._queue_vps(), now)
+        self._tasks = [
+            asyncio.create_task(self._ingest_loop(), name=f"vpq-ingest-{self.queue}-{self.group}"),
+            asyncio.create_task(self._tick_loop(), name=f"vpq-tick-{self.queue}-{self.group}"),
+        ]
+        self._wake.set()
+        log.info("hosting %s/%s (token %d): %d pps restored, %d members", self.queue, self.group, self.token,
+                 len(restored), len(self.members.members))
+
+    async def close(self, persist: bool) -> None:
+        """Stop serving; ``persist`` saves the ack state a last time (graceful stop)."""
+        if self.closed:
+            return
+        self.closed = True
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            await cancel_and_wait(task)
+        if persist:
+            try:
+                await self._persist(force=True)
+            except (RedisError, OSError) as exc:
+                log.warning("%s/%s: final ack persist failed: %s", self.queue, self.group, exc)
+        await self.ingestor.close()
+        self._notify()
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise Unavailable(
+                "group_moving", f"group {self.group!r} of queue {self.queue!r} is moving; retry", retry_after=1.0
+            )
+
+    # ------------------------------------------------------------------ events
+    def _notify(self) -> None:
+        """Wake every waiting poll (they re-check)."""
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    def _on_data(self, _pp: int) -> None:
+        self._wake.set()
+
+    # ----------------------------------------------------------------- lineage
+    async def _load_lineage(self) -> None:
+        epoch = self.parts.map_cache.epoch
+        lineage = await self.parts.md.maps.lineage_all(self.queue)
+        order = LineageOrder(lineage)
+        self._lineage_epoch = epoch
+        self._lineage_at = monotonic_ms()
+        self.ingestor.set_lineage(order, self._lineage_at)
+        first = order.first_offsets()
+        entry = self.parts.map_cache.entry(self.queue)
+        pps = set(first) | set(self._starts)
+        if entry is not None and entry.placement is not None:
+            pps.update(entry.placement)
+        for pp in sorted(pps):
+            start = self._starts.get(pp, first.get(pp, 0))
+            self.ingestor.add_pp(pp, max(start, self.delivery.low_watermark(pp)))
+        self._wake.set()
+
+    # -------------------------------------------------------------- ingestion
+    async def _ingest_loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            try:
+                res = await self.ingestor.step(monotonic_ms())
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("%s/%s: ingestion failed", self.queue, self.group)
+                await asyncio.sleep(self._opt.retry_ms / 1000.0)
+                continue
+            if res.ingested:
+                self._notify()
+            if res.unknown:
+                self._lineage_wanted = True
+
+    # ------------------------------------------------------------ housekeeping
+    async def _tick_loop(self) -> None:
+        interval = self._opt.tick_ms / 1000.0
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.tick()
+            except asyncio.CancelledError:
+                raise
+            except (RedisError, OSError, VpqError) as exc:
+                log.warning("%s/%s: housekeeping: %s", self.queue, self.group, exc)
+            except Exception:
+                log.exception("%s/%s: housekeeping failed", self.queue, self.group)
+
+    async def tick(self) -> None:
+        """One round of housekeeping (see the module docstring)."""
+        if self.closed:
+            return
+        now = monotonic_ms()
+        if self.delivery.expire(now):
+            self._notify()
+        await self.members.refresh_polling(now)
+        for cid in self.members.idle(now):
+            log.info("%s/%s: consumer %s timed out", self.queue, self.group, cid)
+            await self.members.remove(cid, self._queue_vps(), now)
+            self._notify()
+        await self._check_queue()
+        await self._dead_letters()
+        await self._follow_map(now)
+        await self._grow()
+        self._wake.set()
+        if now - self._last_persist >= self._opt.persist_interval_ms:
+            await self._persist()
+
+    async def _check_queue(self) -> None:
+        rec = self.parts.map_cache.queue(self.queue)
+        if rec is None or rec.id != self.record.id:
+            rec = await self.parts.md.queues.get(self.queue)  # the cache may lag behind Redis
+            if rec is None or rec.id != self.record.id:
+                self.gone = True
+                return
+        if any(rec.config.get(f) != self.record.config.get(f) for f in CONFIG_FIELDS):
+            self.needs_reload = True
+
+    async def _dead_letters(self) -> None:
+        self._dead.extend(self.delivery.take_dead_letters())
+        if not self._dead:
+            return
+        letters = self._dead
+        handled = await self.parts.dead_letters.produce(self.queue, self.group, letters)
+        done = set(handled)
+        for pos in decode_message_ids(handled):
+            self.snapshots.note_done(*pos)
+        self.delivery.confirm_dead_letters(handled)
+        self._dead = [d for d in letters if d.message_id not in done]
+        if handled:
+            self._wake.set()
+
+    async def _follow_map(self, now: int) -> None:
+        v = self._queue_vps()
+        if v > self.delivery.virtual_partitions:
+            self.members.reassign(v, now)
+            self._notify()
+        due = now - self._lineage_at >= self._opt.lineage_reload_ms
+        if self.parts.map_cache.epoch != self._lineage_epoch or (self._lineage_wanted and due):
+            self._lineage_wanted = False
+            await self._load_lineage()
+
+    async def _grow(self) -> None:
+        target = self.members.split_target
+        if target is None:
+            return
+        if target > self._queue_vps():
+            log.info("%s/%s: growing queue %s to %d virtual partitions", self.queue, self.group, self.queue, target)
+            try:
+                await self.parts.admin.put(self.queue, {"virtual_partitions": target})
+            except Conflict:
+                pass  # someone grew it further meanwhile
+        self.members.split_target = None
+
+    async def _persist(self, force: bool = False) -> None:
+        self._last_persist = monotonic_ms()
+        blobs = self.snapshots.changes(self.delivery.compact_ack_state(), self.token)
+        if not blobs:
+            return
+        if await self.parts.acks.save(self.queue, self.group, self.token, blobs):
+            self.snapshots.mark_saved(blobs)
+            return
+        log.warning("%s/%s: ack state save fenced off (token %d): the lease is lost", self.queue, self.group, self.token)
+        if not force:
+            await self._on_fenced(self)
+
+    async def persist_now(self) -> None:
+        await self._persist(force=True)
+
+    # -------------------------------------------------------------- consumers
+    async def join(self, consumer_id: str | None, ctx: IsolationContext, start: str) -> dict[str, Any]:
+        self._check_open()
+        cid = consumer_id if consumer_id is not None else new_consumer_id()
+        try:
+            check_id("consumer id", cid)
+        except ValueError as exc:
+            raise BadRequest("invalid_request", str(exc), field="consumer_id") from None
+        await self.members.join(cid, ctx, start, self._queue_vps(), monotonic_ms())
+        self._notify()
+        return {"consumer_id": cid, "session_timeout_ms": self.members.session_timeout_ms}
+
+    def _require_member(self, consumer_id: str) -> None:
+        self._check_open()
+        if consumer_id not in self.members.members:
+            raise _not_found(consumer_id)
+
+    async def poll(self, consumer_id: str, max_messages: int, wait_ms: int) -> list[dict[str, Any]]:
+        self._require_member(consumer_id)
+        await self.members.heartbeat(consumer_id)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_ms / 1000.0
+        self.members.poll_started(consumer_id)
+        try:
+            while True:
+                self._require_member(consumer_id)
+                changed = self._changed
+                got = self.delivery.poll(consumer_id, max_messages, monotonic_ms())
+                if got:
+                    break
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    return []
+                due = self.delivery.next_due_ms()
+                if due is not None:
+                    remaining = min(remaining, max(due - monotonic_ms(), 1) / 1000.0)
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(changed.wait(), remaining)
+        except UnknownConsumer:
+            raise _not_found(consumer_id) from None
+        finally:
+            self.members.poll_ended(consumer_id)
+        return await self._render(consumer_id, got)
+
+    async def _render(self, consumer_id: str, got: list[Delivery]) -> list[dict[str, Any]]:
+        source = self.parts.source
+        out: list[dict[str, Any]] = []
+        gone: list[str] = []
+        failed: list[str] = []
+        for d in got:
+            tailed = source.cached(d.pp, d.offset)
+            if tailed is None:
+                try:
+                    tailed = await source.get(d.pp, d.offset)
+                except VpqError as exc:
+                    log.info("%s/%s: cannot read %s now: %s", self.queue, self.group, d.message_id, exc)
+                    failed.append(d.message_id)
+                    continue
+                if tailed is None:
+                    gone.append(d.message_id)
+                    continue
+            out.append(render_message(self.queue, tailed, d.vp, d.delivery_count))
+        if gone:
+            log.warning("%s/%s: %d messages vanished (retention) before delivery", self.queue, self.group, len(gone))
+            self._done_ids(gone)
+            self.delivery.ack(consumer_id, gone)
+        if failed:
+            self.delivery.nack(consumer_id, failed, self._opt.retry_ms * 5, monotonic_ms())
+        return out
+
+    def _done_ids(self, ids: list[str]) -> None:
+        for pp, offset in decode_message_ids(ids):
+            self.snapshots.note_done(pp, offset)
+
+    async def ack(self, consumer_id: str, ids: list[str]) -> int:
+        self._require_member(consumer_id)
+        try:
+            self._done_ids(ids)
+            n = self.delivery.ack(consumer_id, ids)
+        except MessageIdError as exc:
+            raise BadRequest("invalid_request", str(exc), field="ids") from None
+        except UnknownConsumer:
+            raise _not_found(consumer_id) from None
+        if n:
+            self._notify()
+            self._wake.set()
+        return n
+
+    async def nack(self, consumer_id: str, ids: list[str], delay_ms: int) -> int:
+        self._require_member(consumer_id)
+        try:
+            n = self.delivery.nack(consumer_id, ids, delay_ms, monotonic_ms())
+        except MessageIdError as exc:
+            raise BadRequest("invalid_request", str(exc), field="ids") from None
+        except UnknownConsumer:
+            raise _not_found(consumer_id) from None
+        if n:
+            self._notify()
+        return n
+
+    async def leave(self, consumer_id: str) -> None:
+        self._require_member(consumer_id)
+        await self.members.remove(consumer_id, self._queue_vps(), monotonic_ms())
+        self._notify()
+
+    async def info(self) -> dict[str, Any]:
+        self._check_open()
+        members = [
+            {
+                "consumer_id": m.consumer_id,
+                "lane": m.ctx.lane,
+                "env": m.ctx.env,
+                "set": m.ctx.set,
+                "virtual_partitions": list(m.vps),
+                "in_flight": m.inflight,
+            }
+            for m in self.delivery.members()
+        ]
+        lag = self.delivery.lag()
+        total = lag.total
+        by_lane, by_env, by_set = dict(lag.by_lane), dict(lag.by_env), dict(lag.by_set)
+        for ctx_id, n in self.ingestor.backlog().items():
+            try:
+                env, set_, lane = await self.parts.md.contexts.resolve(ctx_id)
+            except KeyError:
+                continue
+            total += n
+            by_lane[lane] = by_lane.get(lane, 0) + n
+            by_env[env] = by_env.get(env, 0) + n
+            by_set[set_] = by_set.get(set_, 0) + n
+        return {
+            "queue": self.queue,
+            "group": self.group,
+            "members": members,
+            "lag": {"total": total, "by_lane": by_lane, "by_env": by_env, "by_set": by_set},
+        }
+
+    def stats(self) -> dict[str, int]:
+        s = self.delivery.stats()
+        s["members"] = len(self.members.members)
+        s["dead_letters_pending"] = len(self._dead)
+        return s

@@ -1,0 +1,142 @@
+"""Membership of one hosted group: Redis sessions, local liveness and vp assignment.
+
+Authority: the node holding the group's lease sees every join, poll, ack and
+leave of the group, so it decides liveness itself, from the polls it serves: a
+member that has not polled (nor joined) for ``session_timeout_ms`` and has no
+poll waiting is removed as if it had left. Redis (``metadata.groups``) keeps
+the membership for a node that takes the group over: joins and leaves are
+written through at once; sessions are refreshed at most every
+``heartbeat_interval_ms`` per member (and during long polls), so a member the
+node considers live never expires in Redis. A takeover node first drops the
+members whose Redis session has expired, then adopts the rest with a fresh
+local session.
+
+Assignment: ``virtual_partitions.assignment.assign`` over the live members
+(sticky, per isolation context), applied with ``GroupDelivery.set_consumers``.
+When a context has more members than the queue has vps, V grows (automatic
+split) at once for the delivery state; ``split_target`` then tells the host to
+grow the queue itself (registry, placement map, lineage) through the gateway's
+put-queue path.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+
+from isolation.context import IsolationContext
+from metadata.store import MetadataStore
+from read_nodes.delivery import GroupDelivery
+from read_nodes.delivery_types import ConsumerSpec
+from virtual_partitions.assignment import AssignmentResult, assign
+
+log = logging.getLogger(__name__)
+
+
+def new_consumer_id() -> str:
+    return f"c-{uuid.uuid4().hex[:16]}"
+
+
+class GroupMembers:
+    def __init__(
+        self,
+        md: MetadataStore,
+        queue: str,
+        group: str,
+        delivery: GroupDelivery,
+        *,
+        session_timeout_ms: int,
+        heartbeat_interval_ms: int,
+        max_vps: int,
+    ) -> None:
+        self._md = md
+        self.queue = queue
+        self.group = group
+        self._delivery = delivery
+        self.session_timeout_ms = session_timeout_ms
+        self._hb_interval_s = heartbeat_interval_ms / 1000.0
+        self._max_vps = max_vps
+        self.members: dict[str, IsolationContext] = {}
+        self._hb: dict[str, float] = {}
+        self._polling: dict[str, int] = {}
+        self.assignment: AssignmentResult[IsolationContext] | None = None
+        self.split_target: int | None = None
+
+    # ------------------------------------------------------------ takeover
+    async def load(self, queue_vps: int, now_ms: int) -> None:
+        """Adopt the members Redis still has live (after expiring the others)."""
+        await self._md.groups.expire(self.queue, self.group)
+        for m in await self._md.groups.members(self.queue, self.group):
+            self.members[m.consumer_id] = IsolationContext(m.env, m.set, m.lane)
+            self._hb[m.consumer_id] = time.monotonic()
+        self.reassign(queue_vps, now_ms)
+
+    # ------------------------------------------------------------- changes
+    async def join(self, consumer_id: str, ctx: IsolationContext, start: str, queue_vps: int, now_ms: int) -> None:
+        await self._md.groups.join(
+            self.queue, self.group, consumer_id, (ctx.env, ctx.set, ctx.lane), self.session_timeout_ms, start=start  # type: ignore[arg-type]
+        )
+        self._hb[consumer_id] = time.monotonic()
+        if self.members.get(consumer_id) != ctx:
+            self.members[consumer_id] = ctx
+            self.reassign(queue_vps, now_ms)
+        self._delivery.poll(consumer_id, 0, now_ms)  # a join is a heartbeat
+
+    async def remove(self, consumer_id: str, queue_vps: int, now_ms: int) -> bool:
+        """Remove a member (leave or session timeout); False when it was not one."""
+        if self.members.pop(consumer_id, None) is None:
+            return False
+        self._hb.pop(consumer_id, None)
+        self._delivery.leave(consumer_id, now_ms)
+        self.reassign(queue_vps, now_ms)
+        await self._md.groups.leave(self.queue, self.group, consumer_id)
+        return True
+
+    def reassign(self, queue_vps: int, now_ms: int) -> None:
+        v = max(queue_vps, self._delivery.virtual_partitions)
+        res = assign(self.members, v, previous=self.assignment, max_vps=self._max_vps)
+        specs = {cid: ConsumerSpec(ctx, res.vps_of(cid)) for cid, ctx in self.members.items()}
+        self._delivery.set_consumers(specs, now_ms, virtual_partitions=res.virtual_partitions)
+        self.assignment = res
+        if res.virtual_partitions > queue_vps:
+            self.split_target = max(self.split_target or 0, res.virtual_partitions)
+
+    # ------------------------------------------------------------- liveness
+    def poll_started(self, consumer_id: str) -> None:
+        self._polling[consumer_id] = self._polling.get(consumer_id, 0) + 1
+
+    def poll_ended(self, consumer_id: str) -> None:
+        n = self._polling.get(consumer_id, 0) - 1
+        if n > 0:
+            self._polling[consumer_id] = n
+        else:
+            self._polling.pop(consumer_id, None)
+
+    async def heartbeat(self, consumer_id: str, force: bool = False) -> None:
+        """Refresh the member's Redis session when due (re-adding it there if Redis
+        expired it meanwhile: this node, which sees its polls, says it is live)."""
+        now = time.monotonic()
+        if not force and now - self._hb.get(consumer_id, 0.0) < self._hb_interval_s:
+            return
+        self._hb[consumer_id] = now
+        gen = await self._md.groups.heartbeat(self.queue, self.group, consumer_id)
+        ctx = self.members.get(consumer_id)
+        if gen is None and ctx is not None:
+            log.info("%s/%s: consumer %s had expired in Redis; re-registering it", self.queue, self.group, consumer_id)
+            await self._md.groups.join(
+                self.queue, self.group, consumer_id, (ctx.env, ctx.set, ctx.lane), self.session_timeout_ms
+            )
+
+    def idle(self, now_ms: int) -> list[str]:
+        """Members past their session timeout with no poll waiting."""
+        return [
+            cid for cid in self._delivery.idle_consumers(now_ms, self.session_timeout_ms) if cid not in self._polling
+        ]
+
+    async def refresh_polling(self, now_ms: int) -> None:
+        """Keep members that wait in a long poll alive (locally and in Redis)."""
+        for cid in list(self._polling):
+            if cid in self.members:
+                self._delivery.poll(cid, 0, now_ms)
+                await self.heartbeat(cid)

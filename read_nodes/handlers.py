@@ -1,0 +1,198 @@
+"""The read node's internal HTTP API (``docs/internals.md``, "Read node").
+
+The public consumer endpoints one to one under ``/internal/v1``, with the
+isolation context already resolved by the gateway:
+
+=========================================================  =========================================
+``POST /internal/v1/queues/{q}/groups/{g}/consumers``      ``{"consumer_id", "env", "set", "lane", "start"}``
+                                                           -> ``{"consumer_id", "session_timeout_ms"}``
+``POST .../consumers/{cid}/poll``                          ``{"max_messages", "wait_ms"}`` -> ``{"messages": [...]}``
+``POST .../consumers/{cid}/ack``                           ``{"ids"}`` -> ``{"acked": n}``
+``POST .../consumers/{cid}/nack``                          ``{"ids", "delay_ms"}`` -> ``{"nacked": n}``
+``DELETE .../consumers/{cid}``                             -> 204
+``GET /internal/v1/queues/{q}/groups/{g}``                 -> the public group answer
+``GET /internal/v1/status``                                -> this node's groups and tailers (operations)
+=========================================================  =========================================
+
+Bodies are validated like the public API's (same limits: ``max_messages``
+1..1000 default 100, ``wait_ms`` 0..30000 default 0, ``delay_ms``
+0..86,400,000 default 0, ``start`` earliest|latest). Every error is
+``common.errors`` JSON with its status, so it reaches the user unchanged
+through the gateway; a group held by another live node is 409 ``not_owner``
+with detail ``owner``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from aiohttp import web
+
+from common.errors import BadRequest, InternalError, MethodNotAllowed, NotFound, VpqError
+from isolation.context import IsolationContext, IsolationError
+from metadata.names import check_name
+
+if TYPE_CHECKING:
+    from read_nodes.service import ReadNodeService
+
+log = logging.getLogger(__name__)
+
+SERVICE_KEY: web.AppKey[ReadNodeService] = web.AppKey("read_node_service")
+MAX_BODY_BYTES = 16 * 1024 * 1024
+MAX_MESSAGES = 1000
+MAX_WAIT_MS = 30_000
+MAX_DELAY_MS = 86_400_000
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def json_response(data: Any, status: int = 200) -> web.Response:
+    return web.Response(body=orjson.dumps(data), status=status, content_type="application/json")
+
+
+def error_response(err: VpqError) -> web.Response:
+    return web.Response(
+        body=orjson.dumps(err.to_dict()), status=err.status, content_type="application/json", headers=err.headers()
+    )
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except VpqError as err:
+        return error_response(err)
+    except web.HTTPMethodNotAllowed as exc:
+        return error_response(MethodNotAllowed(message=f"{request.method} not allowed", allowed=sorted(exc.allowed_methods)))
+    except web.HTTPNotFound:
+        return error_response(NotFound("not_found", f"no route {request.path}"))
+    except web.HTTPException:
+        raise
+    except Exception:
+        log.exception("internal error on %s %s", request.method, request.path)
+        return error_response(InternalError(message="internal error in the read node"))
+
+
+async def _body(request: web.Request, required: bool) -> dict[str, Any]:
+    raw = await request.read()
+    if not raw:
+        if required:
+            raise BadRequest("invalid_request", "a JSON body is required")
+        return {}
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise BadRequest("malformed_json", "the body is not valid JSON") from None
+    if not isinstance(data, dict):
+        raise BadRequest("invalid_request", "the body must be a JSON object")
+    return data
+
+
+def _int(data: dict[str, Any], name: str, default: int, lo: int, hi: int) -> int:
+    value = data.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
+        raise BadRequest("invalid_request", f"{name} must be an integer in [{lo}, {hi}]", field=name)
+    return value
+
+
+def _ids(data: dict[str, Any]) -> list[str]:
+    ids = data.get("ids")
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        raise BadRequest("invalid_request", "ids must be a list of message id strings", field="ids")
+    return ids
+
+
+def _names(request: web.Request) -> tuple[str, str]:
+    mi = request.match_info
+    try:
+        return check_name("queue", mi["queue"]), check_name("group", mi["group"])
+    except ValueError as exc:
+        raise BadRequest("invalid_name", str(exc)) from None
+
+
+def _service(request: web.Request) -> ReadNodeService:
+    return request.app[SERVICE_KEY]
+
+
+async def join(request: web.Request) -> web.Response:
+    queue, group = _names(request)
+    data = await _body(request, required=False)
+    cid = data.get("consumer_id")
+    if cid is not None and not isinstance(cid, str):
+        raise BadRequest("invalid_request", "consumer_id must be a string or null", field="consumer_id")
+    start = data.get("start") or "earliest"
+    if start not in ("earliest", "latest"):
+        raise BadRequest("invalid_request", "start must be 'earliest' or 'latest'", field="start")
+    fields = {}
+    for name in ("env", "set", "lane"):
+        value = data.get(name)
+        if value is not None and not isinstance(value, str):
+            raise BadRequest("invalid_request", f"{name} must be a string", field=name)
+        fields[name] = value or ""
+    try:
+        ctx = IsolationContext(fields["env"], fields["set"], fields["lane"])
+    except IsolationError as exc:
+        raise BadRequest("invalid_request", str(exc), field=exc.field) from None
+    host = await _service(request).host(queue, group, create_start=start)
+    return json_response(await host.join(cid, ctx, start))
+
+
+async def poll(request: web.Request) -> web.Response:
+    queue, group = _names(request)
+    data = await _body(request, required=False)
+    max_messages = _int(data, "max_messages", 100, 1, MAX_MESSAGES)
+    wait_ms = _int(data, "wait_ms", 0, 0, MAX_WAIT_MS)
+    host = await _service(request).host(queue, group)
+    return json_response({"messages": await host.poll(request.match_info["consumer_id"], max_messages, wait_ms)})
+
+
+async def ack(request: web.Request) -> web.Response:
+    queue, group = _names(request)
+    ids = _ids(await _body(request, required=True))
+    host = await _service(request).host(queue, group)
+    return json_response({"acked": await host.ack(request.match_info["consumer_id"], ids)})
+
+
+async def nack(request: web.Request) -> web.Response:
+    queue, group = _names(request)
+    data = await _body(request, required=True)
+    ids = _ids(data)
+    delay_ms = _int(data, "delay_ms", 0, 0, MAX_DELAY_MS)
+    host = await _service(request).host(queue, group)
+    return json_response({"nacked": await host.nack(request.match_info["consumer_id"], ids, delay_ms)})
+
+
+async def leave(request: web.Request) -> web.Response:
+    queue, group = _names(request)
+    host = await _service(request).host(queue, group)
+    await host.leave(request.match_info["consumer_id"])
+    return web.Response(status=204)
+
+
+async def group_info(request: web.Request) -> web.Response:
+    queue, group = _names(request)
+    host = await _service(request).host(queue, group)
+    return json_response(await host.info())
+
+
+async def status(request: web.Request) -> web.Response:
+    return json_response(_service(request).status())
+
+
+def build_app(service: ReadNodeService) -> web.Application:
+    app = web.Application(middlewares=[error_middleware], client_max_size=MAX_BODY_BYTES)
+    app[SERVICE_KEY] = service
+    base = "/internal/v1/queues/{queue}/groups/{group}"
+    app.router.add_post(f"{base}/consumers", join)
+    app.router.add_post(f"{base}/consumers/{{consumer_id}}/poll", poll)
+    app.router.add_post(f"{base}/consumers/{{consumer_id}}/ack", ack)
+    app.router.add_post(f"{base}/consumers/{{consumer_id}}/nack", nack)
+    app.router.add_delete(f"{base}/consumers/{{consumer_id}}", leave)
+    app.router.add_get(base, group_info)
+    app.router.add_get("/internal/v1/status", status)
+    return app

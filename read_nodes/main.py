@@ -1,0 +1,48 @@
+"""``python -m read_nodes.main``: one read-node process of a ``vpq up`` cluster.
+
+``python -m read_nodes.main --settings <data-dir>/run/settings.json --node-id r0
+--redis-url URL [--host 127.0.0.1] [--port 0]`` runs a ``ReadNodeService`` until
+SIGTERM/SIGINT (then stops gracefully: ack states persisted, leases released),
+on uvloop when available, logging to stderr with timestamps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+from common.process_main import run, run_until_signalled, setup_logging
+from common.runfiles import read_settings
+from read_nodes.service import ReadNodeService
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m read_nodes.main", description="vpq read node process")
+    p.add_argument("--settings", required=True, type=Path, help="settings.json written by vpq up")
+    p.add_argument("--node-id", required=True)
+    p.add_argument("--redis-url", required=True)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=0, help="0: a free port")
+    p.add_argument("--log-level", default="INFO")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    setup_logging(f"read-node {args.node_id}", args.log_level)
+    settings = read_settings(args.settings)
+
+    async def amain() -> None:
+        service = ReadNodeService(settings, args.node_id, args.redis_url, host=args.host, port=args.port)
+
+        def started() -> None:
+            logging.getLogger("vpq.read_node").info("read node %s ready on %s", args.node_id, service.address)
+
+        await run_until_signalled([service], on_started=started)
+
+    run(amain)
+
+
+if __name__ == "__main__":
+    main()

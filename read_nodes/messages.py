@@ -1,0 +1,109 @@
+"""Tailed records and the public message objects a poll answers.
+
+A read node decodes each record it tails once and keeps it in the record cache
+as a ``TailedRecord`` (the decoded ``write_nodes.records.Record`` plus its
+resolved isolation context). ``render_message`` turns one into the object
+API.md fixes for a poll::
+
+    {"id", "queue", "key", "value" | "value_b64", "headers", "lane", "env", "set",
+     "partition", "offset", "virtual_partition", "timestamp_ms", "delivery_count"}
+
+Decisions:
+
+- ``value_encoding`` 0 (JSON): the stored bytes are parsed with orjson and
+  answered as ``"value"``; should they not parse (never produced by the gateway,
+  which stores compact JSON), they are answered as ``"value_b64"`` instead.
+  Encoding 1 (raw bytes): ``"value_b64"`` (standard base64).
+- ``key``: None for a keyless message, else the key bytes decoded as UTF-8.
+  The public API only accepts string keys, so keys are always UTF-8 in
+  practice; a key that is not (an internal producer's) is answered with U+FFFD
+  replacement characters in ``"key"`` AND its exact bytes in an extra field
+  ``"key_b64"`` (the response models allow extra fields).
+- header values are bytes on disk and strings in the API: decoded as UTF-8
+  (invalid sequences replaced by U+FFFD).
+
+Pure logic: no I/O.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from isolation.context import IsolationContext
+from read_nodes.message_id import encode_message_id
+from write_nodes.records import VALUE_JSON, Record
+
+RECORD_OVERHEAD_BYTES = 200
+"""Approximate Python overhead of one cached record beyond its payload bytes."""
+
+
+@dataclass(frozen=True, slots=True)
+class TailedRecord:
+    """A decoded record of physical partition ``pp`` with its isolation context."""
+
+    pp: int
+    record: Record
+    ctx: IsolationContext
+
+    @property
+    def offset(self) -> int:
+        return self.record.offset
+
+    def size_bytes(self) -> int:
+        """Footprint declared to the record cache (payload plus a fixed overhead)."""
+        r = self.record
+        size = RECORD_OVERHEAD_BYTES + len(r.value) + (len(r.key) if r.key is not None else 0)
+        for name, value in r.headers:
+            size += len(name) + len(value) + 16
+        return size
+
+
+def decode_key(key: bytes | None) -> tuple[str | None, str | None]:
+    """``(key as text, key_b64)``: key_b64 is None unless the bytes are not UTF-8."""
+    if key is None:
+        return None, None
+    try:
+        return key.decode("utf-8"), None
+    except UnicodeDecodeError:
+        return key.decode("utf-8", "replace"), base64.b64encode(key).decode("ascii")
+
+
+def decode_headers(headers: tuple[tuple[str, bytes], ...]) -> dict[str, str]:
+    return {name: value.decode("utf-8", "replace") for name, value in headers}
+
+
+def render_message(
+    queue: str, tailed: TailedRecord, virtual_partition: int, delivery_count: int
+) -> dict[str, Any]:
+    """The public message object of one delivery (see the module docstring)."""
+    r = tailed.record
+    ctx = tailed.ctx
+    key, key_b64 = decode_key(r.key)
+    msg: dict[str, Any] = {
+        "id": encode_message_id(tailed.pp, r.offset),
+        "queue": queue,
+        "key": key,
+    }
+    if r.value_encoding == VALUE_JSON:
+        try:
+            msg["value"] = orjson.loads(r.value)
+        except orjson.JSONDecodeError:
+            msg["value_b64"] = base64.b64encode(r.value).decode("ascii")
+    else:
+        msg["value_b64"] = base64.b64encode(r.value).decode("ascii")
+    msg["headers"] = decode_headers(r.headers) if r.headers else {}
+    msg["lane"] = ctx.lane
+    msg["env"] = ctx.env
+    msg["set"] = ctx.set
+    msg["partition"] = tailed.pp
+    msg["offset"] = r.offset
+    msg["virtual_partition"] = virtual_partition
+    msg["timestamp_ms"] = r.timestamp_ms if r.timestamp_ms is not None else 0
+    msg["delivery_count"] = delivery_count
+    if key_b64 is not None:
+        msg["key_b64"] = key_b64
+    return msg

@@ -1,0 +1,84 @@
+"""The node-wide parts every hosted group uses, and the read node's tuning knobs.
+
+``ReadNodeOptions`` holds what ``config.settings`` does not (yet) name for read
+nodes; the defaults suit a single machine. Everything else comes from
+``Settings`` (session timeout and queue defaults from ``settings.queues``, the
+lease TTL from ``settings.redis.lease_ttl_ms``).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from config.settings import Settings
+from gateway.cluster_queues import QueueAdmin
+from gateway.node_directory import WriteNodeDirectory
+from metadata.map_cache import MapCache
+from metadata.store import MetadataStore
+from read_nodes.ack_persistence import AckStateStore
+from read_nodes.dead_letters import DeadLetterProducer
+from read_nodes.tailer import RecordSource
+from read_nodes.tailer_pool import TailerPool
+from write_nodes.client import WriteNodeClient
+
+
+@dataclass(frozen=True, slots=True)
+class ReadNodeOptions:
+    """Read-node tuning (all durations in ms).
+
+    - ``cache_bytes``: bound of the decoded-record cache shared by all groups;
+    - ``tail_max_bytes`` / ``tail_wait_ms``: size and long-poll of each tail read;
+    - ``fetch_max_bytes``: size of a read that refills the cache after a miss;
+    - ``max_unacked``: per group, messages held in the delivery state (ingested,
+      not done) before ingestion pauses; also bounds a persisted ack state;
+    - ``ingest_batch``: index entries looked at per pp per ingestion pass;
+    - ``tick_ms``: period of a group's housekeeping (timeouts, idle consumers,
+      dead letters, config and map changes);
+    - ``persist_interval_ms``: ack state saved at most this often when it changed;
+    - ``heartbeat_interval_ms``: a consumer's Redis session is refreshed at most
+      this often (the node itself sees every poll);
+    - ``lineage_reload_ms``: at most one lineage reload per group this often when
+      a record lies outside the cached lineage;
+    - ``unknown_grace_ms``: see ``read_nodes.ingestor``.
+    """
+
+    cache_bytes: int = 64 * 1024 * 1024
+    tail_max_bytes: int = 1024 * 1024
+    tail_wait_ms: int = 1000
+    fetch_max_bytes: int = 1024 * 1024
+    max_unacked: int = 20_000
+    ingest_batch: int = 512
+    tick_ms: int = 100
+    persist_interval_ms: int = 100
+    heartbeat_interval_ms: int = 1000
+    lineage_reload_ms: int = 200
+    unknown_grace_ms: int = 5000
+    retry_ms: int = 200
+
+
+def monotonic_ms() -> int:
+    """The clock of the delivery state (visibility deadlines, sessions)."""
+    return time.monotonic_ns() // 1_000_000
+
+
+@dataclass(slots=True)
+class NodeParts:
+    """Built by ``ReadNodeService.start()``; shared by its ``GroupHost``s."""
+
+    settings: Settings
+    node_id: str
+    options: ReadNodeOptions
+    md: MetadataStore
+    map_cache: MapCache
+    writers: WriteNodeDirectory
+    write_client: WriteNodeClient
+    source: RecordSource
+    pool: TailerPool
+    acks: AckStateStore
+    admin: QueueAdmin
+    dead_letters: DeadLetterProducer
+
+    @property
+    def session_timeout_ms(self) -> int:
+        return self.settings.queues.session_timeout_ms

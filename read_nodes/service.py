@@ -1,0 +1,344 @@
+"""``ReadNodeService``: one read node (tailing, caching, per-queue index, delivery state).
+
+``ReadNodeService(settings, node_id, redis_url, host="127.0.0.1", port=0)``;
+``await start()`` builds, in order: the metadata store (Redis), its event
+listener and map cache, the write-node directory and client, the record cache
+and the tailer pool (one tailer per physical partition, shared by all groups),
+the persisted-ack store, the produce path (for dead letters) and the queue
+admin (for dead-letter queues and automatic splits), then serves the internal
+HTTP API (``read_nodes.handlers``) on ``host:port`` (0: a free port; see
+``.address``) and registers the node under role ``read`` with a TTL lease kept
+alive by a ``LeaseKeeper``.
+
+Groups (``host(queue, group)``): a group is served only while this node holds
+the lease ``group:{queue}:{group}``. The first request for a group acquires it
+(409 ``not_owner`` with detail ``owner`` when another live node holds it),
+creates the group's start offsets when the group is new (a join; any other
+request for an unknown group is 404 ``group_not_found``) and opens a
+``GroupHost``, which restores the group's persisted state. A lease that is lost
+(renewal refused, Redis away for a whole TTL, or a fenced ack save) closes its
+host at once. Every ``tick_ms`` the service re-hosts groups whose queue config
+changed and drops those whose queue was deleted.
+
+``stop()`` stops gracefully: groups persist their ack state, leases are
+released and the node deregisters, so another node can take over at once.
+``stop(release=False)`` abandons everything instead, like a crash: nothing is
+persisted or released, and the leases expire after their TTL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from common.errors import Conflict, NotFound
+from config.settings import Settings
+from gateway.cluster_errors import metadata_errors
+from gateway.cluster_queues import QueueAdmin
+from gateway.cluster_traffic import TrafficMeter
+from gateway.node_directory import WriteNodeDirectory
+from isolation.context import IsolationContext
+from metadata.aio import cancel_and_wait
+from metadata.events import EventListener
+from metadata.lease_keeper import LeaseKeeper
+from metadata.leases import group_resource
+from metadata.map_cache import MapCache
+from metadata.store import MetadataStore
+from read_nodes.ack_persistence import AckStateStore
+from read_nodes.dead_letters import DeadLetterProducer
+from read_nodes.group_host import GroupHost
+from read_nodes.group_start import start_offsets
+from read_nodes.handlers import build_app
+from read_nodes.lineage_order import LineageOrder
+from read_nodes.node_parts import NodeParts, ReadNodeOptions
+from read_nodes.record_cache import RecordCache
+from read_nodes.tailer import RecordSource
+from read_nodes.tailer_pool import TailerPool
+from virtual_partitions.router import ProduceRouter
+from write_nodes.client import WriteNodeClient
+from write_nodes.cluster_meta import read_partition_count
+from write_nodes.produce import Appender
+
+log = logging.getLogger("vpq.read_node")
+
+ROLE = "read"
+
+
+class ReadNodeService:
+    def __init__(
+        self,
+        settings: Settings,
+        node_id: str,
+        redis_url: str,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        options: ReadNodeOptions | None = None,
+    ) -> None:
+        self.settings = settings
+        self.node_id = node_id
+        self.redis_url = redis_url
+        self.host_name = host
+        self.port = port
+        self.options = options or ReadNodeOptions()
+        self.parts: NodeParts | None = None
+        self._md: MetadataStore | None = None
+        self._listener: EventListener | None = None
+        self._cache: MapCache | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self._runner: web.AppRunner | None = None
+        self._keeper: LeaseKeeper | None = None
+        self._hosts: dict[tuple[str, str], GroupHost] = {}
+        self._locks: dict[tuple[str, str], asyncio.Lock] = {}
+        self._contexts: dict[int, IsolationContext] = {}
+        self._maintenance: asyncio.Task[None] | None = None
+        self._address = ""
+        self._stopping = False
+        self._partition_count = settings.cluster.physical_partitions
+
+    @property
+    def address(self) -> str:
+        """``host:port`` the node listens on (after ``start``)."""
+        return self._address
+
+    # ---------------------------------------------------------------- lifecycle
+    async def start(self) -> None:
+        try:
+            await self._start()
+        except BaseException:
+            await self._close(release=True)
+            raise
+
+    async def _start(self) -> None:
+        s = self.settings
+        o = self.options
+        md = self._md = MetadataStore(s.redis, url=self.redis_url, queue_defaults=s.queues)
+        await md.start()
+        listener = self._listener = md.event_listener()
+        await listener.start()
+        cache = self._cache = MapCache(md.queues, md.maps, listener)
+        await cache.start()
+        self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1024, limit_per_host=256))
+        self._partition_count = await read_partition_count(md.client, md.keys) or s.cluster.physical_partitions
+        writers = WriteNodeDirectory(md.nodes, md.leases, self._partition_count)
+        listener.add_callback(writers.on_event)
+        await writers.refresh()
+        write_client = WriteNodeClient(self._session)
+        source = RecordSource(write_client, writers, self._resolve_context, RecordCache(o.cache_bytes), o.fetch_max_bytes)
+        pool = TailerPool(source, max_bytes=o.tail_max_bytes, wait_ms=o.tail_wait_ms, retry_ms=o.retry_ms)
+        appender = Appender(cache, ProduceRouter(cache, md.contexts), writers, write_client)
+        admin = QueueAdmin(md, self._placeable_partitions, TrafficMeter(), on_change=cache.refresh)
+        self.parts = NodeParts(
+            settings=s, node_id=self.node_id, options=o, md=md, map_cache=cache, writers=writers,
+            write_client=write_client, source=source, pool=pool, acks=AckStateStore(md.client, md.keys), admin=admin,
+            dead_letters=DeadLetterProducer(appender, admin, source),
+        )
+        self._runner = web.AppRunner(build_app(self), access_log=None, shutdown_timeout=2.0)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host_name, self.port)
+        await site.start()
+        bound = self._runner.addresses[0]
+        self._address = f"{self.host_name}:{bound[1]}"
+        self._keeper = LeaseKeeper(
+            md.leases, self.node_id, s.redis.lease_ttl_ms, on_lost=self._on_lost, nodes=md.nodes, role=ROLE,
+            address=self._address,
+        )
+        await self._keeper.start()
+        self._maintenance = asyncio.create_task(self._maintain(), name=f"vpq-read-node-{self.node_id}")
+        log.info("read node %s listening on %s", self.node_id, self._address)
+
+    async def stop(self, release: bool = True) -> None:
+        """Graceful stop (see the module docstring); ``release=False`` simulates a crash."""
+        await self._close(release)
+
+    async def _close(self, release: bool) -> None:
+        self._stopping = True
+        if self._maintenance is not None:
+            await cancel_and_wait(self._maintenance)
+            self._maintenance = None
+        hosts, self._hosts = self._hosts, {}
+        for host in hosts.values():
+            await host.close(persist=release)
+        if self._keeper is not None:
+            with contextlib.suppress(Exception):
+                await self._keeper.stop(release=release)
+            self._keeper = None
+        if self.parts is not None:
+            await self.parts.pool.stop()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        if self._listener is not None and self.parts is not None:
+            self._listener.remove_callback(self.parts.writers.on_event)
+        for closer in (
+            self._session.close if self._session else None,
+            self._cache.stop if self._cache else None,
+            self._listener.stop if self._listener else None,
+            self._md.stop if self._md else None,
+        ):
+            if closer is not None:
+                try:
+                    await closer()
+                except Exception:
+                    log.exception("error while stopping read node %s", self.node_id)
+        self._session = self._cache = self._listener = self._md = None
+        self.parts = None
+
+    def _placeable_partitions(self) -> list[int]:
+        pps = set(range(self._partition_count))
+        if self._cache is not None and self._cache.map is not None:
+            for q in self._cache.map["queues"].values():
+                pps.update(q["placement"])
+        return sorted(pps)
+
+    async def _resolve_context(self, context_id: int) -> IsolationContext:
+        ctx = self._contexts.get(context_id)
+        if ctx is not None:
+            return ctx
+        assert self._md is not None
+        try:
+            env, set_, lane = await self._md.contexts.resolve(context_id)
+            ctx = IsolationContext(env, set_, lane)
+        except KeyError:
+            log.error("record with unknown isolation context id %d: delivered as the default context", context_id)
+            return IsolationContext()
+        self._contexts[context_id] = ctx
+        return ctx
+
+    # ------------------------------------------------------------------- groups
+    def _parts(self) -> NodeParts:
+        if self.parts is None or self._stopping:
+            raise Conflict("not_owner", f"read node {self.node_id} is stopping", owner=None)
+        return self.parts
+
+    async def host(self, queue: str, group: str, create_start: str | None = None) -> GroupHost:
+        """The hosted group, acquiring its lease and restoring it on first use
+        (``create_start``: the join's start position, which allows creating it)."""
+        key = (queue, group)
+        h = self._hosts.get(key)
+        if h is not None and not h.closed:
+            return h
+        lock = self._locks.get(key)
+        if lock is None:
+            lock = self._locks[key] = asyncio.Lock()
+        async with lock:
+            h = self._hosts.get(key)
+            if h is not None and not h.closed:
+                return h
+            with metadata_errors():
+                h = await self._open_host(queue, group, create_start)
+            self._hosts[key] = h
+            return h
+
+    async def _open_host(self, queue: str, group: str, create_start: str | None) -> GroupHost:
+        parts = self._parts()
+        md = parts.md
+        rec = parts.map_cache.queue(queue) or await md.queues.get(queue)
+        if rec is None:
+            raise NotFound("queue_not_found", f"queue {queue!r} does not exist", queue=queue)
+        grp = await md.groups.get_group(queue, group)
+        if grp is None and create_start is None:
+            raise NotFound("group_not_found", f"queue {queue!r} has no consumer group {group!r}", group=group)
+        resource = group_resource(queue, group)
+        assert self._keeper is not None
+        token = self._keeper.token(resource)
+        if token is None:
+            token = await self._keeper.acquire(resource)
+            if token is None:
+                owner = await md.leases.owner(resource)
+                if owner is None:
+                    token = await self._keeper.acquire(resource)
+                if token is None:
+                    raise Conflict(
+                        "not_owner", f"group {group!r} of queue {queue!r} is served by another read node",
+                        owner=owner.node_id if owner is not None else None,
+                    )
+        try:
+            starts = dict(grp.start_offsets) if grp is not None else {}
+            if not starts:
+                position = grp.start if grp is not None else create_start
+                lineage = LineageOrder(await md.maps.lineage_all(queue))
+                entry = parts.map_cache.entry(queue)
+                placement = entry.placement if entry is not None and entry.placement is not None else ()
+                computed = await start_offsets(position, lineage, placement, parts.writers, parts.write_client)  # type: ignore[arg-type]
+                starts = await md.groups.set_start_offsets(queue, group, computed) if computed else {}
+            host = GroupHost(parts, rec, group, token, self._fenced)
+            try:
+                await host.open(starts)
+            except BaseException:
+                await host.close(persist=False)
+                raise
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await self._keeper.release(resource)
+            raise
+        return host
+
+    async def _drop(self, host: GroupHost, persist: bool, release: bool) -> None:
+        key = (host.queue, host.group)
+        if self._hosts.get(key) is host:
+            del self._hosts[key]
+        await host.close(persist=persist)
+        if release and self._keeper is not None:
+            with contextlib.suppress(Exception):
+                await self._keeper.release(group_resource(host.queue, host.group))
+
+    async def _on_lost(self, resource: str, token: int) -> None:
+        for host in list(self._hosts.values()):
+            if group_resource(host.queue, host.group) == resource and host.token == token:
+                log.warning("lost the lease of %s/%s: no longer serving it", host.queue, host.group)
+                await self._drop(host, persist=False, release=False)
+
+    async def _fenced(self, host: GroupHost) -> None:
+        # called from the host's own task: close it from another task
+        asyncio.get_running_loop().create_task(self._drop(host, persist=False, release=True))
+
+    async def _maintain(self) -> None:
+        interval = self.options.tick_ms / 1000.0
+        while True:
+            await asyncio.sleep(interval)
+            for key, host in list(self._hosts.items()):
+                try:
+                    if host.gone:
+                        log.info("queue %s was deleted: dropping group %s", host.queue, host.group)
+                        await self._drop(host, persist=False, release=True)
+                    elif host.needs_reload:
+                        log.info("queue %s config changed: re-hosting group %s", host.queue, host.group)
+                        await self._drop(host, persist=True, release=False)
+                        with contextlib.suppress(Exception):
+                            await self.host(*key)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("maintenance of %s/%s failed", host.queue, host.group)
+
+    # -------------------------------------------------------------- operations
+    def hosted(self) -> dict[tuple[str, str], GroupHost]:
+        return dict(self._hosts)
+
+    async def persist_now(self) -> None:
+        """Save every hosted group's ack state now (tests, operations)."""
+        for host in list(self._hosts.values()):
+            await host.persist_now()
+
+    def status(self) -> dict[str, Any]:
+        parts = self.parts
+        groups = [
+            {"queue": h.queue, "group": h.group, "token": h.token, **h.stats()} for h in self._hosts.values()
+        ]
+        tailers = []
+        cache: dict[str, Any] = {}
+        if parts is not None:
+            for pp, t in sorted(parts.pool.tailers().items()):
+                tailers.append(
+                    {"pp": pp, "records_tailed": t.records_tailed, "errors": t.errors, "log_start": t.log_start,
+                     "known_end": t.known_end, "index_entries": t.index.entries(), "readers": t.listeners}
+                )
+            st = parts.source.cache.stats()
+            cache = {"entries": st.entries, "bytes": st.bytes, "hit_ratio": st.hit_ratio, "fetches": parts.source.fetches}
+        return {"node_id": self.node_id, "address": self._address, "groups": groups, "tailers": tailers, "cache": cache}

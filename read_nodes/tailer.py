@@ -1,0 +1,334 @@
+"""Tailing one physical partition for every group hosted on this read node.
+
+``PartitionTailer`` long-polls ``GET /internal/v1/partitions/{pp}/read`` on the
+write node owning the pp (``PartitionReader``: ``write_nodes.client.WriteNodeClient``
+fits), verifies and decodes each batch ONCE, and for every record:
+
+- puts the decoded record in the node's shared ``RecordCache`` under ``(pp, offset)``;
+- adds it to its ``QueueIndex`` under the record's queue id, with
+  ``ref = pack_ref(context_id, key_hash)`` (so lag by context and a record's vp
+  are known from the index alone);
+
+then calls every listener (the hosted groups that read this pp), which wake
+their ingestion. Groups read only their queue's offsets from the index.
+
+Positions: the index covers ``[index.start_offset(pp), index.end_offset(pp))``.
+A group that needs an earlier position calls ``require(offset)``: the tailer
+drops its index and re-reads from there (the record cache stays). Readers report
+their cursors with ``set_position``; the index is truncated below the lowest
+one from time to time. ``log_start`` is the write node's log start (records
+below it were removed by retention and are gone).
+
+Errors from the write node (``not_owner``, connection refused, offline
+partition) make the tailer forget the node's address and retry with backoff;
+a corrupt batch is retried too (it is logged: never skipped silently).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+import aiohttp
+
+from common.errors import VpqError
+from isolation.context import IsolationContext
+from read_nodes.messages import TailedRecord
+from read_nodes.queue_index import QueueIndex
+from read_nodes.record_cache import RecordCache
+from write_nodes.errors import CorruptBatchError
+from write_nodes.records import iter_batches
+
+log = logging.getLogger(__name__)
+
+KEY_HASH_BITS = 32
+_HASH_MASK = (1 << KEY_HASH_BITS) - 1
+
+
+def pack_ref(context_id: int, key_hash: int) -> int:
+    """The index ref of a record: its context id and key hash in one int64."""
+    return (context_id << KEY_HASH_BITS) | key_hash
+
+
+def unpack_ref(ref: int) -> tuple[int, int]:
+    """``(context_id, key_hash)`` of ``pack_ref``."""
+    return ref >> KEY_HASH_BITS, ref & _HASH_MASK
+
+
+class ReadResultLike(Protocol):
+    data: bytes
+    start_offset: int
+    end_offset: int
+
+
+class PartitionReader(Protocol):
+    """``write_nodes.client.WriteNodeClient`` is one."""
+
+    async def read(self, address: str, pp: int, offset: int, max_bytes: int, wait_ms: int) -> ReadResultLike: ...
+
+
+class NodeRefLike(Protocol):
+    @property
+    def address(self) -> str: ...
+
+
+class PartitionLocator(Protocol):
+    """``gateway.node_directory.WriteNodeDirectory`` is one."""
+
+    async def owner(self, pp: int) -> NodeRefLike: ...
+
+    def invalidate(self, pp: int) -> None: ...
+
+
+ContextResolver = Callable[[int], Awaitable[IsolationContext]]
+Listener = Callable[[int], None]
+
+RecordKey = tuple[int, int]
+
+
+class RecordSource:
+    """Decoded records by ``(pp, offset)``: the shared cache first, else one read from
+    the owning write node (whose other records are cached too, so a reader far
+    behind the tail costs one read per ``fetch_max_bytes``, not per record)."""
+
+    def __init__(
+        self,
+        reader: PartitionReader,
+        directory: PartitionLocator,
+        resolve_context: ContextResolver,
+        cache: RecordCache[RecordKey, TailedRecord],
+        fetch_max_bytes: int = 1 << 20,
+    ) -> None:
+        self.reader = reader
+        self.directory = directory
+        self.cache = cache
+        self._resolve = resolve_context
+        self._fetch_max_bytes = fetch_max_bytes
+        self._locks: dict[int, asyncio.Lock] = {}
+        self.fetches = 0
+
+    def cached(self, pp: int, offset: int) -> TailedRecord | None:
+        return self.cache.get((pp, offset))
+
+    async def get(self, pp: int, offset: int) -> TailedRecord | None:
+        """The record at ``(pp, offset)``; None when the write node no longer has it
+        (retention). Raises the write node's ``VpqError`` when it cannot be read now."""
+        rec = self.cache.get((pp, offset))
+        if rec is not None:
+            return rec
+        lock = self._locks.get(pp)
+        if lock is None:
+            lock = self._locks[pp] = asyncio.Lock()
+        async with lock:
+            rec = self.cache.get((pp, offset))
+            if rec is not None:
+                return rec
+            address = (await self.directory.owner(pp)).address
+            try:
+                res = await self.reader.read(address, pp, offset, self._fetch_max_bytes, 0)
+            except VpqError:
+                self.directory.invalidate(pp)
+                raise
+            self.fetches += 1
+            found: TailedRecord | None = None
+            records, _ = await self.decode(pp, res.data, offset)
+            for tailed in records:
+                if tailed.offset == offset:
+                    found = tailed
+            return found
+
+    async def decode(self, pp: int, data: bytes, from_offset: int) -> tuple[list[TailedRecord], int]:
+        """Verify and decode raw batches and cache every record at or above
+        ``from_offset``; returns them and the offset after the last batch."""
+        out: list[TailedRecord] = []
+        end = from_offset
+        for view in iter_batches(data, verify=True):
+            if view.next_offset > end:
+                end = view.next_offset
+            if view.next_offset <= from_offset:
+                continue
+            for rec in view.records():
+                if rec.offset < from_offset:
+                    continue
+                tailed = TailedRecord(pp, rec, await self._resolve(rec.context_id))
+                self.cache.put((pp, rec.offset), tailed, tailed.size_bytes())
+                out.append(tailed)
+        return out, end
+
+
+class PartitionTailer:
+    """Tails one pp (see the module docstring). ``start(offset)`` / ``stop()``."""
+
+    def __init__(
+        self,
+        pp: int,
+        source: RecordSource,
+        *,
+        max_bytes: int = 1 << 20,
+        wait_ms: int = 1000,
+        retry_ms: int = 200,
+        truncate_every_s: float = 1.0,
+    ) -> None:
+        self.pp = pp
+        self._source = source
+        self._max_bytes = max_bytes
+        self._wait_ms = wait_ms
+        self._retry_s = retry_ms / 1000.0
+        self._truncate_every_s = truncate_every_s
+        self.index = QueueIndex()
+        self.log_start = 0
+        self.known_end = 0
+        self._pos = 0
+        self._reset_to: int | None = None
+        self._reset = asyncio.Event()
+        self._listeners: dict[object, Listener] = {}
+        self._positions: dict[object, int] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._last_truncate = 0.0
+        self.records_tailed = 0
+        self.errors = 0
+
+    # ---------------------------------------------------------------- lifecycle
+    def start(self, offset: int) -> None:
+        if self._task is not None:
+            return
+        self._restart_index(offset)
+        self._task = asyncio.create_task(self._run(), name=f"vpq-tailer-pp{self.pp}")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None
+
+    # ------------------------------------------------------------------ readers
+    def add_listener(self, key: object, listener: Listener) -> None:
+        self._listeners[key] = listener
+
+    def remove_listener(self, key: object) -> None:
+        self._listeners.pop(key, None)
+        self._positions.pop(key, None)
+
+    @property
+    def listeners(self) -> int:
+        return len(self._listeners)
+
+    def set_position(self, key: object, offset: int) -> None:
+        """Reader ``key`` no longer needs index entries below ``offset``."""
+        self._positions[key] = offset
+
+    def require(self, offset: int) -> None:
+        """Make the index cover ``offset`` onwards (re-reading from it when it starts later)."""
+        offset = max(offset, self.log_start)
+        if offset >= self.index.start_offset(self.pp):
+            return
+        if self._reset_to is None or offset < self._reset_to:
+            self._reset_to = offset
+            self._reset.set()
+
+    def covers(self, offset: int) -> bool:
+        """True when every record from ``offset`` up to the index end is indexed."""
+        return self.index.start_offset(self.pp) <= max(offset, self.log_start) and self._reset_to is None
+
+    # --------------------------------------------------------------------- loop
+    def _restart_index(self, offset: int) -> None:
+        self.index = QueueIndex()
+        self.index.truncate_below(self.pp, offset)
+        self._pos = offset
+
+    async def _run(self) -> None:
+        while True:
+            if self._reset_to is not None:
+                self._restart_index(self._reset_to)
+                self._reset_to = None
+                self._reset.clear()
+                self._notify()
+            try:
+                address = (await self._source.directory.owner(self.pp)).address
+                read = asyncio.ensure_future(
+                    self._source.reader.read(address, self.pp, self._pos, self._max_bytes, self._wait_ms)
+                )
+                reset = asyncio.ensure_future(self._reset.wait())
+                try:
+                    await asyncio.wait({read, reset}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    reset.cancel()
+                    if not read.done():
+                        read.cancel()
+                        with contextlib.suppress(asyncio.CancelledError, Exception):
+                            await read
+                if read.cancelled():
+                    continue
+                res = read.result()
+                await self._take(res)
+            except asyncio.CancelledError:
+                raise
+            except VpqError as exc:
+                self.errors += 1
+                self._source.directory.invalidate(self.pp)
+                log.info("pp %d: read failed (%s); retrying", self.pp, exc)
+                await asyncio.sleep(self._retry_s)
+            except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+                self.errors += 1
+                self._source.directory.invalidate(self.pp)
+                log.info("pp %d: write node unreachable (%s); retrying", self.pp, exc)
+                await asyncio.sleep(self._retry_s)
+            except CorruptBatchError as exc:
+                self.errors += 1
+                log.error("pp %d: corrupt data at offset %d: %s; retrying", self.pp, self._pos, exc)
+                await asyncio.sleep(self._retry_s * 5)
+            except Exception:
+                self.errors += 1
+                log.exception("pp %d: tailer error at offset %d; retrying", self.pp, self._pos)
+                await asyncio.sleep(self._retry_s * 5)
+
+    async def _take(self, res: ReadResultLike) -> None:
+        self.log_start = res.start_offset
+        self.known_end = max(self.known_end, res.end_offset)
+        if self._reset_to is not None:
+            return
+        pos = self._pos
+        if not res.data:
+            if pos < res.start_offset:  # everything below the log start is gone
+                self.index.advance(self.pp, res.start_offset)
+                self._pos = res.start_offset
+                self._notify()
+            return
+        records, end = await self._source.decode(self.pp, res.data, pos)
+        if self._reset_to is not None or pos != self._pos:
+            return  # reset while decoding: the index was replaced
+        index = self.index
+        pp = self.pp
+        for tailed in records:
+            r = tailed.record
+            index.add(pp, r.offset, r.queue_id, pack_ref(r.context_id, r.key_hash))
+        self._pos = end
+        index.advance(pp, end)
+        self.records_tailed += len(records)
+        self._maybe_truncate()
+        self._notify()
+
+    def _maybe_truncate(self) -> None:
+        now = time.monotonic()
+        if now - self._last_truncate < self._truncate_every_s or not self._positions:
+            return
+        self._last_truncate = now
+        low = min(self._positions.values())
+        if low > self.index.start_offset(self.pp):
+            self.index.truncate_below(low)
+
+    def _notify(self) -> None:
+        for listener in list(self._listeners.values()):
+            try:
+                listener(self.pp)
+            except Exception:
+                log.exception("pp %d: listener failed", self.pp)

@@ -1,0 +1,55 @@
+"""One ``PartitionTailer`` per physical partition, shared by every group of the node.
+
+A group ``subscribe``s to each pp its queue lives in with a listener and the
+offset it needs from; the first subscriber starts the pp's tailer there, later
+ones make it cover their offset too (``require``). When the last subscriber of
+a pp leaves, its tailer stops (its cached records stay until evicted).
+"""
+
+from __future__ import annotations
+
+from read_nodes.tailer import Listener, PartitionTailer, RecordSource
+
+
+class TailerPool:
+    def __init__(self, source: RecordSource, *, max_bytes: int = 1 << 20, wait_ms: int = 1000, retry_ms: int = 200) -> None:
+        self.source = source
+        self._max_bytes = max_bytes
+        self._wait_ms = wait_ms
+        self._retry_ms = retry_ms
+        self._tailers: dict[int, PartitionTailer] = {}
+
+    def subscribe(self, pp: int, key: object, listener: Listener, offset: int) -> PartitionTailer:
+        """Register ``listener`` (called with the pp after new records were indexed)
+        and make the pp's tailer cover ``offset`` onwards."""
+        tailer = self._tailers.get(pp)
+        if tailer is None:
+            tailer = self._tailers[pp] = PartitionTailer(
+                pp, self.source, max_bytes=self._max_bytes, wait_ms=self._wait_ms, retry_ms=self._retry_ms
+            )
+            tailer.start(offset)
+        else:
+            tailer.require(offset)
+        tailer.add_listener(key, listener)
+        tailer.set_position(key, offset)
+        return tailer
+
+    async def unsubscribe(self, pp: int, key: object) -> None:
+        tailer = self._tailers.get(pp)
+        if tailer is None:
+            return
+        tailer.remove_listener(key)
+        if tailer.listeners == 0:
+            del self._tailers[pp]
+            await tailer.stop()
+
+    def get(self, pp: int) -> PartitionTailer | None:
+        return self._tailers.get(pp)
+
+    def tailers(self) -> dict[int, PartitionTailer]:
+        return dict(self._tailers)
+
+    async def stop(self) -> None:
+        tailers, self._tailers = self._tailers, {}
+        for tailer in tailers.values():
+            await tailer.stop()

@@ -1,0 +1,141 @@
+"""ReadNodeService: takeover with restored ack state, automatic split, start positions,
+lineage order across a remap, one tailer per pp shared by every group."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from common.errors import Conflict
+from gateway.cluster_placement import plan_new_queue
+from tests.read_nodes.test_service_env import Env, drain
+
+
+@pytest.fixture
+async def env(redis_url, key_prefix, tmp_path):
+    e = Env(redis_url, key_prefix, tmp_path, lease_ttl_ms=1000, session_timeout_ms=8000)
+    await e.start()
+    yield e
+    await e.stop()
+
+
+async def test_takeover_restores_ack_state_and_redelivers_exactly_the_unacked(env: Env) -> None:
+    await env.create_queue("jobs", virtual_partitions=4)
+    produced = await env.produce_json("jobs", [(f"key-{i}", i) for i in range(12)])
+    node1 = await env.read_node("r1")
+    a1 = node1.address
+    cid = (await env.client.join(a1, "jobs", "g", consumer_id="c1", env="", set_="", lane=""))["consumer_id"]
+    got = await drain(env, a1, "jobs", "g", cid, 12, ack=False)
+    assert len(got) == 12
+    acked = [m["id"] for m in got[::2]]
+    assert await env.client.ack(a1, "jobs", "g", cid, acked) == 6
+    await node1.persist_now()
+    await node1.stop(release=False)  # like a crash: the lease stays until its TTL
+
+    node2 = await env.read_node("r2")
+    a2 = node2.address
+    with pytest.raises(Conflict) as exc:
+        await env.client.poll(a2, "jobs", "g", cid, 100, 0)
+    assert exc.value.code == "not_owner" and exc.value.details["owner"] == "r1"
+    redelivered: list[dict] = []
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 10
+    while loop.time() < deadline:
+        try:
+            redelivered = await drain(env, a2, "jobs", "g", cid, 6, ack=False, timeout_s=2)
+            break
+        except Conflict:
+            await asyncio.sleep(0.1)
+    unacked = {r["id"] for r in produced} - set(acked)
+    assert {m["id"] for m in redelivered} == unacked
+    assert all(m["delivery_count"] == 1 for m in redelivered)
+    assert await env.client.ack(a2, "jobs", "g", cid, [m["id"] for m in redelivered]) == 6
+    assert await env.client.poll(a2, "jobs", "g", cid, 100, 300) == []
+    info = await env.client.group_info(a2, "jobs", "g")
+    assert [m["consumer_id"] for m in info["members"]] == ["c1"] and info["lag"]["total"] == 0
+
+
+async def test_automatic_split_when_consumers_outnumber_vps(env: Env) -> None:
+    await env.create_queue("tiny", virtual_partitions=1)
+    node = await env.read_node()
+    a = node.address
+    c1 = (await env.client.join(a, "tiny", "g", consumer_id="c1", env="", set_="", lane=""))["consumer_id"]
+    c2 = (await env.client.join(a, "tiny", "g", consumer_id="c2", env="", set_="", lane=""))["consumer_id"]
+    info = await env.client.group_info(a, "tiny", "g")
+    assert sorted(tuple(m["virtual_partitions"]) for m in info["members"]) == [(0,), (1,)]
+    placed = None
+    for _ in range(100):
+        current = await env.md.maps.current()
+        placed = current["queues"]["tiny"] if current else None
+        if placed and placed["virtual_partitions"] == 2:
+            break
+        await asyncio.sleep(0.05)
+    assert placed is not None and placed["virtual_partitions"] == 2
+    assert set(await env.md.maps.lineage_all("tiny")) == {0, 1}
+    assert (await env.md.queues.get("tiny")).virtual_partitions == 2  # type: ignore[union-attr]
+    await env.cache.refresh()
+    produced = await env.produce_json("tiny", [(f"k{i}", i) for i in range(40)])
+    got1: list[dict] = []
+    got2: list[dict] = []
+    for _ in range(30):
+        for cid, bucket in ((c1, got1), (c2, got2)):
+            batch = await env.client.poll(a, "tiny", "g", cid, 100, 50)
+            if batch:
+                await env.client.ack(a, "tiny", "g", cid, [m["id"] for m in batch])
+                bucket.extend(batch)
+        if len(got1) + len(got2) == 40:
+            break
+    assert {m["id"] for m in got1 + got2} == {r["id"] for r in produced}
+    assert got1 and got2
+    assert {m["virtual_partition"] for m in got1}.isdisjoint({m["virtual_partition"] for m in got2})
+
+
+async def test_start_latest_skips_earlier_messages(env: Env) -> None:
+    await env.create_queue("news", virtual_partitions=2)
+    await env.produce_json("news", [(f"old{i}", i) for i in range(5)])
+    node = await env.read_node()
+    a = node.address
+    cid = (await env.client.join(a, "news", "late", consumer_id=None, env="", set_="", lane="", start="latest"))[
+        "consumer_id"
+    ]
+    fresh = await env.produce_json("news", [(f"new{i}", i) for i in range(3)])
+    got = await drain(env, a, "news", "late", cid, 3)
+    assert {m["id"] for m in got} == {r["id"] for r in fresh}
+    assert await env.client.poll(a, "news", "late", cid, 100, 200) == []
+    record = await env.md.groups.get_group("news", "late")
+    assert record is not None and record.start == "latest" and set(record.start_offsets) == {0, 1}
+
+
+async def test_key_order_across_a_remap_and_one_tailer_per_partition(env: Env) -> None:
+    # a queue that starts on pp 1 and moves to pp 0: the group scans pp 0 first, so it must
+    # hold pp 0's records until it has finished the older range on pp 1
+    name = next(f"moving{i}" for i in range(100) if plan_new_queue({}, f"moving{i}", 1, [0, 1], {})[0] == 1)
+    await env.create_queue(name, virtual_partitions=1)
+    old = await env.produce_json(name, [("k", i) for i in range(5)])
+    assert {r["partition"] for r in old} == {1}
+    logs = env.writer.logs
+    end1, end0 = logs[1].durable_end_offset, logs[0].durable_end_offset
+
+    def move(m: dict) -> dict:
+        return {"queues": {**m["queues"], name: {"virtual_partitions": 1, "placement": [0]}}}
+
+    moved = await env.md.maps.update(move)
+    assert await env.md.maps.move_range(name, 0, end1, 0, end0, moved["epoch"])
+    await env.cache.refresh()
+    new = await env.produce_json(name, [("k", i) for i in range(5, 10)])
+    assert {r["partition"] for r in new} == {0}
+    node = await env.read_node()
+    a = node.address
+    c1 = (await env.client.join(a, name, "g1", consumer_id="c1", env="", set_="", lane=""))["consumer_id"]
+    c2 = (await env.client.join(a, name, "g2", consumer_id="c2", env="", set_="", lane=""))["consumer_id"]
+    for group, cid in (("g1", c1), ("g2", c2)):
+        got = await drain(env, a, name, group, cid, 10)
+        assert [m["value"] for m in got] == list(range(10))
+        assert [m["id"] for m in got] == [r["id"] for r in old + new]
+    status = node.status()
+    tailers = {t["pp"]: t for t in status["tailers"]}
+    assert set(tailers) == {0, 1}
+    assert all(t["readers"] == 2 for t in tailers.values())
+    # each pp was tailed once for both groups
+    assert tailers[1]["records_tailed"] == 5 and tailers[0]["records_tailed"] == 5

@@ -1,0 +1,264 @@
+"""The read-node service's pure parts: lineage order, persisted ack state (encoding,
+trimming, fencing), message rendering, and the ingestor against in-memory tailers."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from isolation.context import IsolationContext
+from metadata.leases import group_resource
+from metadata.maps import LineageRange
+from metadata.store import MetadataStore
+from config.settings import RedisSettings
+from read_nodes.ack_persistence import AckSnapshots, AckStateStore, decode_state, encode_state, trim_state
+from read_nodes.ack_tracker import AckTracker, PartitionAckState
+from read_nodes.dead_letters import dlq_name
+from read_nodes.delivery import GroupDelivery
+from read_nodes.delivery_types import DeliveryConfig
+from read_nodes.ingestor import Ingestor
+from read_nodes.lineage_order import Decision, LineageOrder
+from read_nodes.messages import TailedRecord, render_message
+from read_nodes.queue_index import QueueIndex
+from read_nodes.tailer import pack_ref, unpack_ref
+from write_nodes.records import VALUE_JSON, VALUE_RAW, Record
+
+R = LineageRange
+
+
+# ------------------------------------------------------------------ lineage order
+def test_lineage_order_holds_a_later_range_until_the_earlier_one_is_finished() -> None:
+    order = LineageOrder({0: [R(1, 0, 100), R(0, 50, None)]})
+    cursors = {1: 40}
+    assert order.check(0, 1, 1, 10, lambda pp: cursors.get(pp, 0)) is Decision.INGEST
+    assert order.check(0, 1, 0, 60, lambda pp: cursors.get(pp, 0)) is Decision.HOLD
+    cursors[1] = 100
+    assert order.check(0, 1, 0, 60, lambda pp: cursors.get(pp, 0)) is Decision.INGEST
+    # outside every range of a vp that has a lineage: unknown (reload); below the range start too
+    assert order.check(0, 1, 2, 5, lambda pp: 0) is Decision.UNKNOWN
+    assert order.check(0, 1, 0, 10, lambda pp: 0) is Decision.UNKNOWN
+    assert order.pps() == {0, 1} and order.first_offsets() == {1: 0, 0: 50}
+
+
+def test_lineage_order_uses_the_ancestor_lineage_after_a_split_and_frees_vps_without_one() -> None:
+    order = LineageOrder({1: [R(3, 0, 10), R(2, 0, None)]})
+    # V grew 2 -> 8: vp 5 (5 mod 2 = 1) has no lineage of its own yet
+    assert order.ranges(5, 8) == (R(3, 0, 10), R(2, 0, None))
+    assert order.check(5, 8, 2, 0, lambda pp: 0) is Decision.HOLD
+    assert order.check(0, 8, 7, 123, lambda pp: 0) is Decision.INGEST  # vp 0 never had a lineage
+
+
+def test_lineage_order_same_pp_moved_away_and_back() -> None:
+    order = LineageOrder({0: [R(0, 0, 10), R(1, 0, 5), R(0, 20, None)]})
+    cur = {0: 20, 1: 3}
+    assert order.check(0, 1, 0, 25, lambda pp: 25 if pp == 0 else cur[pp]) is Decision.HOLD
+    cur[1] = 5
+    assert order.check(0, 1, 0, 25, lambda pp: 25 if pp == 0 else cur[pp]) is Decision.INGEST
+
+
+# ---------------------------------------------------------------- ack persistence
+def test_ack_state_encoding_round_trip() -> None:
+    for state in (
+        PartitionAckState(0),
+        PartitionAckState(100, (3, 7, 99), (100, 105)),
+        PartitionAckState(2**40, (2**40 - 5,), ()),
+    ):
+        assert decode_state(encode_state(7, 42, state)) == (7, 42, state)
+    with pytest.raises(ValueError):
+        decode_state("2|1|1|0||")
+    with pytest.raises(ValueError):
+        decode_state("garbage")
+
+
+def test_trim_cuts_a_long_backlog_above_the_highest_done_offset() -> None:
+    backlog = PartitionAckState(5000, tuple(range(10, 5000)), ())
+    trimmed = trim_state(backlog, highest_done=9, floor=0, max_listed=100)
+    assert trimmed == PartitionAckState(10, (), ())
+    # a stuck message plus many acks after it: already small, kept as is (scanned_to stays high)
+    stuck = PartitionAckState(5000, (3, 4990, 4991), ())
+    assert trim_state(stuck, highest_done=4989, floor=0, max_listed=100) == stuck
+    # never below the floor of a restored state
+    assert trim_state(backlog, highest_done=-1, floor=200, max_listed=100).scanned_to == 200
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    ops=st.lists(st.tuples(st.sampled_from(["ingest", "done", "scan"]), st.integers(0, 60)), max_size=80),
+    max_listed=st.integers(0, 5),
+)
+def test_trimmed_state_restores_exactly_the_not_done_offsets(ops: list[tuple[str, int]], max_listed: int) -> None:
+    tracker = AckTracker()
+    queue_offsets: set[int] = set()
+    done: set[int] = set()
+    scanned = 0
+    for op, off in ops:
+        if op == "ingest" and off >= scanned and off not in queue_offsets:
+            queue_offsets.add(off)
+            tracker.track(0, off)
+        elif op == "done" and off in queue_offsets and off not in done:
+            done.add(off)
+            tracker.done(0, off)
+        elif op == "scan":  # records are only ingested at or above the scan position
+            scanned = max(scanned, off)
+            tracker.mark_scanned(0, scanned)
+    snapshots = AckSnapshots(9)
+    for o in done:
+        snapshots.note_done(0, o)
+    compact = tracker.state()
+    if 0 not in compact:
+        return
+    trimmed = trim_state(compact[0], max(done, default=-1), 0, max_listed)
+    restored = AckTracker()
+    restored.restore({0: decode_state(encode_state(9, 1, trimmed))[2]})
+    for o in queue_offsets:
+        assert restored.is_done(0, o) == (o in done), (o, trimmed)
+    assert snapshots.trimmed(compact)[0].scanned_to <= compact[0].scanned_to
+
+
+async def test_ack_store_is_fenced_by_the_group_lease(redis_url, key_prefix) -> None:
+    md = MetadataStore(RedisSettings(key_prefix=key_prefix), url=redis_url)
+    await md.start()
+    try:
+        store = AckStateStore(md.client, md.keys)
+        state = PartitionAckState(10, (4,), ())
+        blob = encode_state(5, 1, state)
+        assert not await store.save("q", "g", 1, {0: blob})  # no lease at all
+        token = await md.leases.acquire(group_resource("q", "g"), "r1", 10_000)
+        assert token is not None
+        assert not await store.save("q", "g", token + 1, {0: blob})
+        assert await store.save("q", "g", token, {0: blob, 3: encode_state(5, token, PartitionAckState(7))})
+        assert await store.load("q", "g", 5) == {0: state, 3: PartitionAckState(7)}
+        assert await store.load("q", "g", 6) == {}  # written for another incarnation of the queue
+        await md.leases.release(group_resource("q", "g"), "r1", token)
+        token2 = await md.leases.acquire(group_resource("q", "g"), "r2", 10_000)
+        assert not await store.save("q", "g", token, {0: encode_state(5, token, PartitionAckState(99))})
+        assert await store.load("q", "g", 5) == {0: state, 3: PartitionAckState(7)}
+        assert token2 is not None and token2 > token
+        await store.delete_group("q", "g")
+        assert await store.load("q", "g", 5) == {}
+    finally:
+        await md.stop()
+
+
+# -------------------------------------------------------------------- rendering
+def _tailed(value: bytes, encoding: int, key: bytes | None, headers: tuple = ()) -> TailedRecord:
+    rec = Record(value=value, value_encoding=encoding, key=key, headers=headers, timestamp_ms=1234, offset=17)
+    return TailedRecord(3, rec, IsolationContext("test", "eu-1", "feat-a"))
+
+
+def test_render_message_json_bytes_and_keys() -> None:
+    m = render_message("q", _tailed(b'{"a":[1,2]}', VALUE_JSON, b"k1", (("h", b"v"),)), 5, 2)
+    assert m == {
+        "id": "3-17", "queue": "q", "key": "k1", "value": {"a": [1, 2]}, "headers": {"h": "v"}, "lane": "feat-a",
+        "env": "test", "set": "eu-1", "partition": 3, "offset": 17, "virtual_partition": 5, "timestamp_ms": 1234,
+        "delivery_count": 2,
+    }
+    raw = render_message("q", _tailed(b"\x00\x01", VALUE_RAW, None), 0, 1)
+    assert base64.b64decode(raw["value_b64"]) == b"\x00\x01" and "value" not in raw and raw["key"] is None
+    odd = render_message("q", _tailed(b"1", VALUE_JSON, b"\xff\xfe"), 0, 1)
+    assert odd["key"] == "\ufffd\ufffd" and base64.b64decode(odd["key_b64"]) == b"\xff\xfe" and odd["value"] == 1
+
+
+def test_dlq_names_fit_the_name_limit() -> None:
+    assert dlq_name("orders", "billing") == "orders.billing.dlq"
+    long = dlq_name("q" * 128, "g" * 128)
+    assert len(long) <= 128 and long.endswith(".dlq") and long == dlq_name("q" * 128, "g" * 128)
+    assert pack_ref(5, 2**32 - 1) > 0 and unpack_ref(pack_ref(5, 123)) == (5, 123)
+
+
+# --------------------------------------------------------------------- ingestor
+class _Tailer:
+    def __init__(self, pp: int) -> None:
+        self.pp = pp
+        self.index = QueueIndex()
+        self.log_start = 0
+        self.positions: dict[object, int] = {}
+
+    def covers(self, offset: int) -> bool:
+        return self.index.start_offset(self.pp) <= offset
+
+    def require(self, offset: int) -> None:
+        raise AssertionError("not expected")
+
+    def set_position(self, key: object, offset: int) -> None:
+        self.positions[key] = offset
+
+
+class _Source:
+    def __init__(self) -> None:
+        self.records: dict[tuple[int, int], TailedRecord] = {}
+
+    def cached(self, pp: int, offset: int) -> TailedRecord | None:
+        return self.records.get((pp, offset))
+
+    async def get(self, pp: int, offset: int) -> TailedRecord | None:
+        return self.records.get((pp, offset))
+
+
+class _Pool:
+    def __init__(self, pps: list[int]) -> None:
+        self.tailers = {pp: _Tailer(pp) for pp in pps}
+        self.source = _Source()
+
+    def get(self, pp: int) -> _Tailer | None:
+        return self.tailers.get(pp)
+
+    def subscribe(self, pp: int, key: object, listener: object, offset: int) -> _Tailer:
+        return self.tailers[pp]
+
+    async def unsubscribe(self, pp: int, key: object) -> None:
+        return None
+
+    def add(self, pp: int, offset: int, queue_id: int, key: bytes, key_hash: int) -> None:
+        ctx = IsolationContext()
+        self.tailers[pp].index.add(pp, offset, queue_id, pack_ref(1, key_hash))
+        rec = Record(value=b"1", queue_id=queue_id, key=key, key_hash=key_hash, offset=offset, timestamp_ms=1)
+        self.source.records[(pp, offset)] = TailedRecord(pp, rec, ctx)
+
+
+async def test_ingestor_follows_lineage_order_and_back_pressure() -> None:
+    pool = _Pool([0, 1])
+    for off in range(3):  # the old range: pp 1 offsets 0..2; other queues' records in between are skipped
+        pool.add(1, off * 2, 7, b"k", 0)
+        pool.add(1, off * 2 + 1, 8, b"x", 0)
+    for off in range(10, 13):  # the new range on pp 0
+        pool.add(0, off, 7, b"k", 0)
+    delivery = GroupDelivery(DeliveryConfig(virtual_partitions=1, max_unacked=4))
+    ing = Ingestor(7, delivery, pool, "g", lambda pp: None)  # type: ignore[arg-type]
+    ing.add_pp(0, 10)
+    ing.add_pp(1, 0)
+    ing.set_lineage(LineageOrder({0: [R(1, 0, 6), R(0, 10, None)]}), 0)
+    res = await ing.step(0)
+    # pp 0 is scanned first but held until pp 1's range is done; then back-pressure at 4 outstanding
+    assert res.ingested == 4
+    delivery.join("c", IsolationContext(), [0], 0)
+    order = []
+    for _ in range(6):
+        got = delivery.poll("c", 10, 1)
+        order += [(d.pp, d.offset) for d in got]
+        delivery.ack("c", [d.message_id for d in got])
+        await ing.step(1)
+    assert order == [(1, 0), (1, 2), (1, 4), (0, 10), (0, 11), (0, 12)]
+    assert ing.cursors == {0: 13, 1: 6}
+    assert pool.tailers[0].positions["g"] == 13
+
+
+async def test_ingestor_holds_records_outside_the_lineage_until_reload_or_grace() -> None:
+    pool = _Pool([0])
+    pool.add(0, 5, 7, b"k", 0)
+    delivery = GroupDelivery(DeliveryConfig(virtual_partitions=1))
+    ing = Ingestor(7, delivery, pool, "g", lambda pp: None, unknown_grace_ms=1000)  # type: ignore[arg-type]
+    ing.add_pp(0, 0)
+    ing.set_lineage(LineageOrder({0: [R(1, 0, None)]}), 0)
+    res = await ing.step(10)
+    assert res.unknown and res.ingested == 0 and ing.cursors[0] == 0
+    # the reloaded lineage knows the record
+    ing.set_lineage(LineageOrder({0: [R(1, 0, 3), R(0, 5, None)]}), 20)
+    assert (await ing.step(20)).ingested == 0  # held: pp 1 not read up to 3
+    ing.set_lineage(LineageOrder({0: [R(1, 0, None)]}), 30)  # a wrong lineage: the grace period frees it
+    assert (await ing.step(500)).ingested == 0
+    ing.set_lineage(LineageOrder({0: [R(1, 0, None)]}), 600)
+    assert (await ing.step(1100)).ingested == 1
