@@ -148,6 +148,7 @@ class PartitionLog:
     def _write_final_state(self) -> None:
         active = self._segments.active
         assert active is not None
+        active.seal_time_index()
         active.write_indexes(self._fsync)
         os.fsync(self._dir_fd)
         write_checkpoint(self.directory, active.next_offset)

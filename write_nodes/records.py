@@ -98,6 +98,19 @@ class Record:
     offset: int = -1
 
 
+# slot setters: build decoded records without the frozen dataclass __init__ (about 2x faster)
+_SET_VALUE = Record.value.__set__  # type: ignore[attr-defined]
+_SET_QUEUE = Record.queue_id.__set__  # type: ignore[attr-defined]
+_SET_VP = Record.virtual_partition.__set__  # type: ignore[attr-defined]
+_SET_KEY_HASH = Record.key_hash.__set__  # type: ignore[attr-defined]
+_SET_CONTEXT = Record.context_id.__set__  # type: ignore[attr-defined]
+_SET_ENCODING = Record.value_encoding.__set__  # type: ignore[attr-defined]
+_SET_KEY = Record.key.__set__  # type: ignore[attr-defined]
+_SET_HEADERS = Record.headers.__set__  # type: ignore[attr-defined]
+_SET_TIMESTAMP = Record.timestamp_ms.__set__  # type: ignore[attr-defined]
+_SET_OFFSET = Record.offset.__set__  # type: ignore[attr-defined]
+
+
 def _encode_headers(headers: Headers) -> bytes:
     out = [encode_uvarint(len(headers))]
     for name, value in headers:
@@ -263,57 +276,85 @@ class BatchView:
 
     def records(self) -> list[Record]:
         """Decode every record (offsets and timestamps filled in). ``CorruptBatchError``
-        when the record area does not parse exactly; the CRC is not checked here."""
+        when the record area does not parse exactly; the CRC is not checked here.
+
+        Hot path for readers: one-byte varints are decoded inline and records are
+        built through their slots. Bounds are enforced by the exact-end check of
+        each record (the read position only grows) and by the caught errors."""
         buf = self.buf
         end = self.pos + self.size
         p = self.pos + HEADER_SIZE
-        base = self.base_offset
+        offset = self.base_offset
         first_ts = self.first_ts
         unpack = _PREFIX.unpack_from
+        new = object.__new__
         out: list[Record] = []
+        append = out.append
         try:
-            for i in range(self.record_count):
-                ln, p = decode_uvarint(buf, p, end)
-                rend = p + ln
-                if rend > end or ln < PREFIX_SIZE + 4:
-                    raise CorruptBatchError(f"record {i} length {ln} out of bounds")
+            for _ in range(self.record_count):
+                b = buf[p]
+                if b < 0x80:
+                    rend = p + 1 + b
+                    p += 1
+                else:
+                    ln, p = decode_uvarint(buf, p, end)
+                    rend = p + ln
+                if rend > end:
+                    raise CorruptBatchError(f"record at offset {offset} runs past its batch")
                 qid, vp, kh, ctx, enc = unpack(buf, p)
                 p += PREFIX_SIZE
-                tsd, p = decode_svarint(buf, p, rend)
-                kl, p = decode_svarint(buf, p, rend)
-                if kl == -1:
-                    key = None
-                elif kl < -1 or p + kl > rend:
-                    raise CorruptBatchError(f"record {i} bad key length {kl}")
+                b = buf[p]
+                if b < 0x80:
+                    tsd = (b >> 1) ^ -(b & 1)
+                    p += 1
                 else:
+                    tsd, p = decode_svarint(buf, p, rend)
+                b = buf[p]
+                if b == 1:  # zigzag(-1): null key
+                    key = None
+                    p += 1
+                else:
+                    if b < 0x80:
+                        kl = b >> 1
+                        p += 1
+                        if b & 1:
+                            raise CorruptBatchError(f"record at offset {offset}: negative key length")
+                    else:
+                        kl, p = decode_svarint(buf, p, rend)
+                        if kl < 0:
+                            raise CorruptBatchError(f"record at offset {offset}: negative key length")
                     key = bytes(buf[p : p + kl])
                     p += kl
-                vl, p = decode_uvarint(buf, p, rend)
-                if p + vl > rend:
-                    raise CorruptBatchError(f"record {i} bad value length {vl}")
+                b = buf[p]
+                if b < 0x80:
+                    vl = b
+                    p += 1
+                else:
+                    vl, p = decode_uvarint(buf, p, rend)
                 value = bytes(buf[p : p + vl])
                 p += vl
-                hc, p = decode_uvarint(buf, p, rend)
-                headers: Headers = ()
-                if hc:
+                if buf[p] == 0:
+                    headers: Headers = ()
+                    p += 1
+                else:
+                    hc, p = decode_uvarint(buf, p, rend)
                     headers, p = _decode_headers(buf, p, rend, hc)
                 if p != rend:
-                    raise CorruptBatchError(f"record {i} has {rend - p} trailing bytes")
-                out.append(
-                    Record(
-                        value=value,
-                        queue_id=qid,
-                        virtual_partition=vp,
-                        key_hash=kh,
-                        context_id=ctx,
-                        value_encoding=enc,
-                        key=key,
-                        headers=headers,
-                        timestamp_ms=first_ts + tsd,
-                        offset=base + i,
-                    )
-                )
-        except (struct.error, UnicodeDecodeError) as exc:
+                    raise CorruptBatchError(f"record at offset {offset} does not end where its length says")
+                r = new(Record)
+                _SET_VALUE(r, value)
+                _SET_QUEUE(r, qid)
+                _SET_VP(r, vp)
+                _SET_KEY_HASH(r, kh)
+                _SET_CONTEXT(r, ctx)
+                _SET_ENCODING(r, enc)
+                _SET_KEY(r, key)
+                _SET_HEADERS(r, headers)
+                _SET_TIMESTAMP(r, first_ts + tsd)
+                _SET_OFFSET(r, offset)
+                append(r)
+                offset += 1
+        except (struct.error, UnicodeDecodeError, IndexError) as exc:
             raise CorruptBatchError(f"undecodable record: {exc}") from exc
         if p != end:
             raise CorruptBatchError(f"{end - p} bytes after the last record")

@@ -134,6 +134,7 @@ class LogLoader:
         assert first is not None and active is not None
         for seg in scanned:
             if seg is not active:  # it may be trusted next time: give it durable index files
+                seg.seal_time_index()
                 seg.write_indexes(os.fsync)
         fsync_directory(self.directory)
         report = RecoveryReport(

@@ -260,8 +260,9 @@ class LogSegment:
     def write_indexes(self, fsync: Callable[[int], None] | None) -> list[Path]:
         """Write both index files (temporary file then rename), calling ``fsync`` on
         each before the rename when given. The rename itself is made durable by the
-        next directory fsync. Returns the paths written."""
-        self.seal_time_index()
+        next directory fsync. Returns the paths written. Call :meth:`seal_time_index`
+        first (on the loop thread): this may run on the I/O thread and reads the
+        indexes without changing them."""
         written = []
         for path, data in (
             (filenames.index_file(self.directory, self.base_offset), self.index.to_bytes()),

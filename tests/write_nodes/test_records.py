@@ -171,3 +171,21 @@ def test_out_of_range_fields_raise_value_error(bad: Record) -> None:
 def test_empty_batch_is_rejected() -> None:
     with pytest.raises(ValueError):
         build_batch(0, [], 0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(records_st, min_size=1, max_size=4),
+    st.lists(st.tuples(st.integers(min_value=0), st.integers(0, 255)), min_size=1, max_size=4),
+)
+def test_damaged_batches_only_ever_raise_corrupt_batch_error(
+    records: list[Record], damage: list[tuple[int, int]]
+) -> None:
+    data = bytearray(build_batch(5, records, 1000))
+    for where, byte in damage:
+        data[where % len(data)] = byte
+    try:
+        for view in iter_batches(bytes(data)):
+            view.records()  # decoding without the CRC check must fail cleanly or succeed
+    except CorruptBatchError:
+        pass
