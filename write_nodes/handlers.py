@@ -1,0 +1,311 @@
+"""The write node's internal HTTP API, server side (``docs/internals.md``, "Write node").
+
+- ``POST /internal/v1/partitions/{pp}/append``: one record batch in the body (CRC and
+  framing checked: 400 ``corrupt_batch``), ``X-Map-Epoch`` header; every record's
+  (queue, vp) must be placed on ``pp`` by the node's current map (refreshed first when
+  the sender's epoch is newer, or when a queue id is unknown), else 503 ``stale_map``
+  with detail ``epoch``. Answers ``{"base_offset", "last_offset"}`` once durable.
+  The final placement check and the submission to the log run without yielding to
+  the event loop, so every record below a partition's ``next_offset`` was checked
+  against a map no newer than the one the node reports in ``GET /partitions``.
+- ``GET /internal/v1/partitions/{pp}/read?offset=&max_bytes=&wait_ms=``: whole raw
+  durable batches from the batch holding ``offset`` (the log start when below it),
+  long-polling up to ``wait_ms`` (at most 30000) when there is nothing yet; headers
+  ``X-Start-Offset`` and ``X-End-Offset``.
+- ``GET /internal/v1/partitions``: ``{"node_id", "map_epoch", "partitions": [...]}``.
+
+Errors are ``common.errors`` JSON with the error's status (``error_middleware``):
+ownership answers come from ``PartitionOwnership.serving``; an I/O error of the log
+takes the partition offline (503 ``partition_offline``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+from typing import Protocol
+
+import orjson
+from aiohttp import web
+from redis.exceptions import RedisError
+
+from common.errors import (
+    BadRequest,
+    InternalError,
+    MethodNotAllowed,
+    NotFound,
+    PayloadTooLarge,
+    Unavailable,
+    VpqError,
+)
+from metadata.map_cache import MapCache
+from write_nodes.errors import CorruptBatchError, LogIOError, OffsetOutOfRangeError
+from write_nodes.ownership import NOT_OWNER, PARTITION_OFFLINE, OwnedPartition, PartitionOwnership, State
+from write_nodes.records import BatchView, Record
+
+log = logging.getLogger(__name__)
+
+MAP_EPOCH_HEADER = "X-Map-Epoch"
+START_OFFSET_HEADER = "X-Start-Offset"
+END_OFFSET_HEADER = "X-End-Offset"
+MAX_WAIT_MS = 30_000
+DEFAULT_READ_BYTES = 1 << 20
+MAX_READ_BYTES = 64 << 20
+STALE_MAP = "stale_map"
+CORRUPT_BATCH = "corrupt_batch"
+
+TrafficKey = tuple[int, int, int]
+"""(queue id, vp, context id)"""
+
+
+class TrafficSink(Protocol):
+    def count(self, queue: str, vp: int, virtual_partitions: int, context_id: int, messages: int, nbytes: int) -> None:
+        """Count ``messages`` appended messages of ``nbytes`` value bytes."""
+
+
+# ------------------------------------------------------------------ pure helpers
+def decode_one_batch(body: bytes) -> list[Record]:
+    """The records of ``body``, which must be exactly one valid batch (CRC included);
+    ``BadRequest`` (``corrupt_batch``) otherwise."""
+    if not body:
+        raise BadRequest(CORRUPT_BATCH, "empty body: expected one record batch")
+    try:
+        view = BatchView(body, 0)
+        if view.size != len(body):
+            raise CorruptBatchError(f"expected exactly one batch: {len(body)} bytes for a {view.size}-byte batch")
+        if not view.verify_crc():
+            raise CorruptBatchError("CRC mismatch")
+        return view.records()
+    except CorruptBatchError as exc:
+        raise BadRequest(CORRUPT_BATCH, f"corrupt record batch: {exc}") from None
+
+
+def summarize(records: Iterable[Record]) -> dict[TrafficKey, list[int]]:
+    """(queue id, vp, context id) -> [messages, value bytes], in first-seen order."""
+    out: dict[TrafficKey, list[int]] = {}
+    for r in records:
+        key = (r.queue_id, r.virtual_partition, r.context_id)
+        c = out.get(key)
+        if c is None:
+            out[key] = [1, len(r.value)]
+        else:
+            c[0] += 1
+            c[1] += len(r.value)
+    return out
+
+
+def _pp(request: web.Request) -> int:
+    return int(request.match_info["pp"])
+
+
+def _int_value(raw: str | None, name: str, default: int | None, minimum: int) -> int:
+    if raw is None or raw == "":
+        if default is None:
+            raise BadRequest("invalid_request", f"query parameter {name!r} is required", field=name)
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise BadRequest("invalid_request", f"{name!r} must be an integer, got {raw[:40]!r}", field=name) from None
+    if value < minimum:
+        raise BadRequest("invalid_request", f"{name!r} must be >= {minimum}, got {value}", field=name)
+    return value
+
+
+def _epoch(request: web.Request) -> int:
+    raw = request.headers.get(MAP_EPOCH_HEADER)
+    if raw is None:
+        return 0
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise BadRequest("invalid_header", f"{MAP_EPOCH_HEADER} must be an integer >= 0", header=MAP_EPOCH_HEADER)
+    return value
+
+
+def json_response(obj: object, status: int = 200) -> web.Response:
+    return web.Response(body=orjson.dumps(obj), status=status, content_type="application/json")
+
+
+def error_response(err: VpqError) -> web.Response:
+    resp = json_response(err.to_dict(), err.status)
+    resp.headers.update(err.headers())
+    return resp
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: web.RequestHandler) -> web.StreamResponse:
+    """Every failure becomes ``common.errors`` JSON; unexpected exceptions are 500s (logged)."""
+    try:
+        return await handler(request)
+    except VpqError as err:
+        return error_response(err)
+    except web.HTTPException as exc:
+        if exc.status == 404:
+            return error_response(NotFound("not_found", f"no route {request.method} {request.path}"))
+        if exc.status == 405:
+            allowed = sorted(getattr(exc, "allowed_methods", ()) or ())
+            return error_response(MethodNotAllowed(message=f"{request.method} not allowed here", allowed=allowed))
+        if exc.status == 413:
+            return error_response(PayloadTooLarge(message=exc.text or "request body too large"))
+        if exc.status >= 400:
+            return error_response(VpqError(f"http_{exc.status}", exc.reason, exc.status))
+        raise
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception("unexpected error in %s %s", request.method, request.path)
+        return error_response(InternalError(message="internal error in the write node"))
+
+
+# --------------------------------------------------------------- map checking
+class PlacementGuard:
+    """Checks records against the node's cached placement map (see module doc)."""
+
+    def __init__(self, cache: MapCache) -> None:
+        self._cache = cache
+        self._lock = asyncio.Lock()
+        self._generation = 0
+
+    @property
+    def epoch(self) -> int:
+        return self._cache.epoch
+
+    async def refresh_if_needed(self, sender_epoch: int, queue_ids: Iterable[int]) -> None:
+        """Reload the map and queue registry when the sender routed with a newer epoch
+        or a queue id is unknown here. Concurrent callers share one reload."""
+        ids = tuple(queue_ids)
+
+        def needed() -> bool:
+            return sender_epoch > self._cache.epoch or any(self._cache.queue_by_id(q) is None for q in ids)
+
+        if not needed():
+            return
+        seen = self._generation
+        async with self._lock:
+            if self._generation != seen and not sender_epoch > self._cache.epoch:
+                return  # someone reloaded while we waited: what it found is what there is
+            if not needed():
+                return
+            try:
+                await self._cache.refresh()
+            except (RedisError, OSError) as exc:
+                raise Unavailable("metadata_unavailable", f"cannot reload the placement map: {exc}") from exc
+            finally:
+                self._generation += 1
+
+    def check(self, pp: int, pairs: Iterable[tuple[int, int]]) -> dict[int, tuple[str, int]]:
+        """queue id -> (queue name, V of the map) when every (queue id, vp) is placed on
+        ``pp``; ``Unavailable`` (``stale_map``, detail ``epoch``) otherwise. No I/O."""
+        cache = self._cache
+        queues: dict[int, tuple[str, int]] = {}
+        for qid, vp in pairs:
+            rec = cache.queue_by_id(qid)
+            entry = cache.entry(rec.name) if rec is not None else None
+            placement = entry.placement if entry is not None else None
+            if rec is None or placement is None or entry is None:
+                what = f"queue id {qid} is unknown" if rec is None else f"queue {rec.name!r} is not placed"
+                raise self._stale(f"{what} in map epoch {cache.epoch}")
+            if vp >= len(placement) or placement[vp] != pp:
+                where = f"on partition {placement[vp]}" if vp < len(placement) else f"out of range (V={len(placement)})"
+                raise self._stale(f"queue {rec.name!r} vp {vp} is {where}, not {pp}, in map epoch {cache.epoch}")
+            queues[qid] = (rec.name, entry.virtual_partitions)
+        return queues
+
+    def _stale(self, why: str) -> Unavailable:
+        return Unavailable(STALE_MAP, f"stale map: {why}", retry_after=0.0, epoch=self._cache.epoch)
+
+
+# -------------------------------------------------------------------- handlers
+class WriteNodeHandlers:
+    def __init__(
+        self,
+        node_id: str,
+        ownership: PartitionOwnership,
+        guard: PlacementGuard,
+        traffic: TrafficSink | None = None,
+    ) -> None:
+        self._node_id = node_id
+        self._ownership = ownership
+        self._guard = guard
+        self._traffic = traffic
+
+    async def append(self, request: web.Request) -> web.Response:
+        pp = _pp(request)
+        own = self._ownership
+        own.serving(pp)  # fail fast, before reading the body
+        sender_epoch = _epoch(request)
+        with own.track():
+            body = await request.read()
+            summary = summarize(decode_one_batch(body))
+            await self._guard.refresh_if_needed(sender_epoch, {k[0] for k in summary})
+            # from here to the log's submission nothing yields to the event loop
+            queues = self._guard.check(pp, {(k[0], k[1]) for k in summary})
+            part = own.serving(pp)
+            assert part.log is not None
+            try:
+                base, last = await part.log.append_batch_bytes(body)
+            except LogIOError as exc:
+                raise self._log_failure(pp, part, exc) from exc
+            except ValueError as exc:
+                raise BadRequest(CORRUPT_BATCH, f"corrupt record batch: {exc}") from None
+        traffic = self._traffic
+        if traffic is not None:
+            for (qid, vp, ctx), (n, nbytes) in summary.items():
+                name, v = queues[qid]
+                traffic.count(name, vp, v, ctx, n, nbytes)
+        return json_response({"base_offset": base, "last_offset": last})
+
+    async def read(self, request: web.Request) -> web.Response:
+        pp = _pp(request)
+        q = request.query
+        offset = _int_value(q.get("offset"), "offset", None, 0)
+        max_bytes = min(_int_value(q.get("max_bytes"), "max_bytes", DEFAULT_READ_BYTES, 1), MAX_READ_BYTES)
+        wait_ms = min(_int_value(q.get("wait_ms"), "wait_ms", 0, 0), MAX_WAIT_MS)
+        part = self._ownership.serving(pp)
+        plog = part.log
+        assert plog is not None
+        if wait_ms > 0 and plog.durable_end_offset <= max(offset, plog.start_offset):
+            await plog.wait_for(max(offset, plog.start_offset), wait_ms / 1000.0)
+            part = self._ownership.serving(pp)  # lost, closed or offline while waiting?
+            plog = part.log
+            assert plog is not None
+        pos = max(offset, plog.start_offset)
+        end = plog.durable_end_offset
+        data = b""
+        if pos < end:
+            try:
+                data = plog.read(pos, max_bytes)
+            except OffsetOutOfRangeError:
+                data = b""
+            except LogIOError as exc:
+                raise self._log_failure(pp, part, exc) from exc
+        return web.Response(
+            body=data,
+            content_type="application/octet-stream",
+            headers={START_OFFSET_HEADER: str(plog.start_offset), END_OFFSET_HEADER: str(end)},
+        )
+
+    async def partitions(self, request: web.Request) -> web.Response:
+        return json_response(
+            {"node_id": self._node_id, "map_epoch": self._guard.epoch, "partitions": self._ownership.snapshot()}
+        )
+
+    def _log_failure(self, pp: int, part: OwnedPartition, exc: LogIOError) -> Unavailable:
+        if part.state is State.CLOSING:
+            return Unavailable(NOT_OWNER, f"write node {self._node_id} is giving partition {pp} up", partition=pp, node=self._node_id)
+        self._ownership.mark_offline(part, exc)
+        return Unavailable(PARTITION_OFFLINE, f"partition {pp} is offline: {exc}", partition=pp, state="offline")
+
+
+def build_app(handlers: WriteNodeHandlers, *, client_max_size: int) -> web.Application:
+    """The aiohttp application of the write node's internal API."""
+    app = web.Application(middlewares=[error_middleware], client_max_size=client_max_size)
+    app.router.add_post(r"/internal/v1/partitions/{pp:\d{1,9}}/append", handlers.append)
+    app.router.add_get(r"/internal/v1/partitions/{pp:\d{1,9}}/read", handlers.read)
+    app.router.add_get("/internal/v1/partitions", handlers.partitions)
+    return app
+

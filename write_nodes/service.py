@@ -1,0 +1,324 @@
+"""``WriteNodeService``: one write node (internal HTTP API over the partitions it owns).
+
+``start()``:
+1. connects to Redis (``MetadataStore``), reads the cluster's physical-partition
+   count, storing ``settings.cluster.physical_partitions`` when the cluster is new
+   (``cluster_meta.get_or_init_partition_count``);
+2. starts the event listener and the map cache (the placement checks read memory);
+3. starts the traffic exporter (per (queue, vp, lane, env) counts, one Parquet file
+   per ``rebalance.window_ms`` window under the stats directory);
+4. serves the internal API on ``host:port`` (0 = a free port; ``address`` tells);
+5. registers the node (role ``write``, its address, meta ``{"index"}``) and keeps the
+   registration and its leases alive (``LeaseKeeper``, TTL ``redis.lease_ttl_ms``);
+6. acquires and opens its home partitions (``PartitionOwnership``), then keeps
+   taking over dead siblings' partitions and handing them back.
+
+``stop()`` (SIGTERM): refuses new requests (503 ``not_owner``), lets in-flight appends
+finish, closes every log (flush, fsync, checkpoint), releases the leases, deregisters,
+writes the last (partial) traffic window and closes the server and the Redis client.
+``stop(release=False)`` skips releasing and deregistering: Redis sees a crash.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+from pathlib import Path
+from urllib.parse import urlparse
+
+from aiohttp import web
+from redis.exceptions import RedisError
+
+from config.settings import Settings
+from metadata.aio import cancel_and_wait
+from metadata.contexts import ContextRegistry
+from metadata.events import EventListener
+from metadata.lease_keeper import LeaseKeeper
+from metadata.map_cache import MapCache
+from metadata.store import MetadataStore
+from spark_rebalance.stats_writer import StatsWriter
+from spark_rebalance.traffic_counter import TrafficCounter
+from write_nodes.cluster_meta import get_or_init_partition_count
+from write_nodes.handlers import PlacementGuard, WriteNodeHandlers, build_app
+from write_nodes.ownership import WRITE_ROLE, LogFactory, PartitionOwnership, default_log_factory
+
+log = logging.getLogger(__name__)
+
+STATS_SUBDIR = "stats"
+PARTITIONS_SUBDIR = "partitions"
+MIN_BODY_LIMIT = 64 << 20
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (0 = a free port)."""
+    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    return socket.create_server((host, port), family=family, backlog=1024)
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def stats_dir(settings: Settings) -> Path:
+    """Where this node writes traffic statistics: ``rebalance.stats_uri`` when it is a
+    local path (or ``file:`` URI), else ``<data_dir>/stats``."""
+    uri = settings.rebalance.stats_uri
+    if uri:
+        parsed = urlparse(uri)
+        if parsed.scheme == "":
+            return Path(uri)
+        if parsed.scheme == "file":
+            return Path(parsed.path)
+        log.warning("stats_uri %s is not local; writing statistics under %s", uri, settings.data_dir / STATS_SUBDIR)
+    return settings.data_dir / STATS_SUBDIR
+
+
+class TrafficExporter:
+    """Counts appended traffic (``count``: no I/O) and writes every finished window
+    through a ``StatsWriter`` (``flush``, called every second by the background task).
+    Context ids are resolved to (env, lane) in ``flush``, off the append path; an id
+    Redis does not know is counted as the default context (``prod``, backbone)."""
+
+    def __init__(self, directory: Path, node_id: str, window_ms: int, contexts: ContextRegistry) -> None:
+        self._writer = StatsWriter(directory, node_id)
+        self._window_ms = window_ms
+        self._contexts = contexts
+        self._counter = TrafficCounter(window_ms, wall_ms())
+        self._names: dict[int, tuple[str, str]] = {}
+        self._pending: list[tuple[int, str, int, int, int, int, int]] = []
+        self._task: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()
+
+    async def start(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, self._writer.start, wall_ms())
+        self._counter = TrafficCounter(self._window_ms, wall_ms())
+        self._task = asyncio.create_task(self._run(), name="write-node-traffic")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            await cancel_and_wait(task)
+        try:
+            await self.flush(final=True)
+        except (OSError, RedisError) as exc:
+            log.warning("could not write the last traffic window: %s", exc)
+        self._writer.stop()
+
+    def count(self, queue: str, vp: int, virtual_partitions: int, context_id: int, messages: int, nbytes: int) -> None:
+        now = wall_ms()
+        names = self._names.get(context_id)
+        if names is None:
+            self._pending.append((now, queue, vp, virtual_partitions, context_id, messages, nbytes))
+        else:
+            self._record(now, queue, vp, virtual_partitions, names, messages, nbytes)
+
+    def _record(self, t: int, queue: str, vp: int, v: int, names: tuple[str, str], n: int, nbytes: int) -> None:
+        try:
+            self._counter.record(t, queue, vp, v, n, nbytes, lane=names[1], env=names[0])
+        except ValueError as exc:
+            log.warning("traffic of %s vp %d not counted: %s", queue, vp, exc)
+
+    async def flush(self, final: bool = False) -> list[Path]:
+        """Resolve pending contexts, write every ended window (with ``final``, the
+        current one too); returns the files written."""
+        async with self._lock:
+            await self._resolve_pending(final)
+            now = wall_ms()
+            if final:
+                now = now - now % self._window_ms + self._window_ms
+            windows = self._counter.drain(now)
+            loop = asyncio.get_running_loop()
+            written: list[Path] = []
+            for start, rows in windows:
+                written.append(await loop.run_in_executor(None, self._writer.write_window, start, self._window_ms, rows))
+            if windows:
+                await loop.run_in_executor(None, self._writer.prune, wall_ms())
+            return written
+
+    async def _resolve_pending(self, final: bool) -> None:
+        pending, self._pending = self._pending, []
+        for item in pending:
+            ctx = item[4]
+            names = self._names.get(ctx)
+            if names is None:
+                try:
+                    env, _set, lane = await self._contexts.resolve(ctx)
+                    names = (env, lane)
+                except KeyError:
+                    names = ("prod", "")
+                except (RedisError, OSError):
+                    if not final:
+                        self._pending.append(item)
+                        continue
+                    names = ("prod", "")
+                self._names[ctx] = names
+            self._record(item[0], item[1], item[2], item[3], names, item[5], item[6])
+
+    async def _run(self) -> None:
+        interval = min(self._window_ms, 1000) / 1000.0
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.flush()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("writing traffic statistics failed")
+
+
+class WriteNodeService:
+    def __init__(
+        self,
+        settings: Settings,
+        node_id: str,
+        node_index: int,
+        redis_url: str,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        log_factory: LogFactory = default_log_factory,
+        use_pubsub: bool = True,
+        takeover: bool = True,
+        reopen_backoff_s: float = 1.0,
+    ) -> None:
+        """``log_factory`` builds partition logs (tests inject failing I/O);
+        ``use_pubsub=False`` makes the map cache rely on polling and on-demand reloads;
+        ``takeover=False`` never takes a dead sibling's partitions; an offline partition
+        is reopened after ``reopen_backoff_s`` (doubling on each failure)."""
+        if not 0 <= node_index < settings.cluster.write_nodes:
+            raise ValueError(f"node index {node_index} outside [0, {settings.cluster.write_nodes})")
+        self.settings = settings
+        self.node_id = node_id
+        self.node_index = node_index
+        self._redis_url = redis_url
+        self._host = host
+        self._port = port
+        self._log_factory = log_factory
+        self._use_pubsub = use_pubsub
+        self._takeover = takeover
+        self._reopen_backoff_s = reopen_backoff_s
+        self._md: MetadataStore | None = None
+        self._listener: EventListener | None = None
+        self._cache: MapCache | None = None
+        self._traffic: TrafficExporter | None = None
+        self._runner: web.AppRunner | None = None
+        self._keeper: LeaseKeeper | None = None
+        self._ownership: PartitionOwnership | None = None
+        self._sock: socket.socket | None = None
+        self.partition_count = 0
+        self.address = ""
+
+    @property
+    def ownership(self) -> PartitionOwnership:
+        if self._ownership is None:
+            raise RuntimeError("service not started")
+        return self._ownership
+
+    @property
+    def traffic(self) -> TrafficExporter:
+        if self._traffic is None:
+            raise RuntimeError("service not started")
+        return self._traffic
+
+    async def start(self) -> None:
+        if self._md is not None:
+            raise RuntimeError("service already started")
+        s = self.settings
+        try:
+            md = self._md = MetadataStore(s.redis, url=self._redis_url, queue_defaults=s.queues)
+            await md.start()
+            self.partition_count = await get_or_init_partition_count(md.client, md.keys, s.cluster.physical_partitions)
+            if self.partition_count != s.cluster.physical_partitions:
+                log.warning(
+                    "the cluster has %d physical partitions (settings ask for %d): keeping %d",
+                    self.partition_count,
+                    s.cluster.physical_partitions,
+                    self.partition_count,
+                )
+            self._listener = md.event_listener(use_pubsub=self._use_pubsub)
+            await self._listener.start()
+            self._cache = MapCache(md.queues, md.maps, self._listener)
+            await self._cache.start()
+            self._traffic = TrafficExporter(stats_dir(s).resolve(), self.node_id, s.rebalance.window_ms, md.contexts)
+            await self._traffic.start()
+            ttl = s.redis.lease_ttl_ms
+            sock = self._sock = bind_socket(self._host, self._port)
+            self.address = f"{self._host}:{sock.getsockname()[1]}"
+            self._keeper = LeaseKeeper(
+                md.leases,
+                self.node_id,
+                ttl,
+                on_lost=self._on_lost,
+                nodes=md.nodes,
+                role=WRITE_ROLE,
+                address=self.address,
+                meta={"index": self.node_index, "pid": os.getpid()},
+            )
+            self._ownership = PartitionOwnership(
+                node_id=self.node_id,
+                node_index=self.node_index,
+                write_nodes=s.cluster.write_nodes,
+                partition_count=self.partition_count,
+                partitions_dir=s.data_dir.resolve() / PARTITIONS_SUBDIR,
+                log_settings=s.log,
+                keeper=self._keeper,
+                leases=md.leases,
+                nodes=md.nodes,
+                ttl_ms=ttl,
+                log_factory=self._log_factory,
+                takeover=self._takeover,
+                reopen_backoff_s=self._reopen_backoff_s,
+            )
+            handlers = WriteNodeHandlers(self.node_id, self._ownership, PlacementGuard(self._cache), self._traffic)
+            body_limit = max(MIN_BODY_LIMIT, 2 * s.gateway.max_request_bytes)
+            app = build_app(handlers, client_max_size=body_limit)
+            self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=5.0)
+            await self._runner.setup()
+            await web.SockSite(self._runner, sock).start()
+            await self._keeper.start()
+            await self._ownership.start()
+        except BaseException:
+            await self._teardown(release=True)
+            raise
+        held = [p.pp for p in self._ownership.held()]
+        log.info(
+            "write node %s (index %d) serving on %s; partitions %s of %d",
+            self.node_id, self.node_index, self.address, held, self.partition_count,
+        )
+
+    async def _on_lost(self, resource: str, token: int) -> None:
+        if self._ownership is not None:
+            await self._ownership.on_lost(resource, token)
+
+    async def stop(self, *, release: bool = True) -> None:
+        """Graceful stop (see module doc); ``release=False`` leaves leases and the
+        registration to expire, as after a crash."""
+        if self._md is None:
+            return
+        await self._teardown(release=release)
+        log.info("write node %s stopped", self.node_id)
+
+    async def _teardown(self, release: bool) -> None:
+        if self._ownership is not None:
+            await self._ownership.stop(release=release)
+        if self._keeper is not None:
+            with contextlib.suppress(RedisError, OSError):
+                await self._keeper.stop(release=release)
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._sock is not None:
+            self._sock.close()
+        if self._traffic is not None:
+            await self._traffic.stop()
+        if self._cache is not None:
+            await self._cache.stop()
+        if self._listener is not None:
+            await self._listener.stop()
+        if self._md is not None:
+            await self._md.stop()
+        self._ownership = self._keeper = self._runner = self._traffic = self._sock = None
+        self._cache = self._listener = self._md = None
