@@ -168,7 +168,7 @@ def bench_log(
         "fsync_policy": fsync_policy,
     }
     typer.echo(f"log : {records} records, {total_bytes / 1e6:.1f} MB in {elapsed:.2f} s")
-    typer.echo(f"      {summary['records_per_s']:.0f} records/s, {mb_per_s:.1f} MB/s, {summary['fsyncs']} fsyncs, ")
+    typer.echo(f"      {summary['records_per_s']:.0f} records/s, {mb_per_s:.1f} MB/s, {summary['fsyncs']} fsyncs")
     typer.echo(
         f"      {summary['avg_group_records']:.0f} records/group, append p50 {summary['append_p50_ms']} ms,"
         f" p99 {summary['append_p99_ms']} ms"

@@ -131,7 +131,7 @@ class SegmentAppender:
             ctx = op.context
             assert isinstance(ctx, _OpContext)
             if ctx.segment is not None:
-                ctx.segment.mark_durable(ctx.size, ctx.end_offset)
+                ctx.segment.mark_durable(ctx.size)
                 end = ctx.end_offset
             for p in ctx.pinned:
                 p.pending_io -= 1

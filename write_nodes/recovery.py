@@ -122,9 +122,10 @@ class LogLoader:
                 truncated += file_size - result.valid_size
             os.fsync(seg.fd)  # what we accept as the log is on disk from now on
             scanned.append(seg)
-            seg.mark_durable(seg.size, seg.next_offset)
-            if seg.size:
-                seg.created_ms = min(self.now_ms, self._first_timestamp(seg))
+            seg.mark_durable(seg.size)
+            first = seg.first_timestamp() if seg.size else None
+            if first is not None:  # a segment's age counts from its first record
+                seg.created_ms = min(self.now_ms, first)
             segments.add(seg)
             expected = seg.next_offset
         if not len(segments):
@@ -193,11 +194,6 @@ class LogLoader:
             pos += size
             count += 1
         return _ScanResult(pos, count, None)
-
-    @staticmethod
-    def _first_timestamp(seg: LogSegment) -> int:
-        head = seg.pread(0, HEADER_SIZE)
-        return int(HEADER.unpack_from(head, 0)[7])
 
     def _delete_files(self, base: int) -> int:
         """Remove a segment's files; returns the bytes of data removed."""

@@ -73,12 +73,10 @@ class LogSegment:
         self.size = 0
         self.durable_size = 0
         self.next_offset = base_offset
-        self.durable_next_offset = base_offset
         self.max_timestamp = NO_TIMESTAMP
         self._max_ts_offset = base_offset
         self._bytes_since_index = 0
         self.pending_io = 0  # in-flight writes/fsyncs touching this segment
-        self.dirty = False  # written but not fsynced
         self.closed = False
 
     # ---------------------------------------------------------------- lifecycle
@@ -138,11 +136,10 @@ class LogSegment:
         self.next_offset = next_offset
         return position
 
-    def mark_durable(self, size: int, next_offset: int) -> None:
-        """Readers may now see the first ``size`` bytes (offsets below ``next_offset``)."""
+    def mark_durable(self, size: int) -> None:
+        """Readers may now see the first ``size`` bytes."""
         if size > self.durable_size:
             self.durable_size = size
-            self.durable_next_offset = next_offset
 
     def seal_time_index(self) -> None:
         """Make the time index end with the segment's exact max timestamp (on roll/close)."""
@@ -330,9 +327,9 @@ class LogSegment:
             self._bytes_since_index = 0  # the entry we resume from is already in the index
             self._replay(tail)
         self.durable_size = self.size
-        self.durable_next_offset = self.next_offset
-        if self.size:
-            self.created_ms = min(self.created_ms, self._first_timestamp())
+        first = self.first_timestamp() if self.size else None
+        if first is not None:
+            self.created_ms = min(self.created_ms, first)
 
     def _replay(self, batches: list[tuple[int, int, int, int]]) -> None:
         for base, next_offset, max_ts, size in batches:
@@ -340,11 +337,12 @@ class LogSegment:
                 raise CorruptBatchError(f"segment {self.base_offset}: batch {base} does not follow {self.next_offset}")
             self.track_append(base, next_offset, max_ts, size)
 
-    def _first_timestamp(self) -> int:
+    def first_timestamp(self) -> int | None:
+        """The first timestamp of the first batch, ``None`` for an empty segment."""
         head = self.pread(0, HEADER_SIZE)
         if len(head) < HEADER_SIZE:
-            return self.created_ms
-        return HEADER.unpack_from(head, 0)[7]
+            return None
+        return int(HEADER.unpack_from(head, 0)[6])
 
     @staticmethod
     def _read_file(path: Path) -> bytes:

@@ -10,6 +10,7 @@ import pytest
 
 from tests.write_nodes.helpers import make_records, read_all, small_settings
 from write_nodes import filenames
+from write_nodes.checkpoint import read_checkpoint
 from write_nodes.errors import OffsetOutOfRangeError, PartitionOfflineError
 from write_nodes.log import PartitionLog
 from write_nodes.records import BatchView, Record, build_batch, iter_batches
@@ -249,3 +250,24 @@ async def test_not_started_or_stopped_log_refuses(tmp_path: Path) -> None:
     with pytest.raises(PartitionOfflineError):
         log.read(0, 100)
     assert not log.online
+
+
+async def test_recovery_point_checkpoints(tmp_path: Path) -> None:
+    log = PartitionLog(tmp_path, small_settings(checkpoint_interval_ms=10))
+    await log.start()
+    await _fill(log, 30)
+    assert await log.checkpoint() == log.durable_end_offset == 90
+    assert read_checkpoint(tmp_path) == 90
+    await _fill_more(log, 5)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 10
+    while read_checkpoint(tmp_path) != log.durable_end_offset:  # the periodic checkpoint catches up
+        assert loop.time() < deadline
+        await asyncio.sleep(0.01)
+    await log.stop()
+    assert read_checkpoint(tmp_path) == 105
+
+
+async def _fill_more(log: PartitionLog, batches: int) -> None:
+    for i in range(batches):
+        await log.append(make_records(f"more{i}", 3))
