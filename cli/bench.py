@@ -18,3 +18,9 @@ bench_app.command("peers")(bench_peers)
 from cli.bench_rebalance import bench_rebalance  # noqa: E402
 
 bench_app.command("rebalance")(bench_rebalance)
+
+from cli.bench_platform import bench_drain, bench_latency, bench_produce  # noqa: E402
+
+bench_app.command("produce")(bench_produce)
+bench_app.command("latency")(bench_latency)
+bench_app.command("drain")(bench_drain)
