@@ -190,17 +190,18 @@ def bench_latency(
 # ----------------------------------------------------------------------------- drain
 def _show_drain(r: dict[str, Any]) -> list[str]:
     n = r["consumers"]
-    one = f"1 consumer                 {r['rate_one_per_s']:,.1f} msg/s"
+    one = f"{'1 consumer':<27}{r['rate_one_per_s']:,.1f} msg/s"
     if r.get("ideal_per_consumer_per_s"):
         one += f"  ({r['single_consumer_share_of_ideal']} of the {r['ideal_per_consumer_per_s']:g} msg/s ideal)"
+    counts = f"{r['lost']} / {r['duplicates']} / {r['reordered']} / {r['unexpected']}"
     return [
         one,
-        f"{n} consumers{'':<{14 - len(str(n))}}{r['rate_many_per_s']:,.1f} msg/s (steady), "
+        f"{f'{n} consumers':<27}{r['rate_many_per_s']:,.1f} msg/s (steady), "
         f"{r['rate_many_whole_drain_per_s']:,.1f} msg/s over the whole drain ({r['drain_s']} s)",
-        f"speed-up                   {r['speedup']:.2f}x",
-        f"efficiency                 {r['efficiency']:.3f}  (speed-up / {n}; whole drain {r['efficiency_whole_drain']:.3f})",
-        f"lost / duplicates / reordered / unexpected   {r['lost']} / {r['duplicates']} / {r['reordered']} / {r['unexpected']}",
-        f"messages per consumer      {r['messages_per_consumer']}",
+        f"{'speed-up':<27}{r['speedup']:.2f}x",
+        f"{'efficiency':<27}{r['efficiency']:.3f}  (speed-up / {n}; whole drain {r['efficiency_whole_drain']:.3f})",
+        f"{'lost / dup / reord / unexp':<27}{counts}",
+        f"{'messages per consumer':<27}{r['messages_per_consumer']}",
     ]
 
 
