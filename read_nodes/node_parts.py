@@ -29,6 +29,10 @@ class ReadNodeOptions:
 
     - ``cache_bytes``: bound of the decoded-record cache shared by all groups;
     - ``tail_max_bytes`` / ``tail_wait_ms``: size and long-poll of each tail read;
+    - ``index_truncate_ms`` / ``index_keep_offsets``: at most this often, a tailer
+      drops the index entries more than ``index_keep_offsets`` offsets below every
+      reader's cursor (a group that starts or is taken over within that window
+      needs no re-read of the pp);
     - ``fetch_max_bytes``: size of a read that refills the cache after a miss;
     - ``max_unacked``: per group, messages held in the delivery state (ingested,
       not done) before ingestion pauses; also bounds a persisted ack state;
@@ -46,6 +50,8 @@ class ReadNodeOptions:
     cache_bytes: int = 64 * 1024 * 1024
     tail_max_bytes: int = 1024 * 1024
     tail_wait_ms: int = 1000
+    index_truncate_ms: int = 1000
+    index_keep_offsets: int = 1_000_000
     fetch_max_bytes: int = 1024 * 1024
     max_unacked: int = 20_000
     ingest_batch: int = 512

@@ -130,7 +130,10 @@ class ReadNodeService:
         await writers.refresh()
         write_client = WriteNodeClient(self._session)
         source = RecordSource(write_client, writers, self._resolve_context, RecordCache(o.cache_bytes), o.fetch_max_bytes)
-        pool = TailerPool(source, max_bytes=o.tail_max_bytes, wait_ms=o.tail_wait_ms, retry_ms=o.retry_ms)
+        pool = TailerPool(
+            source, max_bytes=o.tail_max_bytes, wait_ms=o.tail_wait_ms, retry_ms=o.retry_ms,
+            truncate_ms=o.index_truncate_ms, keep_offsets=o.index_keep_offsets,
+        )
         appender = Appender(cache, ProduceRouter(cache, md.contexts), writers, write_client)
         admin = QueueAdmin(md, self._placeable_partitions, TrafficMeter(), on_change=cache.refresh)
         self.parts = NodeParts(

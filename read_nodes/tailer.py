@@ -15,8 +15,8 @@ their ingestion. Groups read only their queue's offsets from the index.
 Positions: the index covers ``[index.start_offset(pp), index.end_offset(pp))``.
 A group that needs an earlier position calls ``require(offset)``: the tailer
 drops its index and re-reads from there (the record cache stays). Readers report
-their cursors with ``set_position``; the index is truncated below the lowest
-one from time to time. ``log_start`` is the write node's log start (records
+their cursors with ``set_position``; from time to time the index drops the
+entries more than ``keep_offsets`` below the lowest one. ``log_start`` is the write node's log start (records
 below it were removed by retention and are gone).
 
 Errors from the write node (``not_owner``, connection refused, offline
@@ -172,6 +172,7 @@ class PartitionTailer:
         wait_ms: int = 1000,
         retry_ms: int = 200,
         truncate_every_s: float = 1.0,
+        keep_offsets: int = 0,
     ) -> None:
         self.pp = pp
         self._source = source
@@ -179,6 +180,7 @@ class PartitionTailer:
         self._wait_ms = wait_ms
         self._retry_s = retry_ms / 1000.0
         self._truncate_every_s = truncate_every_s
+        self._keep = keep_offsets
         self.index = QueueIndex()
         self.log_start = 0
         self.known_end = 0
@@ -188,7 +190,7 @@ class PartitionTailer:
         self._listeners: dict[object, Listener] = {}
         self._positions: dict[object, int] = {}
         self._task: asyncio.Task[None] | None = None
-        self._last_truncate = 0.0
+        self._last_truncate = time.monotonic()
         self.records_tailed = 0
         self.errors = 0
 
@@ -225,6 +227,7 @@ class PartitionTailer:
     def set_position(self, key: object, offset: int) -> None:
         """Reader ``key`` no longer needs index entries below ``offset``."""
         self._positions[key] = offset
+        self._maybe_truncate()
 
     def require(self, offset: int) -> None:
         """Make the index cover ``offset`` onwards (re-reading from it when it starts later)."""
@@ -322,9 +325,9 @@ class PartitionTailer:
         if now - self._last_truncate < self._truncate_every_s or not self._positions:
             return
         self._last_truncate = now
-        low = min(self._positions.values())
+        low = min(self._positions.values()) - self._keep
         if low > self.index.start_offset(self.pp):
-            self.index.truncate_below(low)
+            self.index.truncate_below(self.pp, low)
 
     def _notify(self) -> None:
         for listener in list(self._listeners.values()):

@@ -12,11 +12,22 @@ from read_nodes.tailer import Listener, PartitionTailer, RecordSource
 
 
 class TailerPool:
-    def __init__(self, source: RecordSource, *, max_bytes: int = 1 << 20, wait_ms: int = 1000, retry_ms: int = 200) -> None:
+    def __init__(
+        self,
+        source: RecordSource,
+        *,
+        max_bytes: int = 1 << 20,
+        wait_ms: int = 1000,
+        retry_ms: int = 200,
+        truncate_ms: int = 1000,
+        keep_offsets: int = 0,
+    ) -> None:
         self.source = source
         self._max_bytes = max_bytes
         self._wait_ms = wait_ms
         self._retry_ms = retry_ms
+        self._truncate_s = truncate_ms / 1000.0
+        self._keep = keep_offsets
         self._tailers: dict[int, PartitionTailer] = {}
 
     def subscribe(self, pp: int, key: object, listener: Listener, offset: int) -> PartitionTailer:
@@ -25,7 +36,8 @@ class TailerPool:
         tailer = self._tailers.get(pp)
         if tailer is None:
             tailer = self._tailers[pp] = PartitionTailer(
-                pp, self.source, max_bytes=self._max_bytes, wait_ms=self._wait_ms, retry_ms=self._retry_ms
+                pp, self.source, max_bytes=self._max_bytes, wait_ms=self._wait_ms, retry_ms=self._retry_ms,
+                truncate_every_s=self._truncate_s, keep_offsets=self._keep,
             )
             tailer.start(offset)
         else:

@@ -3,7 +3,8 @@
 A real redis-server (the ``redis_url`` fixture), queues created through the
 gateway's own put-queue path (``gateway.cluster_queues.QueueAdmin``), messages
 produced through the one produce path (``write_nodes.produce.Appender``), and
-``FakeWriteNode``: real ``PartitionLog``s served by a minimal aiohttp app that
+either the real ``write_nodes.service.WriteNodeService`` (``real_writer=True``)
+or ``FakeWriteNode``: real ``PartitionLog``s served by a minimal aiohttp app that
 implements the write-node endpoints of ``docs/internals.md`` honestly (durable
 data only, long-poll reads, ``X-Start-Offset``/``X-End-Offset``), registered
 under role ``write`` and holding the ``pp:{n}`` leases. Read nodes are real
@@ -37,7 +38,10 @@ from write_nodes.client import WriteNodeClient
 from write_nodes.log import PartitionLog
 from write_nodes.produce import Appender, PlainMessage
 
-FAST_OPTIONS = ReadNodeOptions(tick_ms=30, persist_interval_ms=30, tail_wait_ms=300, retry_ms=50, lineage_reload_ms=50)
+FAST_OPTIONS = ReadNodeOptions(
+    tick_ms=30, persist_interval_ms=30, tail_wait_ms=300, retry_ms=50, lineage_reload_ms=50, index_truncate_ms=0,
+    index_keep_offsets=0,
+)
 
 
 class FakeWriteNode:
@@ -112,8 +116,9 @@ class Env:
 
     def __init__(
         self, redis_url: str, prefix: str, data_dir: Path, *, pps: int = 2, lease_ttl_ms: int = 1000,
-        session_timeout_ms: int = 5000,
+        session_timeout_ms: int = 5000, real_writer: bool = False,
     ) -> None:
+        self.real_writer = real_writer
         self.redis_url = redis_url
         self.settings = Settings(
             data_dir=data_dir,
@@ -133,8 +138,14 @@ class Env:
         await self.listener.start()
         self.cache = MapCache(md.queues, md.maps, self.listener)
         await self.cache.start()
-        self.writer = FakeWriteNode(md, self.data_dir / "w0", self.pps)
-        await self.writer.start()
+        if self.real_writer:
+            from write_nodes.service import WriteNodeService
+
+            self.real = WriteNodeService(self.settings, "w0", 0, self.redis_url)
+            await self.real.start()
+        else:
+            self.writer = FakeWriteNode(md, self.data_dir / "w0", self.pps)
+            await self.writer.start()
         self.session = aiohttp.ClientSession()
         self.admin = QueueAdmin(md, lambda: self.pps, TrafficMeter(), on_change=self.cache.refresh)
         writers = WriteNodeDirectory(md.nodes, md.leases, len(self.pps))
@@ -145,10 +156,19 @@ class Env:
         for node in self.nodes:
             await node.stop()
         await self.session.close()
-        await self.writer.stop()
+        if self.real_writer:
+            await self.real.stop()
+        else:
+            await self.writer.stop()
         await self.cache.stop()
         await self.listener.stop()
         await self.md.stop()
+
+    async def end_offsets(self) -> dict[int, int]:
+        """The durable end offset of every pp, as the write node reports it."""
+        address = self.real.address if self.real_writer else self.writer.address
+        listing = await WriteNodeClient(self.session).partitions(address)
+        return {p["id"]: p["end_offset"] for p in listing["partitions"]}
 
     async def read_node(self, node_id: str = "r1", options: ReadNodeOptions = FAST_OPTIONS) -> ReadNodeService:
         node = ReadNodeService(self.settings, node_id, self.redis_url, options=options)

@@ -4,17 +4,23 @@ lineage order across a remap, one tailer per pp shared by every group."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 import pytest
 
 from common.errors import Conflict
 from gateway.cluster_placement import plan_new_queue
-from tests.read_nodes.test_service_env import Env, drain
+from tests.read_nodes.test_service_env import FAST_OPTIONS, Env, drain
 
 
-@pytest.fixture
-async def env(redis_url, key_prefix, tmp_path):
-    e = Env(redis_url, key_prefix, tmp_path, lease_ttl_ms=1000, session_timeout_ms=8000)
+@pytest.fixture(params=["fake-writer", "real-writer"])
+async def env(request, redis_url, key_prefix, tmp_path):
+    if request.param == "real-writer":
+        pytest.importorskip("write_nodes.service", reason="the write-node service is not there yet")
+    e = Env(
+        redis_url, key_prefix, tmp_path, lease_ttl_ms=1000, session_timeout_ms=8000,
+        real_writer=request.param == "real-writer",
+    )
     await e.start()
     yield e
     await e.stop()
@@ -65,10 +71,10 @@ async def test_automatic_split_when_consumers_outnumber_vps(env: Env) -> None:
     info = await env.client.group_info(a, "tiny", "g")
     assert sorted(tuple(m["virtual_partitions"]) for m in info["members"]) == [(0,), (1,)]
     placed = None
-    for _ in range(100):
+    for _ in range(100):  # the queue itself grows: map (CAS) first, then the lineage copy
         current = await env.md.maps.current()
         placed = current["queues"]["tiny"] if current else None
-        if placed and placed["virtual_partitions"] == 2:
+        if placed and placed["virtual_partitions"] == 2 and set(await env.md.maps.lineage_all("tiny")) == {0, 1}:
             break
         await asyncio.sleep(0.05)
     assert placed is not None and placed["virtual_partitions"] == 2
@@ -114,8 +120,8 @@ async def test_key_order_across_a_remap_and_one_tailer_per_partition(env: Env) -
     await env.create_queue(name, virtual_partitions=1)
     old = await env.produce_json(name, [("k", i) for i in range(5)])
     assert {r["partition"] for r in old} == {1}
-    logs = env.writer.logs
-    end1, end0 = logs[1].durable_end_offset, logs[0].durable_end_offset
+    ends = await env.end_offsets()
+    end1, end0 = ends[1], ends[0]
 
     def move(m: dict) -> dict:
         return {"queues": {**m["queues"], name: {"virtual_partitions": 1, "placement": [0]}}}
@@ -125,7 +131,7 @@ async def test_key_order_across_a_remap_and_one_tailer_per_partition(env: Env) -
     await env.cache.refresh()
     new = await env.produce_json(name, [("k", i) for i in range(5, 10)])
     assert {r["partition"] for r in new} == {0}
-    node = await env.read_node()
+    node = await env.read_node(options=replace(FAST_OPTIONS, index_keep_offsets=1000))
     a = node.address
     c1 = (await env.client.join(a, name, "g1", consumer_id="c1", env="", set_="", lane=""))["consumer_id"]
     c2 = (await env.client.join(a, name, "g2", consumer_id="c2", env="", set_="", lane=""))["consumer_id"]
@@ -139,3 +145,39 @@ async def test_key_order_across_a_remap_and_one_tailer_per_partition(env: Env) -
     assert all(t["readers"] == 2 for t in tailers.values())
     # each pp was tailed once for both groups
     assert tailers[1]["records_tailed"] == 5 and tailers[0]["records_tailed"] == 5
+    # a group joining later needs no re-read while its start is within index_keep_offsets
+    c3 = (await env.client.join(a, name, "g3", consumer_id="c3", env="", set_="", lane=""))["consumer_id"]
+    assert [m["value"] for m in await drain(env, a, name, "g3", c3, 10)] == list(range(10))
+    assert sum(t["records_tailed"] for t in node.status()["tailers"]) == 10
+
+
+async def test_session_timeout_and_leave_release_unacked_messages(redis_url, key_prefix, tmp_path) -> None:
+    e = Env(redis_url, key_prefix, tmp_path, session_timeout_ms=600)
+    await e.start()
+    try:
+        await e.create_queue("s", virtual_partitions=2)
+        produced = await e.produce_json("s", [("a", 1), ("b", 2)])
+        node = await e.read_node()
+        a = node.address
+        sleepy = (await e.client.join(a, "s", "g", consumer_id="sleepy", env="", set_="", lane=""))["consumer_id"]
+        got = await drain(e, a, "s", "g", sleepy, 2, ack=False)
+        assert len(got) == 2
+        # a long poll longer than the session keeps its consumer alive
+        assert await e.client.poll(a, "s", "g", sleepy, 10, 1500) == []
+        awake = (await e.client.join(a, "s", "g", consumer_id="awake", env="", set_="", lane=""))["consumer_id"]
+        # sleepy stops polling: after its session it is removed and its messages go to awake
+        # at once (the visibility timeout is 30 s)
+        moved = await drain(e, a, "s", "g", awake, 2, ack=False, timeout_s=5)
+        assert {m["id"] for m in moved} == {r["id"] for r in produced}
+        assert all(m["delivery_count"] == 2 for m in moved)
+        info = await e.client.group_info(a, "s", "g")
+        assert [m["consumer_id"] for m in info["members"]] == ["awake"]
+        assert [m.consumer_id for m in await e.md.groups.members("s", "g")] == ["awake"]
+        # a leave hands the unacked messages over at once too
+        other = (await e.client.join(a, "s", "g", consumer_id="other", env="", set_="", lane=""))["consumer_id"]
+        await e.client.leave(a, "s", "g", awake)
+        again = await drain(e, a, "s", "g", other, 2, timeout_s=5)
+        assert {m["id"] for m in again} == {r["id"] for r in produced}
+        assert all(m["delivery_count"] == 3 for m in again)
+    finally:
+        await e.stop()
