@@ -11,7 +11,9 @@ Contract of :func:`run_harness`:
   ``{"status": "error", "error": ...}``; the run goes on. Every system is torn down
   (its queues/streams deleted) and stopped, whatever happened.
 * Results: ``<data_dir>/peers-<stamp>.json`` and ``<data_dir>/peers-<stamp>.png``;
-  the dict written is also returned. ``echo`` receives progress and summary lines.
+  the dict written is also returned. Servers the harness starts (its own redis-server,
+  ``vpq up``) keep their data in ``<data_dir>/work/<system>-<tag>``, removed after the
+  system's run (kept when it could not start, for its logs). ``echo`` receives progress and summary lines.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from typing import Any
 import psutil
 
 from load.chart import write_chart
-from load.peers.registry import SYSTEM_NAMES, Endpoints, make_system
+from load.peers.registry import SYSTEM_NAMES, Endpoints, make_system, work_dir
 from load.profiles import Profile, profile_for
 from load.report import check_totals, headline, ratios, scenario_lines
 from load.scenarios import s1_produce, s2_latency, s3_queues, s4_consumers, s5_catchup
@@ -159,7 +161,7 @@ async def run_harness(cfg: HarnessConfig, echo: Callable[[str], None] = print) -
             reason = str(exc) or f"not started within {START_TIMEOUT_S:g}s"
             results["systems"][name] = {"available": False, "reason": reason}
             echo(f"[{name}] skipped: {reason}")
-            await system.stop()
+            await system.stop()  # its work directory stays, with the logs that explain why
             continue
         results["systems"][name] = {"available": True, "durability": system.durability, **system.describe()}
         echo(f"[{name}] {system.durability}")
@@ -171,6 +173,7 @@ async def run_harness(cfg: HarnessConfig, echo: Callable[[str], None] = print) -
             except Exception as exc:
                 echo(f"[{name}] teardown failed: {exc!r}")
             await system.stop()
+            shutil.rmtree(work_dir(name, endpoints), ignore_errors=True)
 
     for number in cfg.scenarios:
         entry = results["scenarios"][str(number)]

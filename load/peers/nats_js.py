@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import uuid
 from collections.abc import Sequence
@@ -32,6 +33,8 @@ from nats.js import api
 from load.peers.fetch_loop import Delivery, FetchLoop, Inbox
 from load.procmem import pid_listening_on, rss_bytes
 from load.system import ConsumerHandle, Handler, SystemUnavailable, owned_shards, shard_of
+
+log = logging.getLogger(__name__)
 
 DEFAULT_URL = "nats://127.0.0.1:4222"
 ADMIN_CONCURRENCY = 16
@@ -221,7 +224,7 @@ class NatsJetStream:
             async def fetch(max_n: int, wait_s: float) -> list[Delivery]:
                 try:
                     msgs = await sub.fetch(max_n, timeout=max(wait_s, 0.05))
-                except nats.errors.TimeoutError:
+                except TimeoutError:  # nats-py raises both its own and asyncio's
                     return []
                 return [Delivery(m.headers[KEY_HEADER], m.data, m) for m in msgs]
 
@@ -240,7 +243,11 @@ class NatsJetStream:
             while not stopping.is_set():
                 try:
                     msgs = await sub.fetch(batch, timeout=0.5)
-                except nats.errors.TimeoutError:
+                except TimeoutError:  # nats-py raises both its own and asyncio's
+                    continue
+                except nats.errors.Error as exc:  # a feeder must not die: its shard would stall
+                    log.warning("nats: fetch from %s failed: %r", queue, exc)
+                    await asyncio.sleep(0.1)
                     continue
                 for m in msgs:
                     inbox.put(Delivery(m.headers[KEY_HEADER], m.data, m))

@@ -45,18 +45,24 @@ def parse_systems(text: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def work_dir(name: str, endpoints: Endpoints) -> Path:
+    """Where a server the harness starts for ``name`` keeps its data during this run."""
+    return endpoints.data_dir / "work" / f"{name}-{endpoints.tag}"
+
+
 def make_system(name: str, endpoints: Endpoints) -> System:
-    """A not-yet-started system called ``name``."""
+    """A not-yet-started system called ``name``; servers it starts keep their data under
+    :func:`work_dir`."""
     if name == "vpq":
         return Vpq(
             endpoints.vpq_url,
             start_if_missing=endpoints.start_vpq,
-            data_dir=endpoints.data_dir / "vpq-platform",
+            data_dir=work_dir(name, endpoints),
             physical_partitions=8,
             tag=endpoints.tag,
         )
     if name == "redis":
-        return RedisStreams(data_dir=endpoints.data_dir / "redis-peer")
+        return RedisStreams(data_dir=work_dir(name, endpoints))
     if name == "nats":
         return NatsJetStream(endpoints.nats_url, layout="streams", tag=endpoints.tag)
     if name == "nats-subjects":

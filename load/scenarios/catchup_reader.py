@@ -2,7 +2,8 @@
 work does not share an event loop (or a CPU core's time slices) with the producer
 whose latency is measured.
 
-Protocol over the pipe: the child sends ``("started", t)`` once its consumer runs and
+Protocol over the pipe: the child connects and sends ``("ready", t)``, waits for
+``("go", backlog)``, starts its consumer, sends ``("started", t)``, and sends
 ``("caught_up", t)`` when it has read ``backlog`` distinct messages (everything that
 was in the queue when it started: the queue is FIFO, so the live messages come after).
 It reads on until it has seen as many distinct messages as the parent's ``("target",
@@ -23,12 +24,19 @@ from load.payload import parse_payload
 from load.peers.registry import from_spec
 
 
-async def _read(
-    spec: dict[str, Any], queue: str, batch: int, backlog: int, conn: Connection, deadline_s: float
-) -> None:
+async def _read(spec: dict[str, Any], queue: str, batch: int, conn: Connection, deadline_s: float) -> None:
     system = from_spec(spec)
     await system.start()
     system.register([queue], ordered=True, shards=1)
+    conn.send(("ready", time.monotonic()))
+    deadline = time.monotonic() + deadline_s
+    while not conn.poll():
+        if time.monotonic() >= deadline:
+            await system.stop()
+            raise TimeoutError("no go from the parent")
+        await asyncio.sleep(0.005)
+    message = conn.recv()
+    backlog = int(message[1])
     deliveries: list[tuple[str, int, float]] = []
     distinct: set[tuple[str, int]] = set()
     caught_up = asyncio.Event()
@@ -46,7 +54,6 @@ async def _read(
         handle = await system.consume(queue, handler, ordered=True, member=0, members=1, batch=batch)
         conn.send(("started", time.monotonic()))
         target: int | None = None
-        deadline = time.monotonic() + deadline_s
         while time.monotonic() < deadline:
             if target is None and conn.poll():
                 message = conn.recv()
@@ -61,16 +68,14 @@ async def _read(
     conn.send(("done", deliveries))
 
 
-def reader_main(
-    spec: dict[str, Any], queue: str, batch: int, backlog: int, conn: Connection, deadline_s: float
-) -> None:
+def reader_main(spec: dict[str, Any], queue: str, batch: int, conn: Connection, deadline_s: float) -> None:
     """Child-process entry point (see the module docstring)."""
     try:
         try:
             from uvloop import run as run_loop
         except ImportError:
             run_loop = asyncio.run
-        run_loop(_read(spec, queue, batch, backlog, conn, deadline_s))
+        run_loop(_read(spec, queue, batch, conn, deadline_s))
     except Exception as exc:  # reported to the parent, which records the scenario as failed
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
     finally:
