@@ -13,6 +13,7 @@
   long-polling up to ``wait_ms`` (at most 30000) when there is nothing yet; headers
   ``X-Start-Offset`` and ``X-End-Offset``.
 - ``GET /internal/v1/partitions``: ``{"node_id", "map_epoch", "partitions": [...]}``.
+- ``GET /internal/v1/metrics``: Prometheus text (``write_nodes.metrics``).
 
 Errors are ``common.errors`` JSON with the error's status (``error_middleware``):
 ownership answers come from ``PartitionOwnership.serving``; an I/O error of the log
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Iterable
 from typing import Protocol
 
@@ -41,6 +43,7 @@ from common.errors import (
 )
 from metadata.map_cache import MapCache
 from write_nodes.errors import CorruptBatchError, LogIOError, OffsetOutOfRangeError
+from write_nodes.metrics import WriteNodeMetrics
 from write_nodes.ownership import NOT_OWNER, PARTITION_OFFLINE, OwnedPartition, PartitionOwnership, State
 from write_nodes.records import BatchView, Record
 
@@ -227,11 +230,13 @@ class WriteNodeHandlers:
         ownership: PartitionOwnership,
         guard: PlacementGuard,
         traffic: TrafficSink | None = None,
+        metrics: WriteNodeMetrics | None = None,
     ) -> None:
         self._node_id = node_id
         self._ownership = ownership
         self._guard = guard
         self._traffic = traffic
+        self._metrics = metrics or WriteNodeMetrics()
 
     async def append(self, request: web.Request) -> web.Response:
         pp = _pp(request)
@@ -246,6 +251,7 @@ class WriteNodeHandlers:
             queues = self._guard.check(pp, {(k[0], k[1]) for k in summary})
             part = own.serving(pp)
             assert part.log is not None
+            started = time.perf_counter()
             try:
                 base, last = await part.log.append_batch_bytes(body)
             except LogIOError as exc:
@@ -257,6 +263,7 @@ class WriteNodeHandlers:
             for (qid, vp, ctx), (n, nbytes) in summary.items():
                 name, v = queues[qid]
                 traffic.count(name, vp, v, ctx, n, nbytes)
+        self._metrics.appended(pp, len(body), summary, queues, time.perf_counter() - started)
         return json_response({"base_offset": base, "last_offset": last})
 
     async def read(self, request: web.Request) -> web.Response:
@@ -294,6 +301,10 @@ class WriteNodeHandlers:
             {"node_id": self._node_id, "map_epoch": self._guard.epoch, "partitions": self._ownership.snapshot()}
         )
 
+    async def metrics(self, request: web.Request) -> web.Response:
+        text = self._metrics.render(self._ownership.snapshot(), self._guard.epoch)
+        return web.Response(body=text, headers={"Content-Type": self._metrics.content_type})
+
     def _log_failure(self, pp: int, part: OwnedPartition, exc: LogIOError) -> Unavailable:
         if part.state is State.CLOSING:
             return Unavailable(NOT_OWNER, f"write node {self._node_id} is giving partition {pp} up", partition=pp, node=self._node_id)
@@ -307,5 +318,6 @@ def build_app(handlers: WriteNodeHandlers, *, client_max_size: int) -> web.Appli
     app.router.add_post(r"/internal/v1/partitions/{pp:\d{1,9}}/append", handlers.append)
     app.router.add_get(r"/internal/v1/partitions/{pp:\d{1,9}}/read", handlers.read)
     app.router.add_get("/internal/v1/partitions", handlers.partitions)
+    app.router.add_get("/internal/v1/metrics", handlers.metrics)
     return app
 

@@ -56,13 +56,19 @@ class PartitionLog:
         clock_ms: Callable[[], int] = wall_clock_ms,
         fsync: FsyncFn = default_fsync,
         history_size: int = 0,
+        on_group: Callable[[int], None] | None = None,
     ) -> None:
+        """``fsync`` syncs one fd (called on the I/O thread); ``on_group`` is called on the
+        loop thread with the number of records each completed group commit made durable
+        (it must not raise: it runs inside the commit's completion)."""
         self.directory = Path(directory)
         self.settings = settings
         self.partition_id = partition_id
         self._clock_ms = clock_ms
         self._fsync = fsync
         self._history_size = history_size
+        self._on_group = on_group
+        self._durable_seen = 0
         self._segments = LogSegments()
         self._appender: SegmentAppender | None = None
         self._committer: GroupCommitter | None = None
@@ -94,7 +100,7 @@ class PartitionLog:
         except OSError as exc:
             self._close_files()
             raise LogIOError(f"partition {self.partition_id}: cannot open {self.directory}: {exc}", self.partition_id) from exc
-        self._next_offset = report.recovered_end_offset
+        self._next_offset = self._durable_seen = report.recovered_end_offset
         self._appender = SegmentAppender(
             self.directory,
             self._segments,
@@ -356,7 +362,10 @@ class PartitionLog:
             self._error = error  # type: ignore[assignment]
         self._wake()
 
-    def _on_durable(self, _end: int) -> None:
+    def _on_durable(self, end: int) -> None:
+        if self._on_group is not None:
+            self._on_group(end - self._durable_seen)
+        self._durable_seen = end
         self._wake()
 
     def _wake(self) -> None:

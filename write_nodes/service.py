@@ -44,7 +44,8 @@ from spark_rebalance.stats_writer import StatsWriter
 from spark_rebalance.traffic_counter import TrafficCounter
 from write_nodes.cluster_meta import get_or_init_partition_count
 from write_nodes.handlers import PlacementGuard, WriteNodeHandlers, build_app
-from write_nodes.ownership import WRITE_ROLE, LogFactory, PartitionOwnership, default_log_factory
+from write_nodes.metrics import WriteNodeMetrics
+from write_nodes.ownership import WRITE_ROLE, LogFactory, PartitionOwnership
 
 log = logging.getLogger(__name__)
 
@@ -180,12 +181,13 @@ class WriteNodeService:
         host: str = "127.0.0.1",
         port: int = 0,
         *,
-        log_factory: LogFactory = default_log_factory,
+        log_factory: LogFactory | None = None,
         use_pubsub: bool = True,
         takeover: bool = True,
         reopen_backoff_s: float = 1.0,
     ) -> None:
-        """``log_factory`` builds partition logs (tests inject failing I/O);
+        """``log_factory`` builds partition logs (tests inject failing I/O; the default,
+        ``WriteNodeMetrics.log_factory``, feeds the fsync and group-commit metrics);
         ``use_pubsub=False`` makes the map cache rely on polling and on-demand reloads;
         ``takeover=False`` never takes a dead sibling's partitions; an offline partition
         is reopened after ``reopen_backoff_s`` (doubling on each failure)."""
@@ -197,7 +199,8 @@ class WriteNodeService:
         self._redis_url = redis_url
         self._host = host
         self._port = port
-        self._log_factory = log_factory
+        self.metrics = WriteNodeMetrics()
+        self._log_factory = log_factory or self.metrics.log_factory
         self._use_pubsub = use_pubsub
         self._takeover = takeover
         self._reopen_backoff_s = reopen_backoff_s
@@ -273,7 +276,9 @@ class WriteNodeService:
                 takeover=self._takeover,
                 reopen_backoff_s=self._reopen_backoff_s,
             )
-            handlers = WriteNodeHandlers(self.node_id, self._ownership, PlacementGuard(self._cache), self._traffic)
+            handlers = WriteNodeHandlers(
+                self.node_id, self._ownership, PlacementGuard(self._cache), self._traffic, self.metrics
+            )
             body_limit = max(MIN_BODY_LIMIT, 2 * s.gateway.max_request_bytes)
             app = build_app(handlers, client_max_size=body_limit)
             self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=5.0)
