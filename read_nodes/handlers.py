@@ -12,6 +12,7 @@ isolation context already resolved by the gateway:
 ``DELETE .../consumers/{cid}``                             -> 204
 ``GET /internal/v1/queues/{q}/groups/{g}``                 -> the public group answer
 ``GET /internal/v1/status``                                -> this node's groups and tailers (operations)
+``GET /internal/v1/metrics``                               -> Prometheus text (``read_nodes.metrics``)
 =========================================================  =========================================
 
 Bodies are validated like the public API's (same limits: ``max_messages``
@@ -19,7 +20,7 @@ Bodies are validated like the public API's (same limits: ``max_messages``
 0..86,400,000 default 0, ``start`` earliest|latest). Every error is
 ``common.errors`` JSON with its status, so it reaches the user unchanged
 through the gateway; a group held by another live node is 409 ``not_owner``
-with detail ``owner``.
+with detail ``owner``; Redis trouble is 503 ``metadata_unavailable`` (retryable).
 """
 
 from __future__ import annotations
@@ -30,8 +31,9 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 from aiohttp import web
+from redis.exceptions import RedisError
 
-from common.errors import BadRequest, InternalError, MethodNotAllowed, NotFound, VpqError
+from common.errors import BadRequest, InternalError, MethodNotAllowed, NotFound, Unavailable, VpqError
 from isolation.context import IsolationContext, IsolationError
 from metadata.names import check_name
 
@@ -65,6 +67,9 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return await handler(request)
     except VpqError as err:
         return error_response(err)
+    except RedisError as exc:
+        log.warning("metadata store error on %s %s: %s", request.method, request.path, exc)
+        return error_response(Unavailable("metadata_unavailable", f"the metadata store is unavailable: {exc}"))
     except web.HTTPMethodNotAllowed as exc:
         return error_response(MethodNotAllowed(message=f"{request.method} not allowed", allowed=sorted(exc.allowed_methods)))
     except web.HTTPNotFound:
@@ -184,6 +189,12 @@ async def status(request: web.Request) -> web.Response:
     return json_response(_service(request).status())
 
 
+async def metrics(request: web.Request) -> web.Response:
+    service = _service(request)
+    text = await service.metrics.scrape(service.hosted().values(), service.status())
+    return web.Response(body=text, headers={"Content-Type": service.metrics.content_type})
+
+
 def build_app(service: ReadNodeService) -> web.Application:
     app = web.Application(middlewares=[error_middleware], client_max_size=MAX_BODY_BYTES)
     app[SERVICE_KEY] = service
@@ -195,4 +206,5 @@ def build_app(service: ReadNodeService) -> web.Application:
     app.router.add_delete(f"{base}/consumers/{{consumer_id}}", leave)
     app.router.add_get(base, group_info)
     app.router.add_get("/internal/v1/status", status)
+    app.router.add_get("/internal/v1/metrics", metrics)
     return app

@@ -109,6 +109,7 @@ class RecordSource:
         self._resolve = resolve_context
         self._fetch_max_bytes = fetch_max_bytes
         self._locks: dict[int, asyncio.Lock] = {}
+        self._contexts: dict[int, IsolationContext] = {}
         self.fetches = 0
 
     def cached(self, pp: int, offset: int) -> TailedRecord | None:
@@ -154,7 +155,10 @@ class RecordSource:
             for rec in view.records():
                 if rec.offset < from_offset:
                     continue
-                tailed = TailedRecord(pp, rec, await self._resolve(rec.context_id))
+                ctx = self._contexts.get(rec.context_id)
+                if ctx is None:
+                    ctx = self._contexts[rec.context_id] = await self._resolve(rec.context_id)
+                tailed = TailedRecord(pp, rec, ctx)
                 self.cache.put((pp, rec.offset), tailed, tailed.size_bytes())
                 out.append(tailed)
         return out, end
