@@ -50,6 +50,7 @@ from read_nodes.ingestor import Ingestor
 from read_nodes.lineage_order import LineageOrder
 from read_nodes.message_id import MessageIdError, decode_message_ids
 from read_nodes.messages import render_message
+from read_nodes.metrics import DeliveryCounters, NoCounters
 from read_nodes.node_parts import NodeParts, monotonic_ms
 
 log = logging.getLogger(__name__)
@@ -83,8 +84,11 @@ class GroupHost:
         group: str,
         token: int,
         on_fenced: Callable[[GroupHost], Awaitable[None]],
+        counters: DeliveryCounters | None = None,
     ) -> None:
+        """``counters`` counts deliveries, acks, nacks and dead letters (metrics)."""
         self.parts = parts
+        self._counters: DeliveryCounters = counters or NoCounters()
         self.record = record
         self.queue = record.name
         self.group = group
@@ -265,6 +269,7 @@ class GroupHost:
         for pos in decode_message_ids(handled):
             self.snapshots.note_done(*pos)
         self.delivery.confirm_dead_letters(handled)
+        self._counters.dead_lettered(self.queue, self.group, len(handled))
         self._dead = [d for d in letters if d.message_id not in done]
         if handled:
             self._wake.set()
@@ -348,7 +353,9 @@ class GroupHost:
             raise _not_found(consumer_id) from None
         finally:
             self.members.poll_ended(consumer_id)
-        return await self._render(consumer_id, got)
+        out = await self._render(consumer_id, got)
+        self._counters.delivered(self.queue, self.group, out)
+        return out
 
     async def _render(self, consumer_id: str, got: list[Delivery]) -> list[dict[str, Any]]:
         source = self.parts.source
@@ -392,6 +399,7 @@ class GroupHost:
         if n:
             self._notify()
             self._wake.set()
+        self._counters.acked(self.queue, self.group, n)
         return n
 
     async def nack(self, consumer_id: str, ids: list[str], delay_ms: int) -> int:
@@ -404,6 +412,7 @@ class GroupHost:
             raise _not_found(consumer_id) from None
         if n:
             self._notify()
+        self._counters.nacked(self.queue, self.group, n)
         return n
 
     async def leave(self, consumer_id: str) -> None:

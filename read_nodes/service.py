@@ -55,6 +55,7 @@ from read_nodes.group_host import GroupHost
 from read_nodes.group_start import start_offsets
 from read_nodes.handlers import build_app
 from read_nodes.lineage_order import LineageOrder
+from read_nodes.metrics import ReadNodeMetrics
 from read_nodes.node_parts import NodeParts, ReadNodeOptions
 from read_nodes.record_cache import RecordCache
 from read_nodes.tailer import RecordSource
@@ -86,6 +87,7 @@ class ReadNodeService:
         self.host_name = host
         self.port = port
         self.options = options or ReadNodeOptions()
+        self.metrics = ReadNodeMetrics()
         self.parts: NodeParts | None = None
         self._md: MetadataStore | None = None
         self._listener: EventListener | None = None
@@ -270,7 +272,7 @@ class ReadNodeService:
                 placement = entry.placement if entry is not None and entry.placement is not None else ()
                 computed = await start_offsets(position, lineage, placement, parts.writers, parts.write_client)  # type: ignore[arg-type]
                 starts = await md.groups.set_start_offsets(queue, group, computed) if computed else {}
-            host = GroupHost(parts, rec, group, token, self._fenced)
+            host = GroupHost(parts, rec, group, token, self._fenced, self.metrics)
             try:
                 await host.open(starts)
             except BaseException:
