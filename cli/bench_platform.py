@@ -5,7 +5,9 @@ fresh temporary data directory and a free port (``--physical-partitions``, defau
 and stops it afterwards. The logic lives in :mod:`load.platform_bench`; this module
 parses options, runs ``--runs`` repetitions on one platform, prints readable figures
 and, as the LAST line, one JSON object: the median of each headline figure over the
-runs, the platform, and every run's full figures.
+runs (failure counts: the worst run's), the platform, the host's CPU count and load
+average before and after (a loaded machine makes the figures noisy, and says so), and
+every run's full figures.
 
 Exit status: 2 when there is no platform to measure; 1 when a run failed its checks
 (produce errors; lost messages; lost, reordered or unexpected messages or an
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, Optional
@@ -80,6 +83,7 @@ def _execute(
 ) -> None:
     if runs < 1:
         raise typer.BadParameter("--runs must be >= 1")
+    host: dict[str, Any] = {"cpus": os.cpu_count(), "load_1m_before": round(os.getloadavg()[0], 2)}
     try:
         platform, results = _run_loop(_measure(url, physical_partitions, data_dir, runs, runner))
     except TargetUnavailable as exc:
@@ -90,6 +94,7 @@ def _execute(
         typer.echo(f"error: the platform failed the benchmark: {exc}", err=True)
         typer.echo(json.dumps({"bench": name, "error": str(exc)}))
         raise typer.Exit(1)
+    host["load_1m_after"] = round(os.getloadavg()[0], 2)
     headline = dict(results[-1])
     if runs > 1:
         headline.update(median_of_runs(results, fields))
@@ -97,8 +102,12 @@ def _execute(
     typer.echo(f"vpq bench {name}" + (f" (median of {runs} runs; failure counts of the worst run)" if runs > 1 else ""))
     for line in show(headline):
         typer.echo(f"  {line}")
+    busiest = max(host["load_1m_before"], host["load_1m_after"])
+    if host["cpus"] and busiest > host["cpus"]:
+        typer.echo(f"  note: load average {busiest} on {host['cpus']} CPU(s): other work shared the machine; "
+                   "the figures are noisy")
     summary = {"bench": name, **{f: headline.get(f) for f in (*fields, *counts)}, "runs": len(results),
-               "platform": platform, "results": results}
+               "platform": platform, "host": host, "results": results}
     typer.echo(json.dumps(summary))
     if any(failed(r) for r in results):
         raise typer.Exit(1)
