@@ -8,7 +8,9 @@ Parts (built in ``start()``, stopped in reverse by ``stop()``):
   serves which group), refreshed by node announcements and on errors;
 - one ``aiohttp.ClientSession`` shared by ``WriteNodeClient`` and ``ReadNodeClient``;
 - the ``Appender`` (``write_nodes.produce``) for produce, ``QueueAdmin`` for queue
-  admin, ``GroupCaller`` for consumer calls, a ``TrafficMeter`` for queue traffic.
+  admin, ``GroupCaller`` for consumer calls, a ``TrafficMeter`` for queue traffic;
+- a ``NodeMetricsScraper``: ``metrics_text()`` ends with every live node's metrics
+  (``gateway.cluster_metrics``).
 
 The physical partitions of the cluster are ``0 .. K-1`` with K the count stored in Redis
 when the cluster was created (``write_nodes.cluster_meta``; the first process to start
@@ -35,6 +37,7 @@ from config.settings import Settings
 from gateway.backend import JoinSpec, ResolvedMessage
 from gateway.cluster_errors import metadata_errors
 from gateway.cluster_groups import GroupCaller
+from gateway.cluster_metrics import NodeMetricsScraper, registered_nodes
 from gateway.cluster_queues import EMPTY_MAP, QueueAdmin
 from gateway.cluster_traffic import TrafficMeter
 from gateway.node_directory import ReadNodeDirectory, WriteNodeDirectory
@@ -71,6 +74,7 @@ class ClusterBackend:
         self._appender: Appender | None = None
         self._admin: QueueAdmin | None = None
         self._groups: GroupCaller | None = None
+        self._node_metrics: NodeMetricsScraper | None = None
         self.traffic = TrafficMeter()
         self._started = False
 
@@ -100,6 +104,7 @@ class ClusterBackend:
             self._appender = Appender(cache, ProduceRouter(cache, md.contexts), writers, self._write_client, self._policy)
             self._admin = QueueAdmin(md, self._placeable_partitions, self.traffic, on_change=cache.refresh)
             self._groups = GroupCaller(readers)
+            self._node_metrics = NodeMetricsScraper(self._session)
             self._started = True
         except BaseException:
             await self._close()
@@ -325,4 +330,7 @@ class ClusterBackend:
                 "# TYPE vpq_consumer_failovers_total counter",
                 f"vpq_consumer_failovers_total {self._groups.failovers}",
             ]
-        return "\n".join(lines) + "\n"
+        own = "\n".join(lines) + "\n"
+        if self._md is None or self._node_metrics is None:
+            return own
+        return await self._node_metrics.scrape(own, await registered_nodes(self._md.nodes))

@@ -187,10 +187,11 @@ class _SampleCollector:
     def _cache(cache: Mapping[str, Any]) -> Iterator[Metric]:
         if not cache:
             return
-        yield GaugeMetricFamily("vpq_record_cache_entries", "Records in the decoded-record cache.", value=cache.get("entries", 0))
-        yield GaugeMetricFamily("vpq_record_cache_bytes", "Bytes held by the decoded-record cache.", value=cache.get("bytes", 0))
-        yield GaugeMetricFamily("vpq_record_cache_hit_ratio", "Hit ratio of the decoded-record cache.", value=cache.get("hit_ratio", 0.0))
-        yield CounterMetricFamily("vpq_record_cache_fetches", "Reads from write nodes to refill the cache.", value=cache.get("fetches", 0))
+        c = cache.get
+        yield GaugeMetricFamily("vpq_record_cache_entries", "Records in the decoded-record cache.", value=c("entries", 0))
+        yield GaugeMetricFamily("vpq_record_cache_bytes", "Bytes held by the decoded-record cache.", value=c("bytes", 0))
+        yield GaugeMetricFamily("vpq_record_cache_hit_ratio", "Hit ratio of the record cache.", value=c("hit_ratio", 0.0))
+        yield CounterMetricFamily("vpq_record_cache_fetches", "Reads refilling the record cache.", value=c("fetches", 0))
 
 
 class ReadNodeMetrics:
@@ -208,7 +209,7 @@ class ReadNodeMetrics:
         )
         self._acked = Counter("vpq_acked_messages", "Messages acknowledged.", qg, registry=r)
         self._nacked = Counter("vpq_nacked_messages", "Messages given back by a nack.", qg, registry=r)
-        self._dead = Counter("vpq_dead_lettered_messages", "Messages produced to the group's dead-letter queue.", qg, registry=r)
+        self._dead = Counter("vpq_dead_lettered_messages", "Messages produced to the group's DLQ.", qg, registry=r)
         self._sample = _SampleCollector()
         r.register(self._sample)  # type: ignore[arg-type]
 

@@ -81,7 +81,7 @@ class _PartitionGauges:
         fams = {
             "start_offset": _gauge("vpq_partition_start_offset", "First offset still in the log (after retention)."),
             "end_offset": _gauge("vpq_partition_end_offset", "Durable end: the next offset to become durable."),
-            "next_offset": _gauge("vpq_partition_next_offset", "Next offset the log assigns (appends in flight included)."),
+            "next_offset": _gauge("vpq_partition_next_offset", "Next offset to assign (appends in flight included)."),
             "bytes": _gauge("vpq_partition_size_bytes", "Bytes of the log's segments."),
         }
         online = _gauge("vpq_partition_online", "1 while the partition serves appends and reads.")
@@ -92,7 +92,7 @@ class _PartitionGauges:
             online.add_metric([pp], 1.0 if row.get("online") else 0.0)
         yield from fams.values()
         yield online
-        yield GaugeMetricFamily("vpq_write_node_partitions", "Partitions whose lease this node holds.", value=len(self.rows))
+        yield GaugeMetricFamily("vpq_write_node_partitions", "Partitions this node holds.", value=len(self.rows))
         yield GaugeMetricFamily("vpq_write_node_map_epoch", "Epoch of this node's placement map.", value=self.map_epoch)
 
 
@@ -111,10 +111,10 @@ class WriteNodeMetrics:
             "vpq_partition_appended_records", "Records appended durably to the partition.", ["partition"], registry=r
         )
         self.appended_bytes = Counter(
-            "vpq_partition_appended_bytes", "Record-batch bytes appended durably to the partition.", ["partition"], registry=r
+            "vpq_partition_appended_bytes", "Record-batch bytes appended durably.", ["partition"], registry=r
         )
         self.appended_batches = Counter(
-            "vpq_partition_appended_batches", "Record batches appended durably to the partition.", ["partition"], registry=r
+            "vpq_partition_appended_batches", "Record batches appended durably.", ["partition"], registry=r
         )
         self.append_seconds = Histogram(
             "vpq_append_seconds",

@@ -71,7 +71,8 @@ async def test_metrics_endpoint_after_appends(tmp_path, redis_url, key_prefix) -
         async with aiohttp.ClientSession() as http:
             a = service.address
             epoch = 2  # two queues placed: two map updates
-            for body, pp in ((batch(qid, [0, 2, 0], "a"), 0), (batch(qid, [1], "b"), 1), (batch(other, [0, 1], "cc"), 1)):
+            sends = ((batch(qid, [0, 2, 0], "a"), 0), (batch(qid, [1], "b"), 1), (batch(other, [0, 1], "cc"), 1))
+            for body, pp in sends:
                 status, answer = await append(http, a, pp, body, epoch)
                 assert status == 200, answer
             status, answer = await append(http, a, 0, batch(qid, [1]), epoch)  # vp 1 is not on pp 0
@@ -92,7 +93,8 @@ async def test_metrics_endpoint_after_appends(tmp_path, redis_url, key_prefix) -
     assert value(fams, "vpq_partition_appended_records", "vpq_partition_appended_records_total", partition="1") == 3
     assert value(fams, "vpq_partition_appended_batches", "vpq_partition_appended_batches_total", partition="1") == 2
     assert value(fams, "vpq_partition_appended_bytes", "vpq_partition_appended_bytes_total", partition="0") > 9
-    assert value(fams, "vpq_append_seconds", "vpq_append_seconds_count", partition="0") == 1  # the refused one is not counted
+    # the refused append is not counted
+    assert value(fams, "vpq_append_seconds", "vpq_append_seconds_count", partition="0") == 1
     assert value(fams, "vpq_group_commit_records", "vpq_group_commit_records_sum", partition="1") == 3
     assert value(fams, "vpq_fsync_seconds", "vpq_fsync_seconds_count", partition="0") >= 1
     assert value(fams, "vpq_partition_end_offset", "vpq_partition_end_offset", partition="0") == 3
