@@ -6,6 +6,7 @@ import typer
 
 from cli.bench import bench_app
 from cli.commands import register_commands
+from cli.rebalance import rebalance
 from cli.up import up
 
 app = typer.Typer(
@@ -15,6 +16,7 @@ app = typer.Typer(
     add_completion=False,
 )
 app.command("up")(up)
+app.command("rebalance")(rebalance)
 app.add_typer(bench_app, name="bench")
 register_commands(app)
 
