@@ -116,6 +116,9 @@ class GroupHost:
         self._lineage_wanted = False
         self._lineage_at = 0
         self._last_persist = 0
+        self._changes = 1  # bumped by every change of the ack state; persisted up to _saved
+        self._saved = 0
+        self._retry_ingest = True
         self.closed = False
         self.needs_reload = False
         self.gone = False
@@ -210,10 +213,13 @@ class GroupHost:
                 log.exception("%s/%s: ingestion failed", self.queue, self.group)
                 await asyncio.sleep(self._opt.retry_ms / 1000.0)
                 continue
+            if res.moved:
+                self._changes += 1
             if res.ingested:
                 self._notify()
             if res.unknown:
                 self._lineage_wanted = True
+            self._retry_ingest = res.blocked or res.unknown or res.held
 
     # ------------------------------------------------------------ housekeeping
     async def _tick_loop(self) -> None:
@@ -245,8 +251,9 @@ class GroupHost:
         await self._dead_letters()
         await self._follow_map(now)
         await self._grow()
-        self._wake.set()
-        if now - self._last_persist >= self._opt.persist_interval_ms:
+        if self._retry_ingest:
+            self._wake.set()
+        if self._changes != self._saved and now - self._last_persist >= self._opt.persist_interval_ms:
             await self._persist()
 
     async def _check_queue(self) -> None:
@@ -272,6 +279,7 @@ class GroupHost:
         self._counters.dead_lettered(self.queue, self.group, len(handled))
         self._dead = [d for d in letters if d.message_id not in done]
         if handled:
+            self._changes += 1
             self._wake.set()
 
     async def _follow_map(self, now: int) -> None:
@@ -298,11 +306,14 @@ class GroupHost:
 
     async def _persist(self, force: bool = False) -> None:
         self._last_persist = monotonic_ms()
+        version = self._changes
         blobs = self.snapshots.changes(self.delivery.compact_ack_state(), self.token)
         if not blobs:
+            self._saved = version
             return
         if await self.parts.acks.save(self.queue, self.group, self.token, blobs):
             self.snapshots.mark_saved(blobs)
+            self._saved = version
             return
         log.warning("%s/%s: ack state save fenced off (token %d): the lease is lost", self.queue, self.group, self.token)
         if not force:
@@ -379,6 +390,7 @@ class GroupHost:
             log.warning("%s/%s: %d messages vanished (retention) before delivery", self.queue, self.group, len(gone))
             self._done_ids(gone)
             self.delivery.ack(consumer_id, gone)
+            self._changes += 1
         if failed:
             self.delivery.nack(consumer_id, failed, self._opt.retry_ms * 5, monotonic_ms())
         return out
@@ -397,6 +409,7 @@ class GroupHost:
         except UnknownConsumer:
             raise _not_found(consumer_id) from None
         if n:
+            self._changes += 1
             self._notify()
             self._wake.set()
         self._counters.acked(self.queue, self.group, n)

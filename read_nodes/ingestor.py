@@ -47,6 +47,8 @@ class StepResult:
     """a record outside the cached lineage is held: reload the lineage"""
     blocked: bool = False
     """a cursor waits for a tailer (re-reading) or the write node"""
+    held: bool = False
+    """a cursor stopped at a record held by lineage order or back-pressure"""
 
 
 class Ingestor:
@@ -139,6 +141,7 @@ class Ingestor:
                 stopped = True
                 break
             if decision is Decision.HOLD or not delivery.can_ingest(pp, offset):
+                result.held = True
                 stopped = True
                 break
             tailed = source.cached(pp, offset)
