@@ -2,7 +2,8 @@
 
 1. A queue with ``virtual_partitions`` (64) virtual partitions is created; the
    platform spreads them over its physical partitions (4 when the bench starts the
-   platform). Its placement is reported.
+   platform). Its placement is reported, and again at the end (with fewer virtual
+   partitions than consumers, the platform's automatic split grows the queue).
 2. A backlog of ``backlog`` messages over ``keys`` keys is produced: ``produce_workers``
    sender tasks, each owning a disjoint set of keys and sending its messages in order,
    one batch of ``produce_batch`` at a time, so every key's messages are appended in
@@ -45,6 +46,7 @@ from load.platform_bench.measure import (
 from load.platform_bench.target import scratch_queue
 from sdk.client import AsyncClient
 from sdk.consumer import Consumer
+from sdk.errors import VpqClientError
 from sdk.models import Message
 
 Echo = Callable[[str], None]
@@ -179,8 +181,9 @@ async def run_drain(client: AsyncClient, cfg: DrainConfig, echo: Echo = lambda _
         drained_at = time.monotonic()
         try:
             info = await client.group(name, "drain-many")
-        except Exception:  # diagnostics only
-            info = {}
+            final = await client.get_queue(name)
+        except VpqClientError:  # diagnostics only
+            info, final = {}, {}
         await many.stop()
 
     rate_many = window_rate(many.first_times)
@@ -215,5 +218,7 @@ async def run_drain(client: AsyncClient, cfg: DrainConfig, echo: Echo = lambda _
         "unexpected": report.unexpected,
         "order_and_loss_ok": report.lost + report.reordered + report.unexpected == 0,
         "placement": placement,
+        "virtual_partitions_at_end": final.get("virtual_partitions"),
+        "placement_at_end": _placement_summary(list(final.get("placement") or [])),
         "config": asdict(cfg),
     }
