@@ -211,6 +211,7 @@ class GroupHost:
                 raise
             except Exception:
                 log.exception("%s/%s: ingestion failed", self.queue, self.group)
+                self._retry_ingest = True
                 await asyncio.sleep(self._opt.retry_ms / 1000.0)
                 continue
             if res.moved:
