@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 from aiohttp import web
@@ -38,7 +38,10 @@ from isolation.context import IsolationContext, IsolationError
 from metadata.names import check_name
 
 if TYPE_CHECKING:
+    from read_nodes.group_host import GroupHost
     from read_nodes.service import ReadNodeService
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +50,7 @@ MAX_BODY_BYTES = 16 * 1024 * 1024
 MAX_MESSAGES = 1000
 MAX_WAIT_MS = 30_000
 MAX_DELAY_MS = 86_400_000
+GROUP_MOVING = "group_moving"
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -124,6 +128,27 @@ def _service(request: web.Request) -> ReadNodeService:
     return request.app[SERVICE_KEY]
 
 
+async def _on_host(
+    request: web.Request,
+    queue: str,
+    group: str,
+    call: Callable[[GroupHost], Awaitable[T]],
+    create_start: str | None = None,
+) -> T:
+    """``call`` on the hosted group, once more when the host closed under it because
+    this node re-hosted the group (a config change): a call that fails with
+    ``group_moving`` has changed nothing. A group lost to another node then answers
+    409 ``not_owner`` from ``ReadNodeService.host``."""
+    service = _service(request)
+    host = await service.host(queue, group, create_start=create_start)
+    try:
+        return await call(host)
+    except Unavailable as exc:
+        if exc.code != GROUP_MOVING:
+            raise
+    return await call(await service.host(queue, group, create_start=create_start))
+
+
 async def join(request: web.Request) -> web.Response:
     queue, group = _names(request)
     data = await _body(request, required=False)
@@ -143,8 +168,7 @@ async def join(request: web.Request) -> web.Response:
         ctx = IsolationContext(fields["env"], fields["set"], fields["lane"])
     except IsolationError as exc:
         raise BadRequest("invalid_request", str(exc), field=exc.field) from None
-    host = await _service(request).host(queue, group, create_start=start)
-    return json_response(await host.join(cid, ctx, start))
+    return json_response(await _on_host(request, queue, group, lambda h: h.join(cid, ctx, start), start))
 
 
 async def poll(request: web.Request) -> web.Response:
@@ -152,15 +176,15 @@ async def poll(request: web.Request) -> web.Response:
     data = await _body(request, required=False)
     max_messages = _int(data, "max_messages", 100, 1, MAX_MESSAGES)
     wait_ms = _int(data, "wait_ms", 0, 0, MAX_WAIT_MS)
-    host = await _service(request).host(queue, group)
-    return json_response({"messages": await host.poll(request.match_info["consumer_id"], max_messages, wait_ms)})
+    cid = request.match_info["consumer_id"]
+    return json_response({"messages": await _on_host(request, queue, group, lambda h: h.poll(cid, max_messages, wait_ms))})
 
 
 async def ack(request: web.Request) -> web.Response:
     queue, group = _names(request)
     ids = _ids(await _body(request, required=True))
-    host = await _service(request).host(queue, group)
-    return json_response({"acked": await host.ack(request.match_info["consumer_id"], ids)})
+    cid = request.match_info["consumer_id"]
+    return json_response({"acked": await _on_host(request, queue, group, lambda h: h.ack(cid, ids))})
 
 
 async def nack(request: web.Request) -> web.Response:
@@ -168,21 +192,20 @@ async def nack(request: web.Request) -> web.Response:
     data = await _body(request, required=True)
     ids = _ids(data)
     delay_ms = _int(data, "delay_ms", 0, 0, MAX_DELAY_MS)
-    host = await _service(request).host(queue, group)
-    return json_response({"nacked": await host.nack(request.match_info["consumer_id"], ids, delay_ms)})
+    cid = request.match_info["consumer_id"]
+    return json_response({"nacked": await _on_host(request, queue, group, lambda h: h.nack(cid, ids, delay_ms))})
 
 
 async def leave(request: web.Request) -> web.Response:
     queue, group = _names(request)
-    host = await _service(request).host(queue, group)
-    await host.leave(request.match_info["consumer_id"])
+    cid = request.match_info["consumer_id"]
+    await _on_host(request, queue, group, lambda h: h.leave(cid))
     return web.Response(status=204)
 
 
 async def group_info(request: web.Request) -> web.Response:
     queue, group = _names(request)
-    host = await _service(request).host(queue, group)
-    return json_response(await host.info())
+    return json_response(await _on_host(request, queue, group, lambda h: h.info()))
 
 
 async def status(request: web.Request) -> web.Response:

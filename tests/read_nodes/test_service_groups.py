@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from common.errors import Conflict
+from common.errors import Conflict, NotFound
 from gateway.cluster_placement import plan_new_queue
 from tests.read_nodes.test_service_env import FAST_OPTIONS, Env, drain
 
@@ -181,3 +181,34 @@ async def test_session_timeout_and_leave_release_unacked_messages(redis_url, key
         assert all(m["delivery_count"] == 3 for m in again)
     finally:
         await e.stop()
+
+
+async def test_config_change_rehosts_the_group_and_deleted_queue_drops_it(env: Env) -> None:
+    await env.create_queue("cfg", virtual_partitions=2)
+    produced = await env.produce_json("cfg", [("k", "v")])
+    node = await env.read_node()
+    a = node.address
+    cid = (await env.client.join(a, "cfg", "g", consumer_id="c", env="", set_="", lane=""))["consumer_id"]
+    first = await env.client.poll(a, "cfg", "g", cid, 10, 2000)
+    assert [m["id"] for m in first] == [produced[0]["id"]]
+    old_host = node.hosted()[("cfg", "g")]
+    await env.create_queue("cfg", visibility_timeout_ms=200)  # 30 s before: the group is re-hosted
+    again: list[dict] = []
+    for _ in range(50):
+        again = await env.client.poll(a, "cfg", "g", cid, 10, 200)
+        if again:
+            break
+    assert node.hosted()[("cfg", "g")] is not old_host
+    # in flight when re-hosted: delivered again (at-least-once), then the new timeout applies
+    assert [(m["id"], m["delivery_count"]) for m in again] == [(produced[0]["id"], 1)]
+    later = await env.client.poll(a, "cfg", "g", cid, 10, 2000)
+    assert [(m["id"], m["delivery_count"]) for m in later] == [(produced[0]["id"], 2)]
+    await env.admin.delete("cfg")
+    for _ in range(50):
+        if ("cfg", "g") not in node.hosted():
+            break
+        await asyncio.sleep(0.05)
+    assert ("cfg", "g") not in node.hosted()
+    with pytest.raises(NotFound) as exc:
+        await env.client.poll(a, "cfg", "g", cid, 10, 0)
+    assert exc.value.code == "queue_not_found"
