@@ -185,17 +185,27 @@ class Ingestor:
         return False
 
     # -------------------------------------------------------------------- lag
-    def backlog(self, limit: int = 1_000_000) -> dict[int, int]:
-        """Indexed records of the queue not ingested yet, by context id (at most
-        ``limit`` looked at)."""
+    def backlog(self, sample: int = 20_000) -> dict[int, int]:
+        """Indexed records of the queue not ingested yet, by context id. Exact while a
+        pp holds at most ``sample`` of them; beyond that the pp's (exact) count is split
+        in the proportions of its oldest ``sample`` records (so the cost stays bounded)."""
         out: dict[int, int] = {}
-        left = limit
         for pp, c in self.cursors.items():
             tailer = self._pool.get(pp)
-            if tailer is None or left <= 0:
+            if tailer is None:
                 continue
-            for _offset, ref in tailer.index.entries_from(pp, self.queue_id, c, left):
+            total = tailer.index.count_from(pp, self.queue_id, c)
+            if not total:
+                continue
+            seen: dict[int, int] = {}
+            for _offset, ref in tailer.index.entries_from(pp, self.queue_id, c, min(total, sample)):
                 cid = unpack_ref(ref)[0]
-                out[cid] = out.get(cid, 0) + 1
-                left -= 1
+                seen[cid] = seen.get(cid, 0) + 1
+            looked = sum(seen.values())
+            if looked < total:
+                scaled = {cid: n * total // looked for cid, n in seen.items()}
+                scaled[max(seen, key=seen.__getitem__)] += total - sum(scaled.values())
+                seen = scaled
+            for cid, n in seen.items():
+                out[cid] = out.get(cid, 0) + n
         return out

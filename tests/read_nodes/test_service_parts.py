@@ -262,3 +262,18 @@ async def test_ingestor_holds_records_outside_the_lineage_until_reload_or_grace(
     assert (await ing.step(500)).ingested == 0
     ing.set_lineage(LineageOrder({0: [R(1, 0, None)]}), 600)
     assert (await ing.step(1100)).ingested == 1
+
+
+async def test_backlog_by_context_is_exact_then_estimated_from_a_sample() -> None:
+    pool = _Pool([0])
+    index = pool.tailers[0].index
+    for off in range(100):
+        index.add(0, off, 7, pack_ref(1 if off % 4 else 2, off))
+    index.add(0, 100, 8, pack_ref(3, 0))  # another queue
+    delivery = GroupDelivery(DeliveryConfig(virtual_partitions=1))
+    ing = Ingestor(7, delivery, pool, "g", lambda pp: None)  # type: ignore[arg-type]
+    ing.add_pp(0, 20)
+    assert ing.backlog() == {1: 60, 2: 20}
+    estimate = ing.backlog(sample=8)  # offsets 20..27: six of context 1, two of context 2
+    assert sum(estimate.values()) == 80 and estimate == {1: 60, 2: 20}
+    assert ing.backlog(sample=3) == {1: 54, 2: 26}  # offsets 20, 21, 22: one of context 2, two of 1
