@@ -4,7 +4,10 @@ Contract: clients are ``redis.asyncio.Redis`` with ``decode_responses=True``
 (every value vpq keeps in Redis is text: JSON or decimal numbers), bounded
 socket timeouts, and a few quick retries with exponential backoff on connection
 errors and timeouts, so a Redis restart costs a short pause instead of an error.
-Every metadata script is written to be safe to retry (idempotent for the same
+The connection pool is bounded and *blocking*: when ``max_connections`` commands are
+already in flight, the next one waits (up to ``pool_timeout`` seconds) for a free
+connection instead of failing at once with "Too many connections" (a read node hosting
+hundreds of groups runs their housekeeping in bursts). Every metadata script is written to be safe to retry (idempotent for the same
 arguments), which is what makes the retry policy acceptable.
 
 The caller owns the client and must ``await client.aclose()``.
@@ -32,24 +35,28 @@ class ClientOptions:
     backoff_base: float = 0.02
     backoff_cap: float = 0.5
     health_check_interval: int = 10
-    max_connections: int | None = None
+    max_connections: int = 100
+    pool_timeout: float = 10.0
 
 
 def create_client(url: str, options: ClientOptions | None = None, client_name: str | None = None) -> aioredis.Redis:
-    """A new client for ``url`` (no I/O happens until the first command)."""
+    """A new client for ``url`` (no I/O happens until the first command); closing the
+    client closes its pool."""
     o = options or ClientOptions()
     retry = Retry(ExponentialBackoff(cap=o.backoff_cap, base=o.backoff_base), o.retries)
-    return aioredis.Redis.from_url(
+    pool = aioredis.BlockingConnectionPool.from_url(
         url,
+        max_connections=o.max_connections,
+        timeout=o.pool_timeout,
         decode_responses=True,
         socket_timeout=o.socket_timeout,
         socket_connect_timeout=o.connect_timeout,
         retry=retry,
         retry_on_error=[ConnectionError, TimeoutError, BusyLoadingError],
         health_check_interval=o.health_check_interval,
-        max_connections=o.max_connections,
         client_name=client_name,
     )
+    return aioredis.Redis.from_pool(pool)
 
 
 def client_from_settings(
