@@ -9,8 +9,9 @@ I/O or time:
   there is delivered again (delivery counts restart), nothing done is;
 - **ingestion** (``read_nodes.ingestor``): a task woken by the tailers of the
   queue's pps (and by acks, which may make room), in lineage order;
-- **consumer calls**: join, poll (long poll woken by new messages, acks that
-  free a key, timeouts, nacks ending), ack, nack, leave, info;
+- **consumer calls**: join, poll (long poll woken, only when it can get
+  something, by new messages, acks that free a key, membership changes; and by
+  its next timeout or nack delay), ack, nack, leave, info;
 - **housekeeping** every ``tick_ms``: visibility timeouts and nack delays,
   members past their session, dead letters (produced to the DLQ, then
   confirmed), lineage reloads (map epoch changed, or a record outside the cached
@@ -108,7 +109,7 @@ class GroupHost:
         )
         self.snapshots = AckSnapshots(record.id)
         self._starts: dict[int, int] = {}
-        self._changed = asyncio.Event()
+        self._waiting: dict[str, list[asyncio.Event]] = {}
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._dead: list[DeadLetter] = []
@@ -175,9 +176,16 @@ class GroupHost:
 
     # ------------------------------------------------------------------ events
     def _notify(self) -> None:
-        """Wake every waiting poll (they re-check)."""
-        self._changed.set()
-        self._changed = asyncio.Event()
+        """Wake the waiting polls that can now get something (or must end: the host
+        closed, the consumer left); the others keep waiting, so one ack does not wake
+        every consumer of a big group."""
+        if not self._waiting:
+            return
+        members = self.members.members
+        for cid, events in self._waiting.items():
+            if self.closed or cid not in members or self.delivery.has_ready(cid):
+                for ev in events:
+                    ev.set()
 
     def _on_data(self, _pp: int) -> None:
         self._wake.set()
@@ -349,7 +357,6 @@ class GroupHost:
         try:
             while True:
                 self._require_member(consumer_id)
-                changed = self._changed
                 got = self.delivery.poll(consumer_id, max_messages, monotonic_ms())
                 if got:
                     break
@@ -359,8 +366,7 @@ class GroupHost:
                 due = self.delivery.next_due_ms()
                 if due is not None:
                     remaining = min(remaining, max(due - monotonic_ms(), 1) / 1000.0)
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(changed.wait(), remaining)
+                await self._wait(consumer_id, remaining)
         except UnknownConsumer:
             raise _not_found(consumer_id) from None
         finally:
@@ -368,6 +374,19 @@ class GroupHost:
         out = await self._render(consumer_id, got)
         self._counters.delivered(self.queue, self.group, out)
         return out
+
+    async def _wait(self, consumer_id: str, timeout_s: float) -> None:
+        """Sleep until ``_notify`` wakes this consumer or ``timeout_s`` passed."""
+        ev = asyncio.Event()
+        events = self._waiting.setdefault(consumer_id, [])
+        events.append(ev)
+        try:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(ev.wait(), timeout_s)
+        finally:
+            events.remove(ev)
+            if not events:
+                del self._waiting[consumer_id]
 
     async def _render(self, consumer_id: str, got: list[Delivery]) -> list[dict[str, Any]]:
         source = self.parts.source
