@@ -24,6 +24,7 @@ class Profile:
     s3_steps: tuple[int, ...]
     s3_messages: int
     s3_create_budget_s: float
+    s3_delete_budget_s: float  # what is not deleted by then is left to teardown()
     # scenario 4: consumer scaling
     s4_steps: tuple[int, ...]
     s4_messages_per_consumer: int
@@ -56,35 +57,37 @@ QUICK = Profile(
     s2_rate=200.0,
     s2_duration_s=1.5,
     s3_steps=(1, 100, 1_000),
-    s3_messages=1_500,
+    s3_messages=1_000,
     s3_create_budget_s=5.0,
+    s3_delete_budget_s=5.0,
     s4_steps=(1, 16, 64),
     s4_messages_per_consumer=30,
     s5_backlog=30_000,
     s5_backlog_s=1.0,
     s5_rate=200.0,
     s5_duration_s=1.0,
-    s5_catchup_max_s=2.0,
+    s5_catchup_max_s=1.5,
     scenario_timeout_s=60.0,
 )
 
 FULL = Profile(
     name="full",
     producers=16,
-    s1_duration_s=4.0,
+    s1_duration_s=3.0,
     s1_max_messages={1: 100_000, 100: 200_000},
-    s2_rate=500.0,
+    s2_rate=200.0,
     s2_duration_s=6.0,
     s3_steps=(1, 100, 1_000, 10_000),
     s3_messages=10_000,
-    s3_create_budget_s=45.0,
+    s3_create_budget_s=30.0,
+    s3_delete_budget_s=30.0,
     s4_steps=(1, 4, 16, 64),
-    s4_messages_per_consumer=150,
+    s4_messages_per_consumer=100,
     s5_backlog=200_000,
-    s5_backlog_s=8.0,
-    s5_rate=500.0,
+    s5_backlog_s=5.0,
+    s5_rate=200.0,
     s5_duration_s=4.0,
-    s5_catchup_max_s=12.0,
+    s5_catchup_max_s=8.0,
     scenario_timeout_s=240.0,
 )
 

@@ -85,8 +85,12 @@ async def run(ctx: Context) -> dict[str, Any]:
             await drain(system, q, checker, members=1, ordered=True, batch=p.drain_batch, timeout_s=20.0)
 
         t1 = time.monotonic()
+        deleted = 0
         for i in range(0, len(created), CREATE_CHUNK):
+            if time.monotonic() - t1 > p.s3_delete_budget_s:
+                break  # the rest is removed by the system's teardown()
             await system.delete(created[i : i + CREATE_CHUNK])
+            deleted += len(created[i : i + CREATE_CHUNK])
         delete_s = time.monotonic() - t1
         mem_delta = _delta(memory_after, memory_before)
         steps.append(
@@ -107,7 +111,9 @@ async def run(ctx: Context) -> dict[str, Any]:
                 "count_mismatches": mismatches,
                 "counts_unknown": count_unknown,
                 "check": checker.report().to_json(),
+                "deleted": deleted,
                 "delete_s": round(delete_s, 3),
+                "deletes_per_s": round(deleted / delete_s, 1) if delete_s > 0 else None,
             }
         )
     return {"batch": p.s3_batch, "lanes_vpq": p.s3_lanes, "steps": steps}

@@ -24,6 +24,7 @@ TINY = Profile(
     s3_steps=(1, 5),
     s3_messages=60,
     s3_create_budget_s=5.0,
+    s3_delete_budget_s=5.0,
     s4_steps=(1, 2),
     s4_messages_per_consumer=4,
     s5_backlog=300,

@@ -51,7 +51,13 @@ def test_check_totals_find_every_check() -> None:
         "3": {"systems": {"nats": {"steps": [{"check": _check(duplicates=1)}, {"check": _check()}]}}},
     }
     totals = check_totals(results)
-    assert totals == {"lost": 2, "duplicates": 1, "reordered": 0, "unexpected": 0, "checks": 4, "failed": 2}
+    assert totals == {"lost": 2, "duplicates": 1, "reordered": 0, "unexpected": 0, "reordered_where_allowed": 0,
+                      "checks": 4, "failed": 2}
+    unordered = _check(reordered=3)
+    unordered["order_required"] = False
+    unordered["ok"] = True
+    totals = check_totals({"x": {"check": unordered}})
+    assert totals["reordered"] == 0 and totals["reordered_where_allowed"] == 3 and totals["failed"] == 0
 
 
 def test_scenario_lines_show_checks_errors_and_ratios() -> None:
@@ -66,3 +72,9 @@ def test_scenario_lines_show_checks_errors_and_ratios() -> None:
     assert "vpq/redis" in text and "batch_100_msgs_per_s=3.00" in text
     without_vpq = "\n".join(scenario_lines(1, "produce", {"redis": per_system["redis"]}))
     assert "n/a (vpq not measured)" in without_vpq
+
+
+def test_memory_ratios_ignore_peers_below_the_noise_floor() -> None:
+    heads = {"vpq": {"rss_per_queue@1000q_kib": 16.0}, "redis": {"rss_per_queue@1000q_kib": 0.01},
+             "nats": {"rss_per_queue@1000q_kib": 32.0}}
+    assert ratios(heads) == {"nats": {"rss_per_queue@1000q_kib": 0.5}}
