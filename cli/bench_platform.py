@@ -7,7 +7,9 @@ parses options, runs ``--runs`` repetitions on one platform, prints readable fig
 and, as the LAST line, one JSON object: the median of each headline figure over the
 runs (failure counts: the worst run's), the platform, the host's CPU count and load
 average before and after (a loaded machine makes the figures noisy, and says so), and
-every run's full figures.
+every run's full figures, each with ``platform_cores``: the cores each platform role
+(gateway, write_nodes, read_nodes, redis, supervisor) kept busy during that run, when
+the platform runs on this machine (the one near 1.0, single-threaded, is the limit).
 
 Exit status: 2 when there is no platform to measure; 1 when a run failed its checks
 (produce errors; lost messages; lost, reordered or unexpected messages or an
@@ -19,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, Optional
@@ -28,6 +31,7 @@ import typer
 from load.platform_bench.drain import DrainConfig, run_drain
 from load.platform_bench.latency import LatencyConfig, run_latency
 from load.platform_bench.measure import median_of_runs
+from load.platform_bench.proc_cpu import cpu_by_role, cpu_shares
 from load.platform_bench.produce import ProduceConfig, run_produce
 from load.platform_bench.target import PlatformTarget, TargetUnavailable
 from sdk.client import AsyncClient
@@ -68,11 +72,16 @@ async def _measure(
             f"{platform['read_nodes']} read node(s), {platform['physical_partitions']} physical partition(s)"
         )
         results: list[dict[str, Any]] = []
+        root = target.root_pid()
         async with AsyncClient(target.url, timeout=60.0, max_connections=512) as client:
             for i in range(runs):
                 if runs > 1:
                     typer.echo(f"run {i + 1}/{runs}")
-                results.append(await runner(client, typer.echo))
+                cpu_before, started = (cpu_by_role(root) if root else {}), time.monotonic()
+                result = await runner(client, typer.echo)
+                cpu_after = cpu_by_role(root) if root else {}
+                result["platform_cores"] = cpu_shares(cpu_before, cpu_after, time.monotonic() - started)
+                results.append(result)
         return platform, results
 
 
@@ -102,6 +111,9 @@ def _execute(
     typer.echo(f"vpq bench {name}" + (f" (median of {runs} runs; failure counts of the worst run)" if runs > 1 else ""))
     for line in show(headline):
         typer.echo(f"  {line}")
+    cores = headline.get("platform_cores") or {}
+    if cores:
+        typer.echo("  platform CPU, cores busy over the run: " + ", ".join(f"{k} {v:.2f}" for k, v in cores.items()))
     busiest = max(host["load_1m_before"], host["load_1m_after"])
     if host["cpus"] and busiest > host["cpus"]:
         typer.echo(f"  note: load average {busiest} on {host['cpus']} CPU(s): other work shared the machine; "

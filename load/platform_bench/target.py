@@ -5,7 +5,8 @@
 ``vpq up --data-dir <fresh temp dir> --port <free> --physical-partitions K`` through
 :class:`load.peers.vpq_process.VpqProcess`, and ``stop`` stops it and removes the
 directory (unless ``keep_data``). Either way ``describe()`` answers what
-``GET /v1/cluster`` said: nodes and physical partitions.
+``GET /v1/cluster`` said: nodes and physical partitions, and ``root_pid()`` the
+platform's supervisor process when it runs on this machine (for CPU figures).
 
 :func:`scratch_queue` creates a queue with a fresh name for one run and deletes it
 afterwards, so runs against a shared platform never see each other's messages.
@@ -20,11 +21,16 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 from load.peers.vpq_process import VpqProcess, VpqProcessError
+from load.platform_bench.proc_cpu import platform_root
 from sdk.client import AsyncClient
 from sdk.errors import NotFoundError, VpqClientError
 from sdk.models import QueueInfo
+
+
+_LOCAL = ("127.0.0.1", "localhost", "::1")
 
 
 class TargetUnavailable(RuntimeError):
@@ -99,6 +105,13 @@ class PlatformTarget:
 
     def describe(self) -> dict[str, Any]:
         return dict(self._info)
+
+    def root_pid(self) -> int | None:
+        """The platform's supervisor process (``vpq up``) when it is visible from here."""
+        if self._process is not None:
+            return self._process.pid
+        port = urlparse(self.url).port
+        return platform_root(port) if port is not None and urlparse(self.url).hostname in _LOCAL else None
 
     def _remove_data(self) -> None:
         data_dir, self._data_dir = self._data_dir, None

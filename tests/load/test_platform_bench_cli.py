@@ -69,6 +69,7 @@ def test_produce_two_runs(platform_url: str) -> None:
     for run in last["results"]:
         assert run["messages"] == run["requests"] * 10 > 0
     assert last["platform"]["started_by_bench"] is False
+    assert {"gateway", "write_nodes", "read_nodes"} <= set(last["results"][0]["platform_cores"])
 
 
 @needs_platform
