@@ -6,7 +6,8 @@ and stops it afterwards. The logic lives in :mod:`load.platform_bench`; this mod
 parses options, runs ``--runs`` repetitions on one platform, prints readable figures
 and, as the LAST line, one JSON object: the median of each headline figure over the
 runs (failure counts: the worst run's), the platform, the host's CPU count and load
-average before and after (a loaded machine makes the figures noisy, and says so), and
+average before and after (a machine already busy before the run makes the figures
+noisy, and the command says so), and
 every run's full figures, each with ``platform_cores``: the cores each platform role
 (gateway, write_nodes, read_nodes, redis, supervisor) kept busy during that run, when
 the platform runs on this machine (the one near 1.0, single-threaded, is the limit).
@@ -47,6 +48,9 @@ LATENCY_COUNTS = ("lost", "duplicates", "send_errors")
 DRAIN_FIELDS = ("rate_one_per_s", "rate_many_per_s", "speedup", "efficiency", "rate_many_whole_drain_per_s",
                 "efficiency_whole_drain", "drain_s")
 DRAIN_COUNTS = ("lost", "duplicates", "reordered", "unexpected")
+
+# the load average (before the bench's own processes start) above which the machine is called busy
+BUSY_LOAD_PER_CPU = 0.5
 
 _URL_HELP = "measure the platform at this gateway URL; without it the bench starts its own `vpq up`"
 _PP_HELP = "physical partitions of the platform the bench starts"
@@ -114,10 +118,9 @@ def _execute(
     cores = headline.get("platform_cores") or {}
     if cores:
         typer.echo("  platform CPU, cores busy over the run: " + ", ".join(f"{k} {v:.2f}" for k, v in cores.items()))
-    busiest = max(host["load_1m_before"], host["load_1m_after"])
-    if host["cpus"] and busiest > host["cpus"]:
-        typer.echo(f"  note: load average {busiest} on {host['cpus']} CPU(s): other work shared the machine; "
-                   "the figures are noisy")
+    if host["cpus"] and host["load_1m_before"] > BUSY_LOAD_PER_CPU * host["cpus"]:
+        typer.echo(f"  note: load average {host['load_1m_before']} on {host['cpus']} CPU(s) before the run: "
+                   "other work shared the machine; the figures are noisy")
     summary = {"bench": name, **{f: headline.get(f) for f in (*fields, *counts)}, "runs": len(results),
                "platform": platform, "host": host, "results": results}
     typer.echo(json.dumps(summary))
