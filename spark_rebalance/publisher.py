@@ -112,6 +112,9 @@ class PublishResult:
     seals: dict[int, int] = field(default_factory=dict)
     recovered: Recovery | None = None
     notes: list[str] = field(default_factory=list)
+    fenced_ms: float | None = None
+    """How long the vps stayed fenced (fence publish to final publish, this process's
+    clock): the longest any producer of a moved vp can have been refused."""
 
     def to_dict(self) -> dict[str, Any]:
         def mv(m: VpMove) -> dict[str, Any]:
@@ -131,6 +134,7 @@ class PublishResult:
                 "forward": len(self.recovered.forward), "back": len(self.recovered.back),
             },
             "notes": list(self.notes),
+            "fenced_ms": None if self.fenced_ms is None else round(self.fenced_ms, 1),
         }
 
 
@@ -161,8 +165,9 @@ class Publisher:
 
     # ------------------------------------------------------------------ apply
     async def apply(self, plan: Plan) -> PublishResult:
-        """Apply ``plan`` (see the module docstring). Redis errors propagate; a fence
-        left behind by them is recovered by a later run once its TTL has passed."""
+        """Apply ``plan`` (see the module docstring). Errors propagate after the
+        publisher tried to resolve its own fence (by lineage); a fence it could not
+        resolve (Redis away) is recovered by a later run once its TTL has passed."""
         res = PublishResult(base_epoch=plan.placement.epoch)
         if plan.refused is not None or not plan.changed:
             res.notes.append("nothing to publish")
@@ -231,7 +236,7 @@ class Publisher:
             offsets, failures = await self._fence_all(sorted(fence.pps()), fence.epoch)
             res.seals = dict(offsets)
             deadline = fenced_at + (self._opts.fence_ttl_ms - self._opts.lineage_margin_ms) / 1000.0
-            await self._finish(fence, offsets, failures, deadline, res)
+            await self._finish(fence, offsets, failures, deadline, fenced_at, res)
         except BaseException:
             await self._resolve_own(fence)
             raise
@@ -299,7 +304,8 @@ class Publisher:
         return moved
 
     async def _finish(
-        self, fence: Fence, offsets: dict[int, int], failures: dict[int, str], deadline: float, res: PublishResult
+        self, fence: Fence, offsets: dict[int, int], failures: dict[int, str], deadline: float, fenced_at: float,
+        res: PublishResult,
     ) -> None:
         failed: dict[tuple[str, int], str] = {}
         for q, fq in fence.queues.items():
@@ -324,6 +330,7 @@ class Publisher:
             r = await self._fences.publish_unfenced(final, cur["epoch"], fence.id)
             if r == PUBLISHED:
                 res.epochs.append(final["epoch"])
+                res.fenced_ms = (self._clock() - fenced_at) * 1000.0
                 break
             if r == GONE:
                 res.status = "aborted"
@@ -382,8 +389,10 @@ def describe(result: PublishResult) -> Iterable[str]:
         yield (f"recovered the leftover cut-over {r.fence_id} at epoch {r.epoch}: "
                f"{len(r.forward)} vp(s) forward, {len(r.back)} back")
     epochs = ", ".join(str(e) for e in result.epochs) or "none"
+    fenced = f"; fenced for {result.fenced_ms:.0f} ms" if result.fenced_ms is not None else ""
     yield (f"publish: {result.status}; epochs published: {epochs}; splits: {len(result.splits)}; "
-           f"vps moved: {len(result.moved)}; rolled back: {len(result.rolled_back)}; skipped: {len(result.skipped)}")
+           f"vps moved: {len(result.moved)}; rolled back: {len(result.rolled_back)}; skipped: {len(result.skipped)}"
+           + fenced)
     for m, why in result.rolled_back[:10]:
         yield f"  rolled back {m.queue} vp {m.vp} ({m.from_pp} -> {m.to_pp}): {why}"
     for m, why in result.skipped[:10]:
