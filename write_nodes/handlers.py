@@ -42,6 +42,7 @@ from common.errors import (
     VpqError,
 )
 from metadata.map_cache import MapCache
+from write_nodes.fence import FenceView
 from write_nodes.errors import CorruptBatchError, LogIOError, OffsetOutOfRangeError
 from write_nodes.metrics import WriteNodeMetrics
 from write_nodes.ownership import NOT_OWNER, PARTITION_OFFLINE, OwnedPartition, PartitionOwnership, State
@@ -231,8 +232,10 @@ class WriteNodeHandlers:
         guard: PlacementGuard,
         traffic: TrafficSink | None = None,
         metrics: WriteNodeMetrics | None = None,
+        fence: FenceView | None = None,
     ) -> None:
         self._node_id = node_id
+        self._fence = fence
         self._ownership = ownership
         self._guard = guard
         self._traffic = traffic
@@ -249,6 +252,8 @@ class WriteNodeHandlers:
             await self._guard.refresh_if_needed(sender_epoch, {k[0] for k in summary})
             # from here to the log's submission nothing yields to the event loop
             queues = self._guard.check(pp, {(k[0], k[1]) for k in summary})
+            if self._fence is not None:  # vps being moved by a remap take no writes (retryable)
+                self._fence.check(self._guard.epoch, [(queues[k[0]][0], k[1]) for k in summary])
             part = own.serving(pp)
             assert part.log is not None
             started = time.perf_counter()

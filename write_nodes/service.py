@@ -40,9 +40,11 @@ from metadata.events import EventListener
 from metadata.lease_keeper import LeaseKeeper
 from metadata.map_cache import MapCache
 from metadata.store import MetadataStore
+from spark_rebalance.fences import FenceStore
 from spark_rebalance.stats_writer import StatsWriter
 from spark_rebalance.traffic_counter import TrafficCounter
 from write_nodes.cluster_meta import get_or_init_partition_count
+from write_nodes.fence import FenceView, wire_fence
 from write_nodes.handlers import PlacementGuard, WriteNodeHandlers, build_app
 from write_nodes.metrics import WriteNodeMetrics
 from write_nodes.ownership import WRITE_ROLE, LogFactory, PartitionOwnership
@@ -207,6 +209,7 @@ class WriteNodeService:
         self._md: MetadataStore | None = None
         self._listener: EventListener | None = None
         self._cache: MapCache | None = None
+        self._fence: FenceView | None = None
         self._traffic: TrafficExporter | None = None
         self._runner: web.AppRunner | None = None
         self._keeper: LeaseKeeper | None = None
@@ -246,6 +249,8 @@ class WriteNodeService:
             await self._listener.start()
             self._cache = MapCache(md.queues, md.maps, self._listener)
             await self._cache.start()
+            self._fence = FenceView(FenceStore(md.client, md.keys), self._listener)
+            await self._fence.start()
             self._traffic = TrafficExporter(stats_dir(s).resolve(), self.node_id, s.rebalance.window_ms, md.contexts)
             await self._traffic.start()
             ttl = s.redis.lease_ttl_ms
@@ -276,11 +281,13 @@ class WriteNodeService:
                 takeover=self._takeover,
                 reopen_backoff_s=self._reopen_backoff_s,
             )
+            guard = PlacementGuard(self._cache)
             handlers = WriteNodeHandlers(
-                self.node_id, self._ownership, PlacementGuard(self._cache), self._traffic, self.metrics
+                self.node_id, self._ownership, guard, self._traffic, self.metrics, fence=self._fence
             )
             body_limit = max(MIN_BODY_LIMIT, 2 * s.gateway.max_request_bytes)
             app = build_app(handlers, client_max_size=body_limit)
+            wire_fence(app, self._fence, self._ownership, lambda epoch: guard.refresh_if_needed(epoch, ()))
             self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=5.0)
             await self._runner.setup()
             await web.SockSite(self._runner, sock).start()
@@ -319,6 +326,8 @@ class WriteNodeService:
             self._sock.close()
         if self._traffic is not None:
             await self._traffic.stop()
+        if self._fence is not None:
+            await self._fence.stop()
         if self._cache is not None:
             await self._cache.stop()
         if self._listener is not None:
@@ -326,4 +335,4 @@ class WriteNodeService:
         if self._md is not None:
             await self._md.stop()
         self._ownership = self._keeper = self._runner = self._traffic = self._sock = None
-        self._cache = self._listener = self._md = None
+        self._cache = self._listener = self._md = self._fence = None
