@@ -10,8 +10,8 @@ Contract of :func:`run_harness`:
 * A scenario that fails or exceeds its hard time limit is recorded as
   ``{"status": "error", "error": ...}``; the run goes on. Every system is torn down
   (its queues/streams deleted) and stopped, whatever happened.
-* Results: ``<data_dir>/peers-<stamp>.json`` and ``<data_dir>/peers-<stamp>.png``;
-  the dict written is also returned. Servers the harness starts (its own redis-server,
+* Results: ``<data_dir>/peers-<stamp>.json``, ``.png`` (chart) and ``.md`` (the tables
+  of docs/benchmarks.md); the dict written is also returned. Servers the harness starts (its own redis-server,
   ``vpq up``) keep their data in ``<data_dir>/work/<system>-<tag>``, removed after the
   system's run (kept when it could not start, for its logs). ``echo`` receives progress and summary lines.
 """
@@ -36,6 +36,7 @@ from typing import Any
 import psutil
 
 from load.chart import write_chart
+from load.markdown import results_markdown
 from load.peers.registry import SYSTEM_NAMES, Endpoints, make_system, work_dir
 from load.profiles import Profile, profile_for
 from load.report import check_totals, headline, ratios, scenario_lines
@@ -186,9 +187,11 @@ async def run_harness(cfg: HarnessConfig, echo: Callable[[str], None] = print) -
     stamp = started.strftime("%Y%m%dT%H%M%SZ")
     json_path = cfg.data_dir / f"peers-{stamp}.json"
     png_path = cfg.data_dir / f"peers-{stamp}.png"
-    results["files"] = {"json": str(json_path), "chart": str(png_path)}
+    md_path = cfg.data_dir / f"peers-{stamp}.md"
+    results["files"] = {"json": str(json_path), "chart": str(png_path), "markdown": str(md_path)}
     json_path.write_text(json.dumps(results, indent=2, default=str))
     write_chart(results, png_path)
+    md_path.write_text(results_markdown(results))
 
     echo("")
     for number in cfg.scenarios:

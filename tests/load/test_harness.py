@@ -71,6 +71,7 @@ async def test_scenario_1_against_redis_writes_results_and_chart(tmp_path: Path)
     assert s1["ratios_vpq_over_peer"] == {}
     assert saved["checks"]["checks"] == 2 and saved["checks"]["failed"] == 0
     assert Path(results["files"]["chart"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "### 1. " in Path(results["files"]["markdown"]).read_text()
     assert any("scenario 1" in line for line in lines)
     assert any("n/a (vpq not measured)" in line for line in lines)
     short = summary(results)
