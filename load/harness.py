@@ -37,7 +37,7 @@ import psutil
 
 from load.chart import write_chart
 from load.markdown import results_markdown
-from load.peers.registry import SYSTEM_NAMES, Endpoints, make_system, work_dir
+from load.peers.registry import NATS_URL, RABBITMQ_URL, SYSTEM_NAMES, Endpoints, make_system, work_dir
 from load.profiles import Profile, profile_for
 from load.report import check_totals, headline, ratios, scenario_lines
 from load.scenarios import s1_produce, s2_latency, s3_queues, s4_consumers, s5_catchup
@@ -60,8 +60,8 @@ class HarnessConfig:
     data_dir: Path = Path(".vpq/bench")
     vpq_url: str = "http://127.0.0.1:8080"
     start_vpq: bool = True
-    nats_url: str = "nats://127.0.0.1:4222"
-    rabbitmq_url: str = "amqp://guest:guest@127.0.0.1:5672/"
+    nats_url: str = NATS_URL
+    rabbitmq_url: str = RABBITMQ_URL
     tag: str = field(default_factory=lambda: uuid.uuid4().hex[:6])
     profile: Profile | None = None  # overrides the quick/full sizes (tests use tiny ones)
 
@@ -155,7 +155,12 @@ async def run_harness(cfg: HarnessConfig, echo: Callable[[str], None] = print) -
         "scenarios": {str(n): {"title": SCENARIOS[n].TITLE, "systems": {}} for n in cfg.scenarios},
     }
     for name, scenarios in plan(cfg.systems, cfg.scenarios):
-        system = make_system(name, endpoints)
+        try:
+            system = make_system(name, endpoints)
+        except SystemUnavailable as exc:
+            results["systems"][name] = {"available": False, "reason": str(exc)}
+            echo(f"[{name}] skipped: {exc}")
+            continue
         try:
             await asyncio.wait_for(system.start(), START_TIMEOUT_S)
         except (SystemUnavailable, TimeoutError) as exc:

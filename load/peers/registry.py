@@ -2,6 +2,9 @@
 
 Names: ``vpq``, ``redis``, ``nats``, ``rabbitmq`` (what ``--systems`` accepts), plus
 ``nats-subjects`` (NATS with every queue a subject of one stream; scenario 3 only).
+The NATS and RabbitMQ drivers need the ``peers`` extra (nats-py, aio-pika); they are
+imported only when asked for, and their absence makes that system unavailable
+(:class:`load.system.SystemUnavailable`), not the harness.
 """
 
 from __future__ import annotations
@@ -10,13 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from load.peers.nats_js import DEFAULT_URL as NATS_URL
-from load.peers.nats_js import NatsJetStream
-from load.peers.rabbitmq import DEFAULT_URL as RABBITMQ_URL
-from load.peers.rabbitmq import RabbitMQ
 from load.peers.redis_streams import RedisStreams
 from load.peers.vpq import Vpq
-from load.system import System
+from load.system import System, SystemUnavailable
+
+NATS_URL = "nats://127.0.0.1:4222"
+RABBITMQ_URL = "amqp://guest:guest@127.0.0.1:5672/"
 
 SYSTEM_NAMES: tuple[str, ...] = ("vpq", "redis", "nats", "rabbitmq")
 EXTRA_NAMES: tuple[str, ...] = ("nats-subjects",)
@@ -50,9 +52,25 @@ def work_dir(name: str, endpoints: Endpoints) -> Path:
     return endpoints.data_dir / "work" / f"{name}-{endpoints.tag}"
 
 
+def _nats(url: str, layout: str, tag: str) -> System:
+    try:
+        from load.peers.nats_js import NatsJetStream
+    except ImportError as exc:
+        raise SystemUnavailable(f"nats: the nats-py client is not installed (pip install '.[peers]'): {exc}") from exc
+    return NatsJetStream(url, layout=layout, tag=tag)
+
+
+def _rabbitmq(url: str, tag: str) -> System:
+    try:
+        from load.peers.rabbitmq import RabbitMQ
+    except ImportError as exc:
+        raise SystemUnavailable(f"rabbitmq: the aio-pika client is not installed (pip install '.[peers]'): {exc}") from exc
+    return RabbitMQ(url, tag=tag)
+
+
 def make_system(name: str, endpoints: Endpoints) -> System:
     """A not-yet-started system called ``name``; servers it starts keep their data under
-    :func:`work_dir`."""
+    :func:`work_dir`. ``SystemUnavailable`` when its client library is missing."""
     if name == "vpq":
         return Vpq(
             endpoints.vpq_url,
@@ -64,11 +82,11 @@ def make_system(name: str, endpoints: Endpoints) -> System:
     if name == "redis":
         return RedisStreams(data_dir=work_dir(name, endpoints))
     if name == "nats":
-        return NatsJetStream(endpoints.nats_url, layout="streams", tag=endpoints.tag)
+        return _nats(endpoints.nats_url, "streams", endpoints.tag)
     if name == "nats-subjects":
-        return NatsJetStream(endpoints.nats_url, layout="subjects", tag=endpoints.tag + "s")
+        return _nats(endpoints.nats_url, "subjects", endpoints.tag + "s")
     if name == "rabbitmq":
-        return RabbitMQ(endpoints.rabbitmq_url, tag=endpoints.tag)
+        return _rabbitmq(endpoints.rabbitmq_url, endpoints.tag)
     raise ValueError(f"unknown system {name!r}")
 
 
@@ -81,7 +99,7 @@ def from_spec(spec: dict[str, Any]) -> System:
     if kind == "redis":
         return RedisStreams(url=spec["url"])
     if kind == "nats":
-        return NatsJetStream(spec["url"], layout=spec["layout"], tag=spec["tag"])
+        return _nats(spec["url"], spec["layout"], spec["tag"])
     if kind == "rabbitmq":
-        return RabbitMQ(spec["url"], tag=spec["tag"])
+        return _rabbitmq(spec["url"], spec["tag"])
     raise ValueError(f"unknown system kind {kind!r}")

@@ -130,3 +130,15 @@ def test_quick_is_smaller_than_full() -> None:
     assert len(QUICK.s3_steps) < len(FULL.s3_steps) and FULL.s3_steps[-1] == 10_000
     assert FULL.s4_steps == (1, 4, 16, 64)
     assert QUICK.s1_duration_s < FULL.s1_duration_s and QUICK.scenario_timeout_s < FULL.scenario_timeout_s
+
+
+async def test_a_missing_client_library_skips_that_system(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "load.peers.rabbitmq", None)  # import now fails
+    lines: list[str] = []
+    results = await run_harness(
+        HarnessConfig(systems=["rabbitmq"], scenarios=[1], data_dir=tmp_path, profile=TINY), echo=lines.append
+    )
+    assert results["systems"]["rabbitmq"]["available"] is False
+    assert "aio-pika client is not installed" in results["systems"]["rabbitmq"]["reason"]

@@ -1,0 +1,72 @@
+"""NATS JetStream and RabbitMQ drivers against the machine's servers (skipped when a
+server does not answer). Names are unique per test and everything is deleted."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+
+from load.checks import DeliveryChecker
+from load.payload import make_payload, parse_payload
+from load.system import System, SystemUnavailable
+
+
+def _make(kind: str) -> System:
+    tag = "t" + uuid.uuid4().hex[:6]
+    if kind == "nats":
+        from load.peers.nats_js import NatsJetStream
+
+        return NatsJetStream(layout="streams", tag=tag)
+    if kind == "nats-subjects":
+        from load.peers.nats_js import NatsJetStream
+
+        return NatsJetStream(layout="subjects", tag=tag)
+    from load.peers.rabbitmq import RabbitMQ
+
+    return RabbitMQ(tag=tag)
+
+
+@pytest.mark.parametrize("kind", ["nats", "nats-subjects", "rabbitmq"])
+@pytest.mark.parametrize("ordered", [True, False])
+async def test_round_trip(kind: str, ordered: bool) -> None:
+    try:
+        system = _make(kind)
+    except ImportError:
+        pytest.skip(f"{kind} client library not installed")
+    try:
+        await system.start()
+    except SystemUnavailable as exc:
+        pytest.skip(str(exc))
+    try:
+        await system.setup(["q"], ordered=ordered, shards=4)
+        checker = DeliveryChecker(order_required=ordered)
+        batch = []
+        for i in range(60):
+            key = f"k{i % 6}"
+            batch.append((key, make_payload(key, i // 6)))
+            checker.expect(key, i // 6)
+        await system.produce("q", batch[:30])
+        await system.produce("q", batch[30:])
+        assert await system.count("q") == 60
+        assert (await system.server_memory()).get("rss_bytes", 1) > 0
+
+        async def handler(key: str, payload: bytes) -> None:
+            stamp = parse_payload(payload)
+            assert stamp.key == key
+            checker.observe(stamp.key, stamp.seq)
+
+        members = [await system.consume("q", handler, ordered=ordered, member=m, members=2, batch=5) for m in range(2)]
+        for _ in range(500):
+            if checker.expected_seen == 60:
+                break
+            await asyncio.sleep(0.01)
+        for member in members:
+            await member.stop()
+        report = checker.report()
+        assert report.ok and report.distinct == 60, report
+        await system.delete(["q"])
+    finally:
+        await system.teardown()
+        await system.stop()
