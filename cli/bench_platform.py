@@ -226,6 +226,7 @@ def _show_drain(r: dict[str, Any]) -> list[str]:
         f"{'efficiency':<27}{r['efficiency']:.3f}  (speed-up / {n}; whole drain {r['efficiency_whole_drain']:.3f})",
         f"{'lost / dup / reord / unexp':<27}{counts}",
         f"{'messages per consumer':<27}{r['messages_per_consumer']}",
+        f"{'client CPU in the drain':<27}{r['client_cores_during_drain'] * 100:.0f} % of one core",
     ]
 
 

@@ -20,7 +20,9 @@ Rates are steady-state rates (:func:`load.platform_bench.measure.window_rate`: b
 the 10 % and 90 % marks of the first deliveries, the same rule for both groups), so the
 consumers' joins and the last stragglers do not distort the ratio; the whole drain's
 rate (first join to last message) is reported too.
-``speedup = rate_many / rate_one``, ``efficiency = speedup / consumers``.
+``speedup = rate_many / rate_one``, ``efficiency = speedup / consumers``. All consumers
+run in this one process, so its CPU use during the drain is reported as well: near
+1.0 core, the client rather than the platform was the limit.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from load.platform_bench.measure import (
     spread,
     window_rate,
 )
+from load.platform_bench.proc_cpu import own_cpu_seconds
 from load.platform_bench.target import scratch_queue
 from sdk.client import AsyncClient
 from sdk.consumer import Consumer
@@ -169,6 +172,7 @@ async def run_drain(client: AsyncClient, cfg: DrainConfig, echo: Echo = lambda _
         echo(f"{cfg.consumers} consumers drain the backlog (at most {cfg.timeout_s:g} s)")
         many = _Group(client, name, "drain-many", cfg.consumers, cfg, checker)
         many.target = cfg.backlog
+        cpu_before = own_cpu_seconds()
         started = time.monotonic()
         await many.start()
         joined_s = time.monotonic() - started
@@ -179,6 +183,7 @@ async def run_drain(client: AsyncClient, cfg: DrainConfig, echo: Echo = lambda _
             timed_out = True
             echo(f"the drain did not finish within {cfg.timeout_s:g} s")
         drained_at = time.monotonic()
+        client_cores = (own_cpu_seconds() - cpu_before) / (drained_at - started)
         try:
             info = await client.group(name, "drain-many")
             final = await client.get_queue(name)
@@ -207,6 +212,7 @@ async def run_drain(client: AsyncClient, cfg: DrainConfig, echo: Echo = lambda _
         "ideal_per_consumer_per_s": ideal,
         "single_consumer_share_of_ideal": round(rate_one / ideal, 3) if ideal else None,
         "drain_s": round(whole_s, 2),
+        "client_cores_during_drain": round(client_cores, 2),
         "join_s": round(joined_s, 2),
         "timed_out": timed_out,
         "backlog_produce_per_s": round(produce_rate, 1),

@@ -7,13 +7,15 @@ supervisor's descendants (and the supervisor itself, as ``supervisor``; with
 ``--single-process`` every role runs there). :func:`platform_root` finds the
 supervisor of a running platform from its gateway port. :func:`cpu_shares` turns two
 samples into cores used per role (1.0 = one core busy the whole time: a
-single-threaded Python process at 1.0 is saturated).
+single-threaded Python process at 1.0 is saturated). :func:`own_cpu_seconds` is the
+benchmark process's own CPU time (is the client the limit?).
 
 Processes that are gone or not visible are skipped, so the figures are best effort.
 """
 
 from __future__ import annotations
 
+import resource
 from collections.abc import Mapping, Sequence
 
 import psutil
@@ -84,3 +86,9 @@ def platform_root(port: int) -> int | None:
         if root != pid:
             return root
     return pid
+
+
+def own_cpu_seconds() -> float:
+    """User + system CPU seconds of this process so far."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime

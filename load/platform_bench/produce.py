@@ -16,7 +16,6 @@ rather than the platform was the limit.
 from __future__ import annotations
 
 import asyncio
-import resource
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -26,6 +25,7 @@ import orjson
 
 from load.payload import make_payload
 from load.platform_bench.measure import RequestRecord, message_identity, requests_in_window
+from load.platform_bench.proc_cpu import own_cpu_seconds
 from load.platform_bench.target import scratch_queue
 from load.stats import summarize_ms
 from sdk.client import AsyncClient
@@ -51,11 +51,6 @@ class ProduceConfig:
             raise ValueError("batch, in_flight and keys must be >= 1")
         if self.message_bytes < 32:
             raise ValueError("message_bytes must be >= 32")
-
-
-def _cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 async def run_produce(client: AsyncClient, cfg: ProduceConfig, echo: Echo = lambda _: None) -> dict[str, Any]:
@@ -101,11 +96,11 @@ async def run_produce(client: AsyncClient, cfg: ProduceConfig, echo: Echo = lamb
         async def mark_cpu() -> None:
             nonlocal cpu_before
             await asyncio.sleep(max(0.0, measure_from - time.monotonic()))
-            cpu_before = _cpu_seconds()
+            cpu_before = own_cpu_seconds()
 
         marker = asyncio.create_task(mark_cpu())
         await asyncio.gather(*(sender() for _ in range(cfg.in_flight)))
-        cpu_after = _cpu_seconds()
+        cpu_after = own_cpu_seconds()
         await marker
         window = requests_in_window(records, measure_from, measure_to)
         info = await client.get_queue(name)
