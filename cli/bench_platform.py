@@ -38,7 +38,10 @@ from load.platform_bench.target import PlatformTarget, TargetUnavailable
 from sdk.client import AsyncClient
 from sdk.errors import VpqClientError
 
-Runner = Callable[[AsyncClient, Callable[[str], None]], Awaitable[dict[str, Any]]]
+# a benchmark run: (client, echo, CPU seconds per platform role sampler or None) -> figures
+Runner = Callable[
+    [AsyncClient, Callable[[str], None], Optional[Callable[[], dict[str, float]]]], Awaitable[dict[str, Any]]
+]
 
 # headline figures: the median over the runs; counts of failures: the worst run's
 PRODUCE_FIELDS = ("messages_per_s", "mb_per_s", "request_p50_ms", "request_p99_ms", "client_cpu_share")
@@ -77,13 +80,14 @@ async def _measure(
         )
         results: list[dict[str, Any]] = []
         root = target.root_pid()
+        sampler = (lambda: cpu_by_role(root)) if root is not None else None
         async with AsyncClient(target.url, timeout=60.0, max_connections=512) as client:
             for i in range(runs):
                 if runs > 1:
                     typer.echo(f"run {i + 1}/{runs}")
-                cpu_before, started = (cpu_by_role(root) if root else {}), time.monotonic()
-                result = await runner(client, typer.echo)
-                cpu_after = cpu_by_role(root) if root else {}
+                cpu_before, started = (sampler() if sampler else {}), time.monotonic()
+                result = await runner(client, typer.echo, sampler)
+                cpu_after = sampler() if sampler else {}
                 result["platform_cores"] = cpu_shares(cpu_before, cpu_after, time.monotonic() - started)
                 results.append(result)
         return platform, results
@@ -164,7 +168,7 @@ def bench_produce(
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
 
-    async def runner(client: AsyncClient, echo: Callable[[str], None]) -> dict[str, Any]:
+    async def runner(client: AsyncClient, echo: Callable[[str], None], _cpu: Any) -> dict[str, Any]:
         return await run_produce(client, cfg, echo)
 
     _execute("produce", url, physical_partitions, data_dir, runs, runner, PRODUCE_FIELDS, PRODUCE_COUNTS, _show_produce,
@@ -204,7 +208,7 @@ def bench_latency(
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
 
-    async def runner(client: AsyncClient, echo: Callable[[str], None]) -> dict[str, Any]:
+    async def runner(client: AsyncClient, echo: Callable[[str], None], _cpu: Any) -> dict[str, Any]:
         return await run_latency(client, cfg, echo)
 
     _execute("latency", url, physical_partitions, data_dir, runs, runner, LATENCY_FIELDS, LATENCY_COUNTS, _show_latency,
@@ -218,7 +222,7 @@ def _show_drain(r: dict[str, Any]) -> list[str]:
     if r.get("ideal_per_consumer_per_s"):
         one += f"  ({r['single_consumer_share_of_ideal']} of the {r['ideal_per_consumer_per_s']:g} msg/s ideal)"
     counts = f"{r['lost']} / {r['duplicates']} / {r['reordered']} / {r['unexpected']}"
-    return [
+    lines = [
         one,
         f"{f'{n} consumers':<27}{r['rate_many_per_s']:,.1f} msg/s (steady), "
         f"{r['rate_many_whole_drain_per_s']:,.1f} msg/s over the whole drain ({r['drain_s']} s)",
@@ -228,6 +232,10 @@ def _show_drain(r: dict[str, Any]) -> list[str]:
         f"{'messages per consumer':<27}{r['messages_per_consumer']}",
         f"{'client CPU in the drain':<27}{r['client_cores_during_drain'] * 100:.0f} % of one core",
     ]
+    cores = r.get("platform_cores_during_drain") or {}
+    if cores:
+        lines.append(f"{'platform in the drain':<27}" + ", ".join(f"{k} {v:.2f}" for k, v in cores.items()) + " cores")
+    return lines
 
 
 def bench_drain(
@@ -253,8 +261,8 @@ def bench_drain(
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
 
-    async def runner(client: AsyncClient, echo: Callable[[str], None]) -> dict[str, Any]:
-        return await run_drain(client, cfg, echo)
+    async def runner(client: AsyncClient, echo: Callable[[str], None], cpu: Any) -> dict[str, Any]:
+        return await run_drain(client, cfg, echo, cpu)
 
     _execute("drain", url, physical_partitions, data_dir, runs, runner, DRAIN_FIELDS, DRAIN_COUNTS, _show_drain,
              lambda r: not r["order_and_loss_ok"] or r["timed_out"])

@@ -45,7 +45,7 @@ from load.platform_bench.measure import (
     spread,
     window_rate,
 )
-from load.platform_bench.proc_cpu import own_cpu_seconds
+from load.platform_bench.proc_cpu import cpu_shares, own_cpu_seconds
 from load.platform_bench.target import scratch_queue
 from sdk.client import AsyncClient
 from sdk.consumer import Consumer
@@ -149,8 +149,16 @@ def _placement_summary(placement: list[int]) -> dict[str, Any]:
     return {"physical_partitions_used": len(counts), "vps_per_pp": {str(pp): n for pp, n in sorted(counts.items())}}
 
 
-async def run_drain(client: AsyncClient, cfg: DrainConfig, echo: Echo = lambda _: None) -> dict[str, Any]:
-    """Run the benchmark against the gateway ``client`` talks to; answers the figures."""
+async def run_drain(
+    client: AsyncClient,
+    cfg: DrainConfig,
+    echo: Echo = lambda _: None,
+    platform_cpu: Callable[[], dict[str, float]] | None = None,
+) -> dict[str, Any]:
+    """Run the benchmark against the gateway ``client`` talks to; answers the figures.
+    ``platform_cpu`` (e.g. :func:`load.platform_bench.proc_cpu.cpu_by_role` of the
+    platform's supervisor) samples the platform's CPU seconds per role, for the cores
+    each role kept busy during the drain."""
     checker = DeliveryChecker(order_required=True)
     async with scratch_queue(client, "bench-drain", virtual_partitions=cfg.virtual_partitions) as queue:
         name = queue["name"]
@@ -173,6 +181,7 @@ async def run_drain(client: AsyncClient, cfg: DrainConfig, echo: Echo = lambda _
         many = _Group(client, name, "drain-many", cfg.consumers, cfg, checker)
         many.target = cfg.backlog
         cpu_before = own_cpu_seconds()
+        platform_before = platform_cpu() if platform_cpu is not None else {}
         started = time.monotonic()
         await many.start()
         joined_s = time.monotonic() - started
@@ -184,6 +193,7 @@ async def run_drain(client: AsyncClient, cfg: DrainConfig, echo: Echo = lambda _
             echo(f"the drain did not finish within {cfg.timeout_s:g} s")
         drained_at = time.monotonic()
         client_cores = (own_cpu_seconds() - cpu_before) / (drained_at - started)
+        platform_cores = cpu_shares(platform_before, platform_cpu(), drained_at - started) if platform_cpu else {}
         try:
             info = await client.group(name, "drain-many")
             final = await client.get_queue(name)
@@ -213,6 +223,7 @@ async def run_drain(client: AsyncClient, cfg: DrainConfig, echo: Echo = lambda _
         "single_consumer_share_of_ideal": round(rate_one / ideal, 3) if ideal else None,
         "drain_s": round(whole_s, 2),
         "client_cores_during_drain": round(client_cores, 2),
+        "platform_cores_during_drain": platform_cores,
         "join_s": round(joined_s, 2),
         "timed_out": timed_out,
         "backlog_produce_per_s": round(produce_rate, 1),
