@@ -4,6 +4,10 @@ Every request model is strict (a JSON string is not an integer, ``true`` is not 
 forbids unknown fields, so a typo is a 400 naming the field instead of a silent default.
 The response shapes live in ``gateway/responses.py``; both feed the OpenAPI document.
 
+Integers follow JSON, not Python: ``5.0`` is the integer 5 (as JSON Schema's ``integer``
+says); ``5.5``, ``"5"`` and ``true`` are not integers. Every rule a model enforces is also
+in its JSON Schema (the OpenAPI document), so a schema-valid body is never a 400.
+
 Limits: names of queues, groups and consumers ``[A-Za-z0-9._-]{1,128}``; lanes, envs and
 sets ``[a-z0-9-]{0,63}``; a produce batch holds 1..``MAX_BATCH_MESSAGES`` messages; a poll
 asks for 1..1000 messages (default 100) and waits 0..30000 ms (default 0); ack/nack carry
@@ -15,9 +19,21 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
+
+from metadata import queue_config
+from read_nodes.message_id import MAX_OFFSET, MAX_PP, decode_message_id
 
 NAME_PATTERN = r"^[A-Za-z0-9._-]{1,128}$"
 ISOLATION_PATTERN = r"^[a-z0-9-]{0,63}$"
@@ -31,8 +47,96 @@ DEFAULT_POLL_MESSAGES = 100
 MAX_WAIT_MS = 30_000
 MAX_NACK_DELAY_MS = 24 * 3600 * 1000
 MAX_VIRTUAL_PARTITIONS_HARD = 1 << 16
-MAX_VISIBILITY_TIMEOUT_MS = 12 * 3600 * 1000
-MAX_MESSAGE_BYTES_HARD = 64 * 1024 * 1024
+# the stored configuration's own bounds (metadata/queue_config.py), so the gateway rejects
+# exactly what the registry would
+MAX_VISIBILITY_TIMEOUT_MS = queue_config.MAX_VISIBILITY_TIMEOUT_MS
+MAX_MESSAGE_BYTES_HARD = queue_config.MAX_MESSAGE_BYTES
+MAX_RETENTION_MS = queue_config.MAX_RETENTION_MS
+MAX_DELIVERIES = queue_config.MAX_DELIVERIES
+
+BASE64_PATTERN = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
+
+
+def _integral_float(value: Any) -> Any:
+    """A JSON number without a fraction (``5.0``) as the int it is; anything else unchanged
+    (the strict int check then rejects it)."""
+    if type(value) is float and value.is_integer():
+        return int(value)
+    return value
+
+
+JSON_INT = BeforeValidator(_integral_float)
+"""Makes an ``int`` field an integer as JSON Schema means it: ``5`` or ``5.0``, never a
+string or a boolean. It comes *after* the bounds in ``Annotated[int, Field(ge, le),
+JSON_INT]`` so the schema shows them as ``minimum``/``maximum``."""
+
+MaxDeliveries = Annotated[int, Field(ge=1, le=MAX_DELIVERIES), JSON_INT]
+VisibilityTimeoutMs = Annotated[int, Field(ge=1, le=MAX_VISIBILITY_TIMEOUT_MS), JSON_INT]
+MaxMessageBytes = Annotated[int, Field(ge=1, le=MAX_MESSAGE_BYTES_HARD), JSON_INT]
+PollMessages = Annotated[int, Field(ge=1, le=MAX_POLL_MESSAGES), JSON_INT]
+WaitMs = Annotated[int, Field(ge=0, le=MAX_WAIT_MS), JSON_INT]
+DelayMs = Annotated[int, Field(ge=0, le=MAX_NACK_DELAY_MS), JSON_INT]
+
+PowerOfTwo = Annotated[
+    int,
+    Field(ge=1, le=MAX_VIRTUAL_PARTITIONS_HARD),
+    JSON_INT,
+    WithJsonSchema({"type": "integer", "enum": [1 << i for i in range(MAX_VIRTUAL_PARTITIONS_HARD.bit_length())]}),
+]
+"""A power of two up to ``MAX_VIRTUAL_PARTITIONS_HARD`` (the power-of-two rule is the
+field's validator; the schema lists the values)."""
+
+RetentionMs = Annotated[
+    int,
+    Field(ge=-1, le=MAX_RETENTION_MS),
+    JSON_INT,
+    WithJsonSchema({"anyOf": [{"const": -1}, {"type": "integer", "minimum": 1, "maximum": MAX_RETENTION_MS}]}),
+]
+"""-1 (forever) or 1..``MAX_RETENTION_MS`` (ten years) milliseconds (0 is the field's
+validator's job)."""
+
+
+def _no_default(schema: dict[str, Any]) -> None:
+    """Drop the ``default`` from a field's JSON Schema (its Python default is "absent")."""
+    schema.pop("default", None)
+
+
+def decimal_at_most(limit: int) -> str:
+    """A regex (no anchors) matching exactly the canonical decimals 0..``limit``: no sign,
+    no leading zeros."""
+    digits = str(limit)
+    width = len(digits)
+    alternatives = ["0"]
+    if width > 1:
+        alternatives.append(f"[1-9][0-9]{{0,{width - 2}}}")  # fewer digits than limit
+    for i, d in enumerate(digits):  # same width: equal up to i, smaller digit at i
+        low = 1 if i == 0 else 0
+        if int(d) > low:
+            rest = width - i - 1
+            alternatives.append(digits[:i] + f"[{low}-{int(d) - 1}]" + (f"[0-9]{{{rest}}}" if rest else ""))
+    if limit > 0:
+        alternatives.append(digits)
+    return "(?:" + "|".join(alternatives) + ")"
+
+
+MESSAGE_ID_PATTERN = f"^{decimal_at_most(MAX_PP)}-{decimal_at_most(MAX_OFFSET)}$"
+"""The JSON Schema of a message id as the read nodes decode it today
+(``read_nodes/message_id.py``: ``<partition>-<offset>``, canonical decimals in range).
+Clients still treat ids as opaque; the pattern documents what the server accepts."""
+
+
+def _message_id(value: str) -> str:
+    decode_message_id(value)  # MessageIdError (a ValueError) names what is wrong
+    return value
+
+
+MessageId = Annotated[
+    str,
+    Field(min_length=1, max_length=MAX_ID_LENGTH, json_schema_extra={"pattern": MESSAGE_ID_PATTERN}),
+    AfterValidator(_message_id),
+]
+"""A message id as returned by produce and poll; anything else is a 400 at the gateway."""
+
 
 def is_valid_name(name: str) -> bool:
     """True for a valid queue, group or consumer name."""
@@ -59,17 +163,15 @@ class QueueConfigRequest(BaseModel):
         json_schema_extra={"examples": [{"virtual_partitions": 32, "ordering": "key", "max_deliveries": 5}]},
     )
 
-    virtual_partitions: int | None = Field(
-        None, ge=1, le=MAX_VIRTUAL_PARTITIONS_HARD, description="power of two, default 16; may only grow"
-    )
+    virtual_partitions: PowerOfTwo | None = Field(None, description="power of two, default 16; may only grow")
     ordering: Literal["key", "none"] | None = Field(None, description="per-key order (default) or none")
-    max_deliveries: int | None = Field(None, ge=1, le=1000, description="default 5; then dead-lettered")
-    visibility_timeout_ms: int | None = Field(
-        None, ge=1, le=MAX_VISIBILITY_TIMEOUT_MS, description="redeliver when not acked within this, default 30000"
+    max_deliveries: MaxDeliveries | None = Field(None, description="default 5; then dead-lettered")
+    visibility_timeout_ms: VisibilityTimeoutMs | None = Field(
+        None, description="redeliver when not acked within this, default 30000"
     )
-    retention_ms: int | None = Field(None, ge=-1, description="keep messages this long; -1 = forever")
-    max_message_bytes: int | None = Field(
-        None, ge=1, le=MAX_MESSAGE_BYTES_HARD, description="largest message (key + value + headers), default 1 MiB"
+    retention_ms: RetentionMs | None = Field(None, description="keep messages this long (at most ten years); -1 = forever")
+    max_message_bytes: MaxMessageBytes | None = Field(
+        None, description="largest message (key + value + headers), default 1 MiB"
     )
 
     @field_validator("virtual_partitions")
@@ -101,13 +203,16 @@ class ProduceMessage(BaseModel):
         json_schema_extra={
             "examples": [
                 {"key": "order-42", "value": {"any": "json"}, "headers": {"h": "v"}, "lane": "feat-a", "env": "test", "set": ""}
-            ]
+            ],
+            "oneOf": [{"required": ["value"]}, {"required": ["value_b64"]}],
         },
     )
 
     key: str | None = Field(None, description="routing key: same key, same virtual partition; null = spread")
     value: Any = Field(None, description="any JSON value (exclusive with value_b64)")
-    value_b64: str | None = Field(None, description="bytes, standard base64 (exclusive with value)")
+    value_b64: Annotated[str | None, WithJsonSchema({"type": "string", "pattern": BASE64_PATTERN})] = Field(
+        None, description="bytes, standard base64 (exclusive with value; never null)", json_schema_extra=_no_default
+    )
     headers: dict[str, str] = Field(default_factory=dict, description="string headers")
     lane: str | None = _isolation_field("lane")
     env: str | None = _isolation_field("env")
@@ -185,8 +290,8 @@ class PollRequest(BaseModel):
         extra="forbid", strict=True, json_schema_extra={"examples": [{"max_messages": 100, "wait_ms": 5000}]}
     )
 
-    max_messages: int = Field(DEFAULT_POLL_MESSAGES, ge=1, le=MAX_POLL_MESSAGES)
-    wait_ms: int = Field(0, ge=0, le=MAX_WAIT_MS, description="long poll: wait up to this for a first message")
+    max_messages: PollMessages = Field(DEFAULT_POLL_MESSAGES)
+    wait_ms: WaitMs = Field(0, description="long poll: wait up to this for a first message")
 
 
 class AckRequest(BaseModel):
@@ -194,12 +299,7 @@ class AckRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"examples": [{"ids": ["0-3-1234"]}]})
 
-    ids: list[str] = Field(..., max_length=MAX_IDS, description="ids of delivered messages")
-
-    @field_validator("ids")
-    @classmethod
-    def _ids(cls, v: list[str]) -> list[str]:
-        return _check_ids(v)
+    ids: list[MessageId] = Field(..., max_length=MAX_IDS, description="ids of delivered messages")
 
 
 class NackRequest(BaseModel):
@@ -209,17 +309,5 @@ class NackRequest(BaseModel):
         extra="forbid", strict=True, json_schema_extra={"examples": [{"ids": ["0-3-1234"], "delay_ms": 0}]}
     )
 
-    ids: list[str] = Field(..., max_length=MAX_IDS, description="ids of delivered messages")
-    delay_ms: int = Field(0, ge=0, le=MAX_NACK_DELAY_MS)
-
-    @field_validator("ids")
-    @classmethod
-    def _ids(cls, v: list[str]) -> list[str]:
-        return _check_ids(v)
-
-
-def _check_ids(ids: list[str]) -> list[str]:
-    for i, one in enumerate(ids):
-        if not 1 <= len(one) <= MAX_ID_LENGTH:
-            raise ValueError(f"ids[{i}] must be 1..{MAX_ID_LENGTH} characters")
-    return ids
+    ids: list[MessageId] = Field(..., max_length=MAX_IDS, description="ids of delivered messages")
+    delay_ms: DelayMs = Field(0)

@@ -40,7 +40,7 @@ async def test_poll_ack_nack_cycle(client: TestClient, backend: MemoryBackend, c
     assert [m.value for m in got] == [0, 1, 2]
     assert all(m.delivery_count == 1 and m.queue == "orders" for m in got)
     ids = [m.id for m in got]
-    r = await client.post(f"{G}/consumers/{consumer}/ack", json={"ids": ids[:2] + ["unknown-id"]})
+    r = await client.post(f"{G}/consumers/{consumer}/ack", json={"ids": ids[:2] + ["9-999999"]})
     assert AckResponse.model_validate(await r.json()).acked == 2
     r = await client.post(f"{G}/consumers/{consumer}/nack", json={"ids": ids[2:], "delay_ms": 0})
     assert NackResponse.model_validate(await r.json()).nacked == 1
@@ -82,9 +82,14 @@ async def test_bad_poll(client: TestClient, backend: MemoryBackend, consumer: st
     [
         ("ack", {}, "ids"),
         ("ack", {"ids": "a"}, "ids"),
-        ("ack", {"ids": [""]}, "ids"),
-        ("nack", {"ids": ["a"], "delay_ms": -5}, "delay_ms"),
-        ("nack", {"ids": ["a"], "delay_ms": "5"}, "delay_ms"),
+        ("ack", {"ids": ["0-1", ""]}, "ids[1]"),
+        ("nack", {"ids": ["x" * 257]}, "ids[0]"),
+        ("ack", {"ids": ["0-1", "a"]}, "ids[1]"),
+        ("ack", {"ids": ["01-1"]}, "ids[0]"),
+        ("nack", {"ids": ["4294967296-0"]}, "ids[0]"),
+        ("nack", {"ids": ["0-1"], "delay_ms": 5.5}, "delay_ms"),
+        ("nack", {"ids": ["0-1"], "delay_ms": -5}, "delay_ms"),
+        ("nack", {"ids": ["0-1"], "delay_ms": "5"}, "delay_ms"),
         ("nack", {"delay_ms": 5}, "ids"),
     ],
 )

@@ -20,9 +20,12 @@ from gateway.models import (
     PollRequest,
     ProduceMessage,
     ProduceRequest,
+    MESSAGE_ID_PATTERN,
     QueueConfigRequest,
+    decimal_at_most,
     is_valid_name,
 )
+from read_nodes.message_id import MAX_OFFSET, MAX_PP, MessageIdError, decode_message_id
 from isolation.context import IsolationContext, PartialContext
 
 NAME = re.compile(r"[A-Za-z0-9._-]{1,128}")
@@ -59,12 +62,61 @@ def test_join_defaults() -> None:
 
 def test_ack_and_nack() -> None:
     assert AckRequest.model_validate({"ids": []}).ids == []
-    assert NackRequest.model_validate({"ids": ["a"]}).delay_ms == 0
-    for bad in ({}, {"ids": "a"}, {"ids": [""]}, {"ids": ["x" * 257]}, {"ids": [1]}):
+    assert NackRequest.model_validate({"ids": ["0-1"]}).delay_ms == 0
+    assert NackRequest.model_validate({"ids": ["0-1"], "delay_ms": 250.0}).delay_ms == 250
+    for bad in ({}, {"ids": "a"}, {"ids": [""]}, {"ids": ["x" * 257]}, {"ids": [1]}, {"ids": ["a"]}, {"ids": ["1-02"]}):
         with pytest.raises(ValidationError):
             AckRequest.model_validate(bad)
-    with pytest.raises(ValidationError):
-        NackRequest.model_validate({"ids": ["a"], "delay_ms": -1})
+    for bad_nack in ({"ids": ["0-1"], "delay_ms": -1}, {"ids": ["0-1"], "delay_ms": 1.5}, {"ids": ["0-1"], "delay_ms": True}):
+        with pytest.raises(ValidationError):
+            NackRequest.model_validate(bad_nack)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, MAX_PP * 2), st.integers(0, MAX_OFFSET * 2))
+def test_message_id_pattern_is_exactly_what_the_read_nodes_decode(pp: int, offset: int) -> None:
+    mid = f"{pp}-{offset}"
+    in_range = pp <= MAX_PP and offset <= MAX_OFFSET
+    assert (re.fullmatch(MESSAGE_ID_PATTERN, mid) is not None) == in_range
+    if in_range:
+        assert decode_message_id(mid) == (pp, offset)
+        assert AckRequest.model_validate({"ids": [mid]}).ids == [mid]
+    else:
+        with pytest.raises(ValidationError):
+            AckRequest.model_validate({"ids": [mid]})
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet="0123456789-+ x", max_size=24))
+def test_message_id_pattern_rejects_what_decoding_rejects(mid: str) -> None:
+    try:
+        decode_message_id(mid)
+        decodes = True
+    except MessageIdError:
+        decodes = False
+    assert (re.fullmatch(MESSAGE_ID_PATTERN, mid) is not None) == decodes
+
+
+@pytest.mark.parametrize("limit", [0, 1, 9, 10, 99, 100, 305, 1000, 4096, 65535])
+def test_decimal_at_most(limit: int) -> None:
+    pattern = re.compile(decimal_at_most(limit))
+    for n in range(0, limit * 3 + 20):
+        assert (pattern.fullmatch(str(n)) is not None) == (n <= limit), n
+    assert pattern.fullmatch("00") is None and pattern.fullmatch("-1") is None
+
+
+@pytest.mark.parametrize(
+    ("model", "field", "value"),
+    [(PollRequest, "max_messages", 5.0), (PollRequest, "wait_ms", 0.0), (QueueConfigRequest, "virtual_partitions", 32.0),
+     (QueueConfigRequest, "retention_ms", -1.0), (QueueConfigRequest, "max_deliveries", 3.0)],
+)
+def test_integral_json_numbers_are_integers(model: Any, field: str, value: float) -> None:
+    """JSON (and JSON Schema's ``integer``) does not tell 5 from 5.0."""
+    got = getattr(model.model_validate({field: value}), field)
+    assert got == int(value) and type(got) is int
+    for bad in (value + 0.5, str(int(value)), True):
+        with pytest.raises(ValidationError):
+            model.model_validate({field: bad})
 
 
 @pytest.mark.parametrize("v", [1, 2, 4, 1024, 65536])

@@ -47,7 +47,7 @@ async def test_null_fields_mean_not_given(client: TestClient, backend: MemoryBac
         ({"virtual_partitions": 0}, "virtual_partitions"),
         ({"virtual_partitions": 12}, "virtual_partitions"),
         ({"virtual_partitions": "16"}, "virtual_partitions"),
-        ({"virtual_partitions": 16.0}, "virtual_partitions"),
+        ({"virtual_partitions": 16.5}, "virtual_partitions"),
         ({"ordering": "fifo"}, "ordering"),
         ({"max_deliveries": 0}, "max_deliveries"),
         ({"max_deliveries": True}, "max_deliveries"),
