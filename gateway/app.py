@@ -74,12 +74,14 @@ def create_app(
         ],
     )
     app[SETTINGS_KEY] = settings
-    app[QUEUE_DEFAULTS_KEY] = queue_defaults or QueueDefaults()
+    defaults = app[QUEUE_DEFAULTS_KEY] = queue_defaults or QueueDefaults()
     app[BACKEND_KEY] = backend
     app[METRICS_KEY] = metrics
     app[AUTH_KEY] = authorizer
     app[ROUTES_KEY] = routes
-    document = build_openapi(routes.specs)
+    document = build_openapi(
+        routes.specs, auth_enabled=settings.auth_enabled, max_virtual_partitions=defaults.max_virtual_partitions
+    )
     app[OPENAPI_KEY] = document
     app[OPENAPI_JSON_KEY] = orjson.dumps(document)
     app[DOCS_HTML_KEY] = render_docs(document).encode()

@@ -5,6 +5,12 @@ Schemas come from ``pydantic.json_schema.models_json_schema`` with refs into
 serialization mode. Each operation carries ``x-vpq-access`` (what auth requires, see
 ``routes_spec.Access``); error answers refer to ``ErrorResponse``; 429/503 document their
 ``Retry-After`` header.
+
+The document describes the server that serves it: with auth disabled (the local default)
+no operation requires a token (``security: []``), so a client or fuzzer reading it does not
+expect 401s that cannot happen; ``x-vpq-access`` still tells what auth would require.
+Likewise ``max_virtual_partitions`` narrows the documented ``virtual_partitions`` values to
+the platform's limit.
 """
 
 from __future__ import annotations
@@ -120,15 +126,18 @@ def _parameters(spec: RouteSpec) -> list[dict[str, Any]]:
     return params
 
 
-def _operation(spec: RouteSpec, refs: dict[tuple[type[BaseModel], JsonSchemaMode], Any]) -> dict[str, Any]:
+def _operation(
+    spec: RouteSpec, refs: dict[tuple[type[BaseModel], JsonSchemaMode], Any], auth_enabled: bool
+) -> dict[str, Any]:
     description = "\n\n".join(x for x in (spec.description, ACCESS_TEXT[spec.access]) if x)
+    secured = auth_enabled and spec.access is not Access.OPEN
     op: dict[str, Any] = {
         "operationId": spec.operation_id,
         "summary": spec.summary,
         "description": description,
         "tags": [spec.tag],
         "x-vpq-access": spec.access.value,
-        "security": [] if spec.access is Access.OPEN else [{"bearerAuth": []}],
+        "security": [{"bearerAuth": []}] if secured else [],
     }
     params = _parameters(spec)
     if params:
@@ -159,14 +168,45 @@ def _operation(spec: RouteSpec, refs: dict[tuple[type[BaseModel], JsonSchemaMode
     return op
 
 
-def build_openapi(routes: Sequence[RouteSpec], title: str = "vpq", version: str = "1.0.0") -> dict[str, Any]:
-    """The OpenAPI 3.1 document of ``routes``."""
+def _limit_enums(node: Any, prop: str, limit: int) -> None:
+    """Drop the values above ``limit`` from every integer ``enum`` of property ``prop``."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "properties" and isinstance(value, dict) and isinstance(value.get(prop), dict):
+                _cap(value[prop], limit)
+            _limit_enums(value, prop, limit)
+    elif isinstance(node, list):
+        for value in node:
+            _limit_enums(value, prop, limit)
+
+
+def _cap(schema: dict[str, Any], limit: int) -> None:
+    if isinstance(schema.get("enum"), list):
+        schema["enum"] = [v for v in schema["enum"] if not isinstance(v, int) or v <= limit]
+    for alt in schema.get("anyOf", ()):
+        if isinstance(alt, dict):
+            _cap(alt, limit)
+
+
+def build_openapi(
+    routes: Sequence[RouteSpec],
+    title: str = "vpq",
+    version: str = "1.0.0",
+    *,
+    auth_enabled: bool = True,
+    max_virtual_partitions: int | None = None,
+) -> dict[str, Any]:
+    """The OpenAPI 3.1 document of ``routes``. ``auth_enabled`` False: no operation needs a
+    token (what a server with auth disabled answers). ``max_virtual_partitions``: the
+    platform's limit on a queue's ``virtual_partitions`` (None: the models' own bound)."""
     models = _collect_models(routes)
     refs, top = models_json_schema(models, ref_template=REF_PREFIX + "{model}")
     schemas: dict[str, Any] = dict(sorted(top.get("$defs", {}).items()))
+    if max_virtual_partitions is not None:
+        _limit_enums(schemas, "virtual_partitions", max_virtual_partitions)
     paths: dict[str, dict[str, Any]] = {}
     for spec in routes:
-        paths.setdefault(spec.path, {})[spec.method.lower()] = _operation(spec, refs)
+        paths.setdefault(spec.path, {})[spec.method.lower()] = _operation(spec, refs, auth_enabled)
     tags = sorted({spec.tag for spec in routes}, key=[s.tag for s in routes].index)
     return {
         "openapi": OPENAPI_VERSION,
@@ -174,7 +214,8 @@ def build_openapi(routes: Sequence[RouteSpec], title: str = "vpq", version: str 
             "title": title,
             "version": version,
             "description": "vpq: virtual-partition, read/write-separated message queue. "
-            "Errors are {\"error\": {\"code\", \"message\", ...}}; a rejected request changes nothing.",
+            "Errors are {\"error\": {\"code\", \"message\", ...}}; a rejected request changes nothing."
+            + ("" if auth_enabled else " Authentication is disabled on this server."),
         },
         "tags": [{"name": t} for t in tags],
         "paths": paths,

@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
+from config.settings import AuthToken, GatewaySettings, QueueDefaults
+
 from gateway.models import JoinRequest, PollRequest, ProduceMessage, QueueConfigRequest
 from gateway.openapi import build_openapi
 from gateway.responses import DeliveredMessage, ProduceResult
@@ -143,7 +145,14 @@ def test_field_names_are_the_api_md_names() -> None:
 async def test_served_document_and_docs_page(client: TestClient, doc: dict[str, Any]) -> None:
     r = await client.get("/openapi.json")
     assert r.status == 200 and r.content_type == "application/json"
-    assert await r.json() == doc
+    served = await r.json()
+    # the served document describes this server: auth disabled (the default), V at most 4096
+    assert served == build_openapi(ROUTES, auth_enabled=False, max_virtual_partitions=QueueDefaults().max_virtual_partitions)
+    assert all(op["security"] == [] for item in served["paths"].values() for op in item.values())
+    vp = served["components"]["schemas"]["QueueConfigRequest"]["properties"]["virtual_partitions"]["anyOf"][0]
+    assert vp["enum"] == [1 << i for i in range(13)]
+    full = doc["components"]["schemas"]["QueueConfigRequest"]["properties"]["virtual_partitions"]["anyOf"][0]
+    assert full["enum"][-1] == 65536
     r = await client.get("/docs")
     assert r.status == 200 and r.content_type == "text/html"
     html = await r.text()
@@ -156,3 +165,13 @@ async def test_served_document_and_docs_page(client: TestClient, doc: dict[str, 
     assert "order-42" in html  # request examples are shown
     assert not re.search(r"(src|href)=\"(https?:)?//", html)  # nothing from the network
     assert "<script" not in html
+
+
+async def test_served_document_requires_tokens_when_auth_is_enabled(make_client: Any, doc: dict[str, Any]) -> None:
+    settings = GatewaySettings(auth_enabled=True, tokens=[AuthToken(token="t", scopes={"admin": ["*"]})])
+    client = await make_client(settings, queue_defaults=QueueDefaults(max_virtual_partitions=1 << 16))
+    served = await (await client.get("/openapi.json")).json()
+    assert served == doc
+    secured = {(m, p) for p, item in served["paths"].items() for m, op in item.items() if op["security"]}
+    assert secured == {(m, p) for p, item in served["paths"].items() for m, op in item.items() if op["x-vpq-access"] != "open"}
+    assert ("get", "/readyz") not in secured and ("post", "/v1/queues/{queue}/messages") in secured
