@@ -12,7 +12,8 @@
    * anything else -> 500 ``internal_error``, logged with its traceback (a 5xx is a bug);
 3. the auth middleware (``gateway/auth.py``);
 4. ``params_middleware``: the ``{queue}``/``{group}``/``{consumer_id}`` path parameters must
-   be names ``[A-Za-z0-9._-]{1,128}`` (400 ``invalid_name`` otherwise).
+   be names ``[A-Za-z0-9._-]{1,128}`` other than ``.`` and ``..`` (400 ``invalid_name``
+   otherwise).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from common.errors import (
 )
 from gateway.http import bad_request_from, json_response
 from gateway.metrics import UNMATCHED_ROUTE, GatewayMetrics
-from gateway.models import is_valid_name
+from gateway.models import NAME_RULE, is_valid_name
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +132,7 @@ async def params_middleware(request: web.Request, handler: HandlerT) -> web.Stre
         if value is not None and not is_valid_name(value):
             raise BadRequest(
                 "invalid_name",
-                f"{param} {value[:140]!r} must match [A-Za-z0-9._-]{{1,128}}",
+                f"{param} {value[:140]!r} must match {NAME_RULE}",
                 field=param,
             )
     return await handler(request)

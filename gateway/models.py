@@ -8,7 +8,8 @@ Integers follow JSON, not Python: ``5.0`` is the integer 5 (as JSON Schema's ``i
 says); ``5.5``, ``"5"`` and ``true`` are not integers. Every rule a model enforces is also
 in its JSON Schema (the OpenAPI document), so a schema-valid body is never a 400.
 
-Limits: names of queues, groups and consumers ``[A-Za-z0-9._-]{1,128}``; lanes, envs and
+Limits: names of queues, groups and consumers ``[A-Za-z0-9._-]{1,128}`` other than ``.``
+and ``..``; lanes, envs and
 sets ``[a-z0-9-]{0,63}``; a produce batch holds 1..``MAX_BATCH_MESSAGES`` messages; a poll
 asks for 1..1000 messages (default 100) and waits 0..30000 ms (default 0); ack/nack carry
 at most ``MAX_IDS`` ids; a nack delay is 0..``MAX_NACK_DELAY_MS``.
@@ -35,9 +36,15 @@ from pydantic import (
 from metadata import queue_config
 from read_nodes.message_id import MAX_OFFSET, MAX_PP, decode_message_id
 
-NAME_PATTERN = r"^[A-Za-z0-9._-]{1,128}$"
+NAME_PATTERN = (
+    r"^(?:[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}|\.[A-Za-z0-9_-][A-Za-z0-9._-]{0,126}|\.\.[A-Za-z0-9._-]{1,126})$"
+)
+"""``[A-Za-z0-9._-]{1,128}`` except ``.`` and ``..``: those are path segments every HTTP
+client and router resolves away, so such a queue, group or consumer could be created with
+``%2E%2E`` but never consumed (and would turn internal node URLs into other paths)."""
 ISOLATION_PATTERN = r"^[a-z0-9-]{0,63}$"
-NAME_RE = re.compile(r"[A-Za-z0-9._-]{1,128}")
+NAME_RE = re.compile(NAME_PATTERN)
+NAME_RULE = "[A-Za-z0-9._-]{1,128}, not '.' or '..'"
 
 MAX_BATCH_MESSAGES = 10_000
 MAX_IDS = 10_000

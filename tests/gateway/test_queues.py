@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from aiohttp.test_utils import TestClient
+from yarl import URL
 
 from config.settings import QueueDefaults
 from gateway.responses import QueueInfo, QueueList
@@ -84,6 +85,26 @@ async def test_shrinking_is_a_conflict(client: TestClient, backend: MemoryBacken
 async def test_bad_queue_names(client: TestClient, backend: MemoryBackend, name: str) -> None:
     err = await error_of(await client.put(f"/v1/queues/{name}", json={}), 400, "invalid_name")
     assert err["field"] == "queue"
+    assert backend.calls == []
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("PUT", "/v1/queues/%2E%2E"),
+        ("PUT", "/v1/queues/%2E"),
+        ("POST", "/v1/queues/%2e%2E/messages"),
+        ("POST", "/v1/queues/orders/groups/%2E%2E/consumers"),
+        ("POST", "/v1/queues/orders/groups/g/consumers/%2E%2E/poll"),
+    ],
+)
+async def test_dot_segment_names_are_invalid(client: TestClient, backend: MemoryBackend, method: str, path: str) -> None:
+    """``.`` and ``..`` reach the server only percent-encoded (clients resolve them away), and
+    a queue, group or consumer so named could never be consumed: 400, nothing created."""
+    url = URL(str(client.make_url("/")).rstrip("/") + path, encoded=True)  # sent as is, not normalized
+    async with client.session.request(method, url, json={"messages": [{"value": 1}]} if "messages" in path else {}) as r:
+        err = await error_of(r, 400, "invalid_name")
+    assert err["field"] in ("queue", "group", "consumer_id")
     assert backend.calls == []
 
 

@@ -181,3 +181,22 @@ def test_fuzz_operation(
         case.validate_response(response, checks=checks, additional_checks=[error_shape])
 
     run()
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("PUT", "/v1/queues/%2E%2E", {}),
+        ("POST", "/v1/queues/%2E/messages", {"messages": [{"value": 1}]}),
+        ("POST", "/v1/queues/fuzz-q/groups/%2E%2E/consumers", {}),
+        ("POST", "/v1/queues/fuzz-q/groups/fuzz-g/consumers", {"consumer_id": ".."}),
+    ],
+)
+def test_dot_segment_names_are_rejected(platform: Any, delivered: list[str], method: str, path: str, body: dict) -> None:
+    """Found by fuzzing: ``.``/``..`` names (sent percent-encoded) created a queue whose
+    messages no consumer could reach (internal node URLs resolved the segment away)."""
+    r = requests.request(method, platform.url + path, json=body, timeout=10)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["code"] in ("invalid_name", "invalid_request")
+    names = {q["name"] for q in requests.get(platform.url + "/v1/queues", timeout=10).json()["queues"]}
+    assert not names & {".", ".."}

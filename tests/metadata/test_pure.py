@@ -30,12 +30,14 @@ def test_every_key_is_under_the_prefix_and_distinct() -> None:
 
 def test_name_checks() -> None:
     assert check_name("queue", "orders.v2_x-1") == "orders.v2_x-1"
-    for bad in ("", "a:b", "a b", "x" * 129, None):
+    for bad in ("", "a:b", "a b", "x" * 129, None, ".", ".."):
         with pytest.raises(ValueError):
             check_name("queue", bad)
+    assert check_name("queue", "...") == "..." and check_name("group", ".a") == ".a"
     assert check_id("consumer id", "c:1") == "c:1"
-    with pytest.raises(ValueError):
-        check_id("consumer id", "c 1")
+    for bad_id in ("c 1", ".", ".."):
+        with pytest.raises(ValueError):
+            check_id("consumer id", bad_id)
 
 
 def test_defaults_come_from_settings() -> None:
