@@ -8,7 +8,9 @@ I/O or time:
   the group's start offsets, its lineage and its members; every message not done
   there is delivered again (delivery counts restart), nothing done is;
 - **ingestion** (``read_nodes.ingestor``): a task woken by the tailers of the
-  queue's pps (and by acks, which may make room), in lineage order;
+  queue's pps (and by acks, which may make room), in lineage order, in steps of
+  about ``ingest_batch`` records (waiting polls are woken after each step, and
+  requests are served in between);
 - **consumer calls**: join, poll (long poll woken, only when it can get
   something, by new messages, acks that free a key, membership changes; and by
   its next timeout or nack delay), ack, nack, leave, info;
@@ -214,7 +216,7 @@ class GroupHost:
             await self._wake.wait()
             self._wake.clear()
             try:
-                res = await self.ingestor.step(monotonic_ms())
+                res = await self.ingestor.step(monotonic_ms(), budget=self._opt.ingest_batch)
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -229,6 +231,10 @@ class GroupHost:
             if res.unknown:
                 self._lineage_wanted = True
             self._retry_ingest = res.blocked or res.unknown or res.held
+            if res.more:
+                # bounded steps: let polls and acks in between (Event.wait does not yield when set)
+                self._wake.set()
+                await asyncio.sleep(0)
 
     # ------------------------------------------------------------ housekeeping
     async def _tick_loop(self) -> None:

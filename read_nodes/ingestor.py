@@ -49,6 +49,8 @@ class StepResult:
     """a cursor waits for a tailer (re-reading) or the write node"""
     held: bool = False
     """a cursor stopped at a record held by lineage order or back-pressure"""
+    more: bool = False
+    """the step stopped at its budget with work left: step again (after yielding)"""
 
 
 class Ingestor:
@@ -98,7 +100,11 @@ class Ingestor:
             await self._pool.unsubscribe(pp, self._key)
 
     # -------------------------------------------------------------------- step
-    async def step(self, now_ms: int) -> StepResult:
+    async def step(self, now_ms: int, budget: int | None = None) -> StepResult:
+        """Advance the cursors (see the module docstring). With ``budget``, stop once at
+        least that many records were ingested and return with ``more`` set, so the caller
+        can answer waiting polls and other requests before the next step: one step over
+        a big backlog would otherwise hold the event loop for the whole backlog."""
         result = StepResult()
         progress = True
         while progress:
@@ -107,6 +113,9 @@ class Ingestor:
                 if await self._scan(pp, now_ms, result):
                     progress = True
                     result.moved = True
+                    if budget is not None and result.ingested >= budget:
+                        result.more = True
+                        return result
         return result
 
     def _cursor_of(self, pp: int) -> int:

@@ -89,6 +89,9 @@ Listener = Callable[[int], None]
 
 RecordKey = tuple[int, int]
 
+_DECODE_SLICE = 512
+"""``decode`` yields to the event loop between batches once it decoded this many records."""
+
 
 class RecordSource:
     """Decoded records by ``(pp, offset)``: the shared cache first, else one read from
@@ -147,11 +150,15 @@ class RecordSource:
         ``from_offset``; returns them and the offset after the last batch."""
         out: list[TailedRecord] = []
         end = from_offset
+        yielded_at = 0
         for view in iter_batches(data, verify=True):
             if view.next_offset > end:
                 end = view.next_offset
             if view.next_offset <= from_offset:
                 continue
+            if len(out) - yielded_at >= _DECODE_SLICE:
+                yielded_at = len(out)
+                await asyncio.sleep(0)  # a full read holds thousands of records: let requests in
             for rec in view.records():
                 if rec.offset < from_offset:
                     continue

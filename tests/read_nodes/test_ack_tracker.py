@@ -64,6 +64,9 @@ def test_tracker_matches_model_and_restores(seed: int, n: int) -> None:
                 done.add(o)
                 tracked.remove(o)
     state = t.state()[0]
+    # built unchecked from the tracker: the validating constructor accepts it as is
+    assert PartitionAckState(state.scanned_to, state.pending_below, state.acked_above) == state
+    assert isinstance(state.pending_below, tuple) and isinstance(state.acked_above, tuple)
     assert state.scanned_to == scanned
     assert state.low_watermark == min([scanned] + tracked)
     assert len(state.pending_below) + len(state.acked_above) <= len(offsets)
