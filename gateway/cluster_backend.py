@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 import aiohttp
 
 from common.errors import NotFound, PayloadTooLarge, Unavailable, VpqError
+from common.lifecycle import close_all
 from config.settings import Settings
 from gateway.backend import JoinSpec, ResolvedMessage
 from gateway.cluster_errors import metadata_errors
@@ -119,17 +120,16 @@ class ClusterBackend:
             for d in (self._writers, self._readers):
                 if d is not None:
                     self._listener.remove_callback(d.on_event)
-        for closer in (
-            self._cache.stop if self._cache else None,
-            self._listener.stop if self._listener else None,
-            self._session.close if self._session else None,
-            self._md.stop if self._md else None,
-        ):
-            if closer is not None:
-                try:
-                    await closer()
-                except Exception:  # keep closing the rest
-                    log.exception("error while stopping the cluster backend")
+        await close_all(
+            (
+                self._cache.stop if self._cache else None,
+                self._listener.stop if self._listener else None,
+                self._session.close if self._session else None,
+                self._md.stop if self._md else None,
+            ),
+            log,
+            "the cluster backend",
+        )
         self._cache = self._listener = self._session = self._md = None
 
     def _placeable_partitions(self) -> list[int]:

@@ -37,6 +37,7 @@ import aiohttp
 from aiohttp import web
 
 from common.errors import Conflict, NotFound
+from common.lifecycle import close_all
 from config.settings import Settings
 from gateway.cluster_errors import metadata_errors
 from gateway.cluster_queues import QueueAdmin
@@ -180,17 +181,16 @@ class ReadNodeService:
             self._runner = None
         if self._listener is not None and self.parts is not None:
             self._listener.remove_callback(self.parts.writers.on_event)
-        for closer in (
-            self._session.close if self._session else None,
-            self._cache.stop if self._cache else None,
-            self._listener.stop if self._listener else None,
-            self._md.stop if self._md else None,
-        ):
-            if closer is not None:
-                try:
-                    await closer()
-                except Exception:
-                    log.exception("error while stopping read node %s", self.node_id)
+        await close_all(
+            (
+                self._session.close if self._session else None,
+                self._cache.stop if self._cache else None,
+                self._listener.stop if self._listener else None,
+                self._md.stop if self._md else None,
+            ),
+            log,
+            f"read node {self.node_id}",
+        )
         self._session = self._cache = self._listener = self._md = None
         self.parts = None
 
