@@ -12,6 +12,14 @@ Contract:
   each poll batch (or every ``ack_interval_ms`` while a batch is handled).
   ``auto_ack=False``: the handler settles messages itself with :meth:`Consumer.ack` /
   :meth:`Consumer.nack`; an exception is only logged and the visibility timeout redelivers.
+* ``prefetch=True`` (the default, like Kafka's fetcher): as soon as a batch arrives the next
+  poll is sent, so it travels while the batch is handled, and acks/nacks go out in the
+  background (at most one settlement request in flight, in order). Per-key order still
+  holds: the server does not deliver a key's next message while its previous one is
+  unacked, so a prefetched batch only holds other keys (or the same keys once acked).
+  A prefetched batch is in flight while the current one is handled: when handling a batch
+  may take longer than the queue's visibility timeout, use ``prefetch=False`` (polls only
+  after the batch's settlements were answered) to avoid redeliveries.
 * Poll is the heartbeat. While a long batch is being handled, a keep-alive poll
   (``max_messages=1``, no wait) is sent every third of ``session_timeout_ms``; what it
   returns is handled after the current batch.
@@ -72,6 +80,7 @@ class Consumer:
         nack_delay_ms: int = 0,
         ack_interval_ms: int = 500,
         error_backoff_ms: int = 1000,
+        prefetch: bool = True,
     ) -> None:
         if concurrency < 1 or max_messages < 1 or wait_ms < 0:
             raise ValueError("concurrency and max_messages must be >= 1, wait_ms >= 0")
@@ -88,6 +97,9 @@ class Consumer:
         self._nack_delay_ms = nack_delay_ms
         self._ack_interval = ack_interval_ms / 1000.0
         self._error_backoff = error_backoff_ms / 1000.0
+        self._prefetch = prefetch
+        self._prefetched: asyncio.Task[list[Message]] | None = None
+        self._settling: asyncio.Task[None] | None = None
         self._join: JoinResult | None = None
         self._joined = asyncio.Event()
         self._stopping = False
@@ -123,8 +135,9 @@ class Consumer:
     async def stop(self, timeout_s: float | None = None) -> None:
         """Finish running handlers, send pending acks, leave. After ``timeout_s`` the loop is cancelled."""
         self._stopping = True
-        if self._poll_task is not None:
-            self._poll_task.cancel()
+        for task in (self._poll_task, self._prefetched):
+            if task is not None:
+                task.cancel()
         if self._task is None:
             return
         try:
@@ -166,6 +179,8 @@ class Consumer:
                     continue
                 rejoins = 0
                 if messages:
+                    if self._prefetch and not self._stopping:
+                        self._prefetched = asyncio.ensure_future(self._poll_request())
                     await self._handle_batch(messages)
         finally:
             await self._shutdown()
@@ -196,12 +211,17 @@ class Consumer:
         )
         self._joined.set()
 
-    async def _poll(self) -> list[Message]:
-        self._poll_task = asyncio.ensure_future(
-            self._client.poll(
-                self.queue, self.group, self._require_id(), max_messages=self._max_messages, wait_ms=self._wait_ms
-            )
+    def _poll_request(self) -> Awaitable[list[Message]]:
+        return self._client.poll(
+            self.queue, self.group, self._require_id(), max_messages=self._max_messages, wait_ms=self._wait_ms
         )
+
+    async def _poll(self) -> list[Message]:
+        """The next poll's answer: the prefetched one when there is one, else a new poll."""
+        if self._prefetched is not None:
+            self._poll_task, self._prefetched = self._prefetched, None
+        else:
+            self._poll_task = asyncio.ensure_future(self._poll_request())
         try:
             return await self._poll_task
         finally:
@@ -248,13 +268,32 @@ class Consumer:
         if asyncio.get_running_loop().time() - self._last_flush >= self._ack_interval:
             await self._flush_settlements()
 
-    async def _flush_settlements(self) -> None:
+    async def _flush_settlements(self, *, wait: bool | None = None) -> None:
+        """Send the pending acks/nacks: awaited when ``wait`` (default: not prefetching),
+        else in a background task, after the previous one (one in flight, in order)."""
         self._last_flush = asyncio.get_running_loop().time()
         if self._join is None:
             return
-        cid = self._join.consumer_id
         acks, self._acks = self._acks, []
         nacks, self._nacks = self._nacks, {}
+        previous = self._settling
+        if wait is None:
+            wait = not self._prefetch
+        if wait:
+            self._settling = None
+            if previous is not None:
+                await previous
+            await self._settle(self._join.consumer_id, acks, nacks)
+        elif acks or nacks:
+            self._settling = asyncio.create_task(self._settle_after(previous, self._join.consumer_id, acks, nacks))
+
+    async def _settle_after(self, previous: asyncio.Task[None] | None, cid: str, acks: list[str],
+                            nacks: dict[int, list[str]]) -> None:
+        if previous is not None:
+            await previous
+        await self._settle(cid, acks, nacks)
+
+    async def _settle(self, cid: str, acks: list[str], nacks: dict[int, list[str]]) -> None:
         try:
             if acks:
                 await self._client.ack(self.queue, self.group, cid, acks)
@@ -280,7 +319,11 @@ class Consumer:
 
     async def _shutdown(self) -> None:
         self._backlog.clear()
-        await self._flush_settlements()
+        if self._prefetched is not None:  # what it got is released by the leave below
+            self._prefetched.cancel()
+            await asyncio.gather(self._prefetched, return_exceptions=True)
+            self._prefetched = None
+        await self._flush_settlements(wait=True)
         if self._join is None:
             return
         try:

@@ -190,3 +190,53 @@ async def test_keepalive_polls_while_a_slow_batch_is_handled(client: AsyncClient
     await consumer.stop()
     assert seen == [0, 1]
     assert len(gateway.groups[("q", "g")].acked) == 2
+
+
+@pytest.mark.parametrize("prefetch", [True, False])
+async def test_prefetch_sends_the_next_poll_while_a_batch_is_handled(
+    client: AsyncClient, gateway: FakeGateway, prefetch: bool
+) -> None:
+    await fill(client, "q", 6)
+    polls_during_first_batch: list[int] = []
+    handler = Collector(6)
+
+    async def handle(msg: Message) -> None:
+        if len(handler.seen) < 2:  # the first batch (max_messages=2)
+            await asyncio.sleep(0.1)
+            polls_during_first_batch.append(len(gateway.requests_to("POST", "/poll")))
+        await handler(msg)
+
+    consumer = Consumer(client, "q", "g", handle, max_messages=2, wait_ms=50, prefetch=prefetch)
+    await consumer.start()
+    await asyncio.wait_for(handler.done.wait(), GUARD_S)
+    await consumer.stop()
+    assert [m.value for m in handler.seen] == [0, 1, 2, 3, 4, 5]
+    assert max(polls_during_first_batch) == (2 if prefetch else 1)
+    cid = consumer.consumer_id
+    acked = [i for r in gateway.requests_to("POST", f"/consumers/{cid}/ack") for i in r.body["ids"]]
+    assert sorted(acked) == sorted(m.id for m in handler.seen)
+
+
+async def test_stop_releases_a_prefetched_batch_unhandled(client: AsyncClient, gateway: FakeGateway) -> None:
+    await fill(client, "q", 4)
+    first_done = asyncio.Event()
+    seen: list[int] = []
+
+    async def slow(msg: Message) -> None:
+        seen.append(msg.value)
+        if len(seen) == 2:
+            first_done.set()
+            await asyncio.sleep(0.2)  # the prefetch of messages 2 and 3 is answered meanwhile
+
+    consumer = Consumer(client, "q", "g", slow, max_messages=2, wait_ms=50)
+    await consumer.start()
+    await asyncio.wait_for(first_done.wait(), GUARD_S)
+    await asyncio.sleep(0.1)
+    await consumer.stop(timeout_s=GUARD_S)
+    assert seen == [0, 1]  # the prefetched batch was not handled after stop()
+    other = Collector(2)
+    second = Consumer(client, "q", "g", other, max_messages=10, wait_ms=50)
+    await second.start()
+    await asyncio.wait_for(other.done.wait(), GUARD_S)  # left by the first: delivered at once
+    await second.stop()
+    assert sorted(m.value for m in other.seen) == [2, 3]

@@ -6,6 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import re
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -115,3 +120,41 @@ def test_no_reachable_redis_exits_1_with_a_clear_message(tmp_path: Path) -> None
     assert r.exit_code == 1 and "cannot reach Redis at redis://127.0.0.1:1/0" in r.output
     r = CliRunner().invoke(app, ["rebalance", "--data-dir", str(tmp_path / "none")])
     assert r.exit_code == 1 and "no running platform found" in r.output
+
+
+def test_every_repeats_on_the_new_map_until_interrupted(platform) -> None:
+    """``--every 1`` as a real process: the first round publishes, the next rounds plan on
+    the map it published (a higher epoch) and find nothing worth moving; Ctrl-C (SIGINT)
+    ends the command with status 0."""
+    data_dir, nt = platform
+    before = nt.run(nt.md.maps.epoch())
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VPQ_")}
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).parent / "vpq"), "rebalance", "--data-dir", str(data_dir), "--every", "1",
+         "--master", "local[1]"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+    )
+    lines: list[str] = []
+    rounds = 0
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:  # bounded by the test's timeout
+            lines.append(line)
+            if line.startswith("map epoch "):
+                rounds += 1
+                if rounds == 3:
+                    break
+        proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=60)
+        lines.append(rest)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    output = "".join(lines)
+    assert rounds == 3, output
+    assert proc.returncode == 0, output
+    epochs = [int(m) for m in re.findall(r"^map epoch (\d+):", output, re.M)]
+    published = [j["publish"] for j in _json_lines(output) if "publish" in j]
+    assert len(published) == 1, output  # only the first round had something worth moving
+    assert epochs[0] == before and epochs[1] == epochs[2] == published[0]["epochs"][-1] > before, output
