@@ -244,7 +244,9 @@ def bench_drain(
     backlog: int = typer.Option(40_000, help="messages produced before the drain"),
     work_ms: float = typer.Option(10.0, help="work per message (asyncio.sleep), handled sequentially"),
     single_seconds: float = typer.Option(8.0, help="how long the 1-consumer baseline runs"),
-    virtual_partitions: int = typer.Option(64, help="virtual partitions of the benchmark queue"),
+    virtual_partitions: int = typer.Option(
+        256, help="virtual partitions of the benchmark queue (256: 4 per consumer, so uneven key hashing evens out)"
+    ),
     keys: int = typer.Option(8192, help="distinct keys"),
     message_bytes: int = typer.Option(256, help="bytes of message value"),
     max_messages: int = typer.Option(20, help="messages per poll"),

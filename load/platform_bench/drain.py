@@ -1,6 +1,6 @@
 """``vpq bench drain``: how draining a backlog scales from 1 consumer to ``consumers``.
 
-1. A queue with ``virtual_partitions`` (64) virtual partitions is created; the
+1. A queue with ``virtual_partitions`` (256) virtual partitions is created; the
    platform spreads them over its physical partitions (4 when the bench starts the
    platform). Its placement is reported, and again at the end (with fewer virtual
    partitions than consumers, the platform's automatic split grows the queue).
@@ -61,7 +61,7 @@ class DrainConfig:
     consumers: int = 64
     work_ms: float = 10.0
     single_s: float = 8.0
-    virtual_partitions: int = 64
+    virtual_partitions: int = 256  # 4 per consumer: one vp each leaves consumers as uneven as the key hash
     keys: int = 8192
     message_bytes: int = 256
     max_messages: int = 20
