@@ -111,6 +111,10 @@ class ProduceRouter:
         """Route a batch of ``(key, ctx)`` pairs of one queue, all under one map epoch."""
         entry = self._entry(queue)
         out: list[Route] = []
+        seen: dict[Any, int] = {}  # ctx -> id within this batch: usually one or a few contexts
         for key, ctx in messages:
-            out.append(self._route(entry, key, await self._ctx_id(ctx)))
+            cid = seen.get(ctx)
+            if cid is None:
+                cid = seen[ctx] = await self._ctx_id(ctx)
+            out.append(self._route(entry, key, cid))
         return out
