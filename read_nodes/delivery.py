@@ -22,7 +22,9 @@ Delivery rule (``poll``)
   whose context is ``route(message context)`` over the contexts of the live
   consumers *now* (env strict; lane, then backbone; set, then default set) and
   who owns ``key_hash mod V`` there. Redeliveries come before first deliveries,
-  then ingestion order. Each delivery increments ``delivery_count`` and sets a
+  then ingestion order. With ``steal_when_idle``, a consumer with nothing ready in
+  its own vps takes what is ready in the others' (same routing): owned vps steer
+  work, they never decide order, which the per-key rule alone keeps. Each delivery increments ``delivery_count`` and sets a
   visibility deadline ``now_ms + visibility_timeout_ms``.
 
 Failure paths
@@ -335,7 +337,10 @@ class GroupDelivery:
         self.expire(now_ms)
         if max_messages <= 0 or not c.vps:
             return []
-        taken = self._ready.take(self._routes.sources(c.ctx), c.vps, max_messages)
+        sources = self._routes.sources(c.ctx)
+        taken = self._ready.take(sources, c.vps, max_messages)
+        if not taken and self._config.steal_when_idle:
+            taken = self._ready.take(sources, None, max_messages)
         deadline = now_ms + self._config.visibility_timeout_ms
         out: list[Delivery] = []
         mask = self._mask
@@ -359,7 +364,9 @@ class GroupDelivery:
         """True when ``poll`` would return something now (before new timeouts): for
         waking long polls. UnknownConsumer when not a member."""
         c = self._consumer(consumer_id)
-        return bool(c.vps) and self._ready.any_for(self._routes.sources(c.ctx), c.vps)
+        if not c.vps:
+            return False
+        return self._ready.any_for(self._routes.sources(c.ctx), None if self._config.steal_when_idle else c.vps)
 
     def _clear_timer(self, msg: _Msg) -> None:
         if msg.due is not None:

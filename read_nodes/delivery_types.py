@@ -52,6 +52,9 @@ class DeliveryConfig:
       for holes re-read after a takeover; None: unbounded).
     - ``virtual_partitions``: the queue's current V (``set_virtual_partitions`` changes it).
     - ``set_fallback``: the queue's set-fallback routing option.
+    - ``steal_when_idle``: a consumer whose own vps have nothing ready takes ready
+      messages of other members' vps (same routing, same per-key rule), so the
+      group's last stragglers do not leave most consumers idle.
     """
 
     ordering: Ordering = "key"
@@ -61,6 +64,7 @@ class DeliveryConfig:
     max_acked_above: int | None = 9_000
     virtual_partitions: int = 16
     set_fallback: bool = True
+    steal_when_idle: bool = False
 
     def __post_init__(self) -> None:
         if self.ordering not in ("key", "none"):

@@ -61,7 +61,9 @@ log = logging.getLogger(__name__)
 CONFIG_FIELDS = ("ordering", "max_deliveries", "visibility_timeout_ms")
 
 
-def delivery_config(record: QueueRecord, virtual_partitions: int, max_unacked: int) -> DeliveryConfig:
+def delivery_config(
+    record: QueueRecord, virtual_partitions: int, max_unacked: int, steal_when_idle: bool = True
+) -> DeliveryConfig:
     """The delivery settings of a group on ``record``'s queue (compact ack persistence:
     no cap on the pair form's window)."""
     c = record.config
@@ -72,6 +74,7 @@ def delivery_config(record: QueueRecord, virtual_partitions: int, max_unacked: i
         max_unacked=max_unacked,
         max_acked_above=None,
         virtual_partitions=virtual_partitions,
+        steal_when_idle=steal_when_idle,
     )
 
 
@@ -99,7 +102,7 @@ class GroupHost:
         self._on_fenced = on_fenced
         o = parts.options
         self._opt = o
-        self.delivery = GroupDelivery(delivery_config(record, self._queue_vps(), o.max_unacked))
+        self.delivery = GroupDelivery(delivery_config(record, self._queue_vps(), o.max_unacked, o.steal_when_idle))
         self.ingestor = Ingestor(
             record.id, self.delivery, parts.pool, self, self._on_data, batch=o.ingest_batch,
             unknown_grace_ms=o.unknown_grace_ms,

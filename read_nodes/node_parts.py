@@ -44,7 +44,9 @@ class ReadNodeOptions:
       this often (the node itself sees every poll);
     - ``lineage_reload_ms``: at most one lineage reload per group this often when
       a record lies outside the cached lineage;
-    - ``unknown_grace_ms``: see ``read_nodes.ingestor``.
+    - ``unknown_grace_ms``: see ``read_nodes.ingestor``;
+    - ``steal_when_idle``: see ``read_nodes.delivery`` (on: a consumer with nothing
+      of its own to do helps the busiest members; per-key order is unaffected).
     """
 
     cache_bytes: int = 64 * 1024 * 1024
@@ -61,6 +63,7 @@ class ReadNodeOptions:
     lineage_reload_ms: int = 200
     unknown_grace_ms: int = 5000
     retry_ms: int = 200
+    steal_when_idle: bool = True
 
 
 def monotonic_ms() -> int:

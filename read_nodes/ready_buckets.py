@@ -6,6 +6,9 @@ message context routes to. Items blocked by per-key order are NOT here (the
 delivery state adds a key's next message only when the previous one is done),
 so taking never has to skip anything.
 
+``vps=None`` means every vp: an idle consumer stealing work (see
+``read_nodes.delivery``) looks at every bucket of the contexts it may serve.
+
 Within a bucket, items come out by ``(priority, seq)``: priority 0 (redelivery)
 before 1 (first delivery), then ingestion order. ``take`` merges the buckets a
 consumer can see with a heap over their heads, so a poll costs
@@ -52,12 +55,15 @@ class ReadyBuckets(Generic[K, T]):
         heapq.heappush(heap, (priority, seq, item))
         self._size += 1
 
-    def _visible(self, sources: Iterable[K], vps: AbstractSet[int]) -> Iterable[tuple[K, int]]:
+    def _visible(self, sources: Iterable[K], vps: AbstractSet[int] | None) -> Iterable[tuple[K, int]]:
         for ctx in sources:
             nonempty = self._vps.get(ctx)
             if not nonempty:
                 continue
-            if len(nonempty) <= len(vps):
+            if vps is None:
+                for vp in nonempty:
+                    yield ctx, vp
+            elif len(nonempty) <= len(vps):
                 for vp in nonempty:
                     if vp in vps:
                         yield ctx, vp
@@ -66,15 +72,15 @@ class ReadyBuckets(Generic[K, T]):
                     if vp in nonempty:
                         yield ctx, vp
 
-    def any_for(self, sources: Iterable[K], vps: AbstractSet[int]) -> bool:
+    def any_for(self, sources: Iterable[K], vps: AbstractSet[int] | None) -> bool:
         """True when ``take(sources, vps, 1)`` would return an item."""
         return next(iter(self._visible(sources, vps)), None) is not None
 
-    def count_for(self, sources: Iterable[K], vps: AbstractSet[int]) -> int:
+    def count_for(self, sources: Iterable[K], vps: AbstractSet[int] | None) -> int:
         """Number of items ``take`` could return (O(visible buckets))."""
         return sum(len(self._heaps[key]) for key in self._visible(sources, vps))
 
-    def take(self, sources: Iterable[K], vps: AbstractSet[int], limit: int) -> list[T]:
+    def take(self, sources: Iterable[K], vps: AbstractSet[int] | None, limit: int) -> list[T]:
         """Remove and return up to ``limit`` items from the buckets ``(ctx, vp)`` with
         ``ctx`` in ``sources`` and ``vp`` in ``vps``, redeliveries first, then by seq."""
         if limit <= 0:

@@ -202,10 +202,19 @@ async def drain(
 
     t0 = time.monotonic()
     cpu0 = time.process_time()
-    handles = []
+    handles: list[Any] = []
     try:
-        for m in range(members):
-            handles.append(await system.consume(queue, handler, ordered=ordered, member=m, members=members, batch=batch))
+        # all members start together, as a scaled-out deployment would: joined one after
+        # the other, the last joins would be timed as part of the drain
+        started = await asyncio.gather(
+            *(system.consume(queue, handler, ordered=ordered, member=m, members=members, batch=batch)
+              for m in range(members)),
+            return_exceptions=True,
+        )
+        handles = [h for h in started if not isinstance(h, BaseException)]
+        failed = [h for h in started if isinstance(h, BaseException)]
+        if failed:
+            raise failed[0]
         run.timed_out = not await wait_until(done, timeout_s)
     finally:
         await asyncio.gather(*(h.stop() for h in handles), return_exceptions=True)

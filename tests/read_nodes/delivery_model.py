@@ -66,10 +66,11 @@ class MMsg:
 
 class Harness:
     def __init__(
-        self, ordering: str = "key", max_deliveries: int = 3, vis: int = 100, v: int = 4, form: str = "pair"
+        self, ordering: str = "key", max_deliveries: int = 3, vis: int = 100, v: int = 4, form: str = "pair",
+        steal: bool = False,
     ) -> None:
         self.cfg = DeliveryConfig(ordering=ordering, max_deliveries=max_deliveries, visibility_timeout_ms=vis,
-                                  max_unacked=10_000, virtual_partitions=v)
+                                  max_unacked=10_000, virtual_partitions=v, steal_when_idle=steal)
         self.form = form  # how ack state is persisted across failovers: "pair" or "compact"
         self.watermarks: dict[int, int] = {}
         self.gd = GroupDelivery(self.cfg)
@@ -204,6 +205,11 @@ class Harness:
         my_ctx = self.consumers[cid]
         seen_first = False
         mask = self.v - 1
+        own = set(self.assignment.vps_of(cid)) if self.assignment else set()  # type: ignore[union-attr]
+        # a poll serves the consumer's own vps; only with stealing, and only when none
+        # of its own had anything ready, a whole batch of the others' vps
+        stolen = bool(got) and all(d.vp not in own for d in got)
+        assert not stolen or self.cfg.steal_when_idle, (cid, got)
         for d in got:
             m = self.by_id[d.message_id]
             assert m.status == PENDING, (d, m.status)
@@ -212,7 +218,7 @@ class Harness:
             assert d.deadline_ms == self.now + self.cfg.visibility_timeout_ms
             # isolation: decided now, over the live contexts; env never crossed
             assert route(m.ctx, live) == my_ctx and my_ctx.env == m.ctx.env
-            assert d.vp == m.khash & mask and d.vp in self.assignment.vps_of(cid)  # type: ignore[union-attr]
+            assert d.vp == m.khash & mask and (d.vp in own) != stolen
             # redeliveries first within one poll
             if d.delivery_count == 1:
                 seen_first = True

@@ -22,9 +22,10 @@ class DeliveryMachine(RuleBasedStateMachine):
         ordering=st.sampled_from(["key", "key", "none"]),
         max_deliveries=st.integers(1, 3),
         form=st.sampled_from(["pair", "compact"]),
+        steal=st.booleans(),
     )
-    def setup(self, ordering: str, max_deliveries: int, form: str) -> None:
-        self.h = Harness(ordering=ordering, max_deliveries=max_deliveries, form=form)
+    def setup(self, ordering: str, max_deliveries: int, form: str, steal: bool) -> None:
+        self.h = Harness(ordering=ordering, max_deliveries=max_deliveries, form=form, steal=steal)
         self.rng = random.Random(0)
 
     def _cid(self, i: int) -> str:
