@@ -43,7 +43,7 @@ class Profile:
     s3_drain_sample: int = 3
     s4_work_ms: float = 10.0
     s4_shards: int = 64
-    s4_keys: int = 1024
+    s4_keys: int = 4096
     s4_batch: int = 10
     drain_batch: int = 500
     message_bytes: int = 1024
@@ -82,7 +82,7 @@ FULL = Profile(
     s3_create_budget_s=30.0,
     s3_delete_budget_s=30.0,
     s4_steps=(1, 4, 16, 64),
-    s4_messages_per_consumer=100,
+    s4_messages_per_consumer=200,
     s5_backlog=200_000,
     s5_backlog_s=5.0,
     s5_rate=200.0,

@@ -335,11 +335,12 @@ class GroupDelivery:
         if now_ms > c.last_seen:
             c.last_seen = now_ms
         self.expire(now_ms)
-        if max_messages <= 0 or not c.vps:
+        steal = self._config.steal_when_idle
+        if max_messages <= 0 or not (c.vps or steal):
             return []
         sources = self._routes.sources(c.ctx)
-        taken = self._ready.take(sources, c.vps, max_messages)
-        if not taken and self._config.steal_when_idle:
+        taken = self._ready.take(sources, c.vps, max_messages) if c.vps else []
+        if not taken and steal:
             taken = self._ready.take(sources, None, max_messages)
         deadline = now_ms + self._config.visibility_timeout_ms
         out: list[Delivery] = []
@@ -364,9 +365,9 @@ class GroupDelivery:
         """True when ``poll`` would return something now (before new timeouts): for
         waking long polls. UnknownConsumer when not a member."""
         c = self._consumer(consumer_id)
-        if not c.vps:
-            return False
-        return self._ready.any_for(self._routes.sources(c.ctx), None if self._config.steal_when_idle else c.vps)
+        if self._config.steal_when_idle:
+            return self._ready.any_for(self._routes.sources(c.ctx), None)
+        return bool(c.vps) and self._ready.any_for(self._routes.sources(c.ctx), c.vps)
 
     def _clear_timer(self, msg: _Msg) -> None:
         if msg.due is not None:

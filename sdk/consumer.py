@@ -78,7 +78,7 @@ class Consumer:
         concurrency: int = 1,
         auto_ack: bool = True,
         nack_delay_ms: int = 0,
-        ack_interval_ms: int = 500,
+        ack_interval_ms: int | None = None,
         error_backoff_ms: int = 1000,
         prefetch: bool = True,
     ) -> None:
@@ -95,6 +95,8 @@ class Consumer:
         self._concurrency = concurrency
         self._auto_ack = auto_ack
         self._nack_delay_ms = nack_delay_ms
+        if ack_interval_ms is None:
+            ack_interval_ms = 500
         self._ack_interval = ack_interval_ms / 1000.0
         self._error_backoff = error_backoff_ms / 1000.0
         self._prefetch = prefetch
@@ -270,28 +272,27 @@ class Consumer:
 
     async def _flush_settlements(self, *, wait: bool | None = None) -> None:
         """Send the pending acks/nacks: awaited when ``wait`` (default: not prefetching),
-        else in a background task, after the previous one (one in flight, in order)."""
+        else by a background sender (one request in flight, in order)."""
         self._last_flush = asyncio.get_running_loop().time()
         if self._join is None:
             return
-        acks, self._acks = self._acks, []
-        nacks, self._nacks = self._nacks, {}
-        previous = self._settling
         if wait is None:
             wait = not self._prefetch
         if wait:
-            self._settling = None
-            if previous is not None:
-                await previous
-            await self._settle(self._join.consumer_id, acks, nacks)
-        elif acks or nacks:
-            self._settling = asyncio.create_task(self._settle_after(previous, self._join.consumer_id, acks, nacks))
+            if self._settling is not None:
+                await self._settling  # sends everything pending, then ends
+                self._settling = None
+            await self._send_settlements()
+        elif (self._acks or self._nacks) and (self._settling is None or self._settling.done()):
+            self._settling = asyncio.create_task(self._send_settlements())
 
-    async def _settle_after(self, previous: asyncio.Task[None] | None, cid: str, acks: list[str],
-                            nacks: dict[int, list[str]]) -> None:
-        if previous is not None:
-            await previous
-        await self._settle(cid, acks, nacks)
+    async def _send_settlements(self) -> None:
+        """Background sender: one request at a time; what was settled while one was in
+        flight goes out together in the next."""
+        while (self._acks or self._nacks) and self._join is not None:
+            acks, self._acks = self._acks, []
+            nacks, self._nacks = self._nacks, {}
+            await self._settle(self._join.consumer_id, acks, nacks)
 
     async def _settle(self, cid: str, acks: list[str], nacks: dict[int, list[str]]) -> None:
         try:

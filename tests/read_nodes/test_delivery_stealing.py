@@ -77,3 +77,14 @@ def test_stealing_never_crosses_routing() -> None:
     ingest(g, 0, k, PROD)  # vp 2 has no prod owner: it waits, and a test consumer never takes it
     assert not g.has_ready("tester") and g.poll("tester", 10, 1) == []
     assert [d.message_id for d in g.poll("prod", 10, 1)] == ["0-0"]  # prod's idle member steals it
+
+
+def test_a_member_without_vps_helps_only_when_stealing() -> None:
+    for steal in (False, True):
+        g = gd(steal)
+        g.join("a", PROD, range(V), 0)
+        g.join("spare", PROD, [], 0)  # more members than vps
+        (k,) = keys_in_vp(1, 1)
+        ingest(g, 0, k)
+        assert g.has_ready("spare") is steal
+        assert [d.message_id for d in g.poll("spare", 10, 1)] == (["0-0"] if steal else [])
