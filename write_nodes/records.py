@@ -25,7 +25,7 @@ Record (repeated ``record_count`` times)::
     length             uvarint  bytes of the rest of this record
     queue_id           uint32   interned queue id
     virtual_partition  uint32
-    key_hash           uint32   mmh3_32 of the key (0 when keyless)
+    key_hash           uint32   mmh3_32 of the key; keyless: the spreading hash the router chose (KeylessSpreader)
     context_id         uint32   interned isolation-context (env, set, lane) id
     value_encoding     uint8    0 = JSON bytes (UTF-8), 1 = raw bytes
     timestamp_delta    svarint  record timestamp - first_timestamp (zigzag)
