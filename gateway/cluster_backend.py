@@ -103,7 +103,7 @@ class ClusterBackend:
             self._write_client = WriteNodeClient(self._session)
             self._read_client = ReadNodeClient(self._session)
             self._appender = Appender(cache, ProduceRouter(cache, md.contexts), writers, self._write_client, self._policy)
-            self._admin = QueueAdmin(md, self._placeable_partitions, self.traffic, on_change=cache.refresh)
+            self._admin = QueueAdmin(md, self._placeable_partitions, self.traffic, on_queue_change=cache.after_change)
             self._groups = GroupCaller(readers)
             self._node_metrics = NodeMetricsScraper(self._session)
             self._started = True
@@ -122,6 +122,7 @@ class ClusterBackend:
                     self._listener.remove_callback(d.on_event)
         await close_all(
             (
+                self._admin.stop if self._admin else None,
                 self._cache.stop if self._cache else None,
                 self._listener.stop if self._listener else None,
                 self._session.close if self._session else None,
@@ -133,11 +134,7 @@ class ClusterBackend:
         self._cache = self._listener = self._session = self._md = None
 
     def _placeable_partitions(self) -> list[int]:
-        pps = set(range(self._partition_count))
-        if self._cache is not None and self._cache.map is not None:
-            for q in self._cache.map["queues"].values():
-                pps.update(q["placement"])
-        return sorted(pps)
+        return list(range(self._partition_count))  # the admin adds the pps the map already uses
 
     def _require(self, part: T | None) -> T:
         if not self._started or part is None:

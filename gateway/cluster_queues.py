@@ -3,24 +3,33 @@
 ``QueueAdmin`` implements the queue half of the gateway's ``Backend``:
 
 - ``put(name, config)``: ``QueueRegistry.create_or_update`` (V may only grow: 409), then
-  ``place(name, V)``. Answers ``(QueueInfo dict, created)``.
-- ``place(name, V)`` (idempotent; safe to run concurrently from several gateways):
+  ``place(name, V)``. Answers ``(QueueInfo dict, created)`` once the queue is placed in a
+  published map.
+- ``place(name, V)`` (idempotent; safe to run concurrently, in one process and from
+  several gateways). Map changes go through a ``gateway.map_batcher.MapBatcher``: the
+  changes of concurrent puts and deletes are published together in ONE map
+  compare-and-swap (group commit), lineage of all their new vps opened in one pipeline.
 
-  * queue not in the map: compute its placement (``cluster_placement.plan_new_queue``),
-    open the lineage range ``(pp, 0)`` of every vp at the CURRENT map epoch, then publish
-    the map with the queue added at the next epoch (compare-and-swap, retried on conflict).
-    Lineage is written first so that a map never places a vp without lineage; concurrent
-    creators agree through it (the first open range of a vp wins, the map takes the pps
-    the lineage holds). Lineage left by an earlier queue of the same name that is not a
-    clean creation (several ranges, sealed ranges, vps beyond V) is dropped first.
+  * queue not in the map: compute its placement (``cluster_placement.plan_placement``),
+    open the lineage range ``(pp, 0)`` of every vp at the map epoch the commit starts
+    from, then publish the map with the queue added at the next epoch (compare-and-swap,
+    retried on conflict). Lineage is written first so that a map never places a vp
+    without lineage; concurrent creators agree through it (the first open range of a vp
+    wins, the map takes the pps the lineage holds). Lineage left by an earlier queue of
+    the same name that is not a clean creation (several ranges, sealed ranges, vps
+    beyond V) is dropped first.
   * queue placed with fewer vps than V: publish the split placement (CAS), then copy the
     lineage of each parent vp to its children (``split_lineage``, at the published epoch).
-  * in every case, finally, fill any vp still missing lineage (a crash between a publish
-    and its lineage copy): splits first (``lineage_repair_splits``), then ``(pp, 0)``.
+  * unless the commit created the queue from lineage it read back complete, finally
+    fill any vp still missing lineage (a crash between a publish and its lineage copy):
+    splits first (``lineage_repair_splits``), then ``(pp, 0)``.
 
-- ``delete(name)``: registry entry, then the map entry (CAS), the lineage, every group
-  and its ack state.
+- ``delete(name)``: registry entry, then the map entry (CAS, group-committed), the
+  lineage, every group and its ack state.
 - ``get``/``list`` read Redis (admin calls: always fresh).
+- After every successful put/delete, ``on_queue_change(name, map in force)`` (the
+  gateway's map cache takes the published map and re-reads the one record, coalesced)
+  or else ``on_change()`` runs, so the next produce through this process sees it.
 
 A put that fails after the registry accepted it (e.g. Redis away) leaves the config
 stored; repeating the put finishes the placement. Errors come out as ``common.errors``
@@ -32,32 +41,21 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from common.errors import Unavailable
-from gateway.cluster_errors import RETRY_AFTER_S, metadata_errors
-from gateway.cluster_placement import grow_queue, lineage_repair_splits, plan_new_queue, with_queue, without_queue
+from gateway.cluster_errors import metadata_errors
+from gateway.cluster_placement import lineage_repair_splits
 from gateway.cluster_traffic import TrafficMeter
-from metadata.maps import LineageRange
+from gateway.map_batcher import MapBatcher
 from metadata.queues import QueueRecord
 from metadata.store import MetadataStore
 
 EMPTY_MAP: dict[str, Any] = {"epoch": 0, "queues": {}}
-
-
-def _clean_creation(lineage: Mapping[int, list[LineageRange]], virtual_partitions: int) -> bool:
-    """True when ``lineage`` is what a (possibly concurrent, possibly interrupted) creation
-    leaves: at most one open range from offset 0 per vp, only vps below V."""
-    for vp, ranges in lineage.items():
-        if vp >= virtual_partitions or len(ranges) != 1:
-            return False
-        if ranges[0].to_offset is not None or ranges[0].from_offset != 0:
-            return False
-    return True
+QueueChange = Callable[[str, Mapping[str, Any]], Awaitable[None]]
 
 
 class QueueAdmin:
-    """See the module docstring. ``partitions()`` gives the pps new queues may be placed on;
-    ``on_change()`` runs after every successful put/delete (the backend refreshes its map
-    cache there, so the next produce through this process sees the change)."""
+    """See the module docstring. ``partitions()`` gives the pps new queues may be placed on
+    (plus the pps the map already uses). After every successful put/delete,
+    ``on_queue_change(name, map)`` runs when given, else ``on_change()``."""
 
     def __init__(
         self,
@@ -65,11 +63,18 @@ class QueueAdmin:
         partitions: Callable[[], Sequence[int]],
         traffic: TrafficMeter,
         on_change: Callable[[], Awaitable[None]] | None = None,
+        *,
+        on_queue_change: QueueChange | None = None,
     ) -> None:
         self._md = md
-        self._partitions = partitions
         self._traffic = traffic
         self._on_change = on_change
+        self._on_queue_change = on_queue_change
+        self.batcher = MapBatcher(md.maps, partitions)
+
+    async def stop(self) -> None:
+        """Fail the map changes still waiting (nothing to do when idle)."""
+        await self.batcher.stop()
 
     # ------------------------------------------------------------------ answers
     def info(self, rec: QueueRecord, current: Mapping[str, Any]) -> dict[str, Any]:
@@ -105,74 +110,34 @@ class QueueAdmin:
         with metadata_errors():
             rec, created = await self._md.queues.create_or_update(name, dict(config))
             current = await self.place(name, rec.virtual_partitions)
-        await self._changed()
+        await self._changed(name, current)
         return self.info(rec, current), created
 
     async def delete(self, name: str) -> None:
         with metadata_errors():
             await self._md.queues.delete(name)
-            await self._md.maps.update(lambda m: self._removal(m, name))
+            current = await self.batcher.remove(name)
             await self._md.maps.delete_lineage(name)
             for group in await self._md.groups.groups(name):
                 await self._md.groups.delete_group(name, group)
                 await self._md.acks.delete_group(name, group)
         self._traffic.forget(name)
-        await self._changed()
+        await self._changed(name, current)
 
-    @staticmethod
-    def _removal(m: dict[str, Any], name: str) -> dict[str, Any] | None:
-        queues = without_queue(m["queues"], name)
-        return None if queues is None else {"queues": queues}
-
-    async def _changed(self) -> None:
-        if self._on_change is not None:
-            with metadata_errors():
+    async def _changed(self, name: str, current: Mapping[str, Any]) -> None:
+        with metadata_errors():
+            if self._on_queue_change is not None:
+                await self._on_queue_change(name, current)
+            elif self._on_change is not None:
                 await self._on_change()
 
     async def place(self, name: str, virtual_partitions: int) -> dict[str, Any]:
         """Make the map place ``name`` with ``virtual_partitions`` vps and its lineage
         complete; returns the map in force afterwards. See the module docstring."""
-        current = await self._current()
-        if name not in current["queues"]:
-            current = await self._create(name, virtual_partitions, current)
-        placed = current["queues"].get(name)
-        if placed is not None and placed["virtual_partitions"] < virtual_partitions:
-            current = await self._md.maps.update(lambda m: self._growth(m, name, virtual_partitions))
-        await self._complete_lineage(name, current)
+        current, lineage_complete = await self.batcher.place(name, virtual_partitions)
+        if not lineage_complete:
+            await self._complete_lineage(name, current)
         return current
-
-    @staticmethod
-    def _growth(m: dict[str, Any], name: str, virtual_partitions: int) -> dict[str, Any] | None:
-        if name not in m["queues"]:
-            return None
-        grown = grow_queue(m["queues"], name, virtual_partitions)
-        return None if grown is None else {"queues": grown[0]}
-
-    async def _create(self, name: str, virtual_partitions: int, current: dict[str, Any]) -> dict[str, Any]:
-        maps = self._md.maps
-        lineage = await maps.lineage_all(name)
-        if lineage and not _clean_creation(lineage, virtual_partitions):
-            await maps.delete_lineage(name)
-            lineage = {}
-        keep = {vp: ranges[0].pp for vp, ranges in lineage.items()}
-        pps = sorted(set(self._partitions()))
-        plan = plan_new_queue(current["queues"], name, virtual_partitions, pps, keep)
-        for vp in range(virtual_partitions):
-            if vp not in lineage:
-                await maps.open_range(name, vp, plan[vp], 0, int(current["epoch"]))
-        lineage = await maps.lineage_all(name)
-        if any(vp not in lineage for vp in range(virtual_partitions)):
-            raise Unavailable(
-                "placement_conflict", f"queue {name!r} is being placed concurrently; retry", retry_after=RETRY_AFTER_S
-            )
-        placement = [lineage[vp][0].pp for vp in range(virtual_partitions)]
-
-        def add(m: dict[str, Any]) -> dict[str, Any] | None:
-            if name in m["queues"]:
-                return None  # placed meanwhile (by a concurrent creator, from the same lineage)
-            return {"queues": with_queue(m["queues"], name, placement)}
-
-        return await maps.update(add)
 
     async def _complete_lineage(self, name: str, current: Mapping[str, Any]) -> None:
         placed = current["queues"].get(name)

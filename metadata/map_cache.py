@@ -9,7 +9,15 @@ The produce hot path reads only this memory. Contract:
   everything. Staleness is bounded by pub/sub latency, or by the listener's
   polling interval when pub/sub fails.
 - ``refresh()`` reloads on demand (e.g. after a write node answered
-  ``stale_map``); ``refresh_map()`` only the map.
+  ``stale_map``); ``refresh_map()`` only the map; ``refresh_queues(names)`` only those
+  queues' records (one round trip; concurrent calls coalesce: a call whose names a
+  flush started after it already re-read returns without I/O).
+- ``after_change(name, m)``: what the process that just changed queue ``name`` and
+  published (or saw) map ``m`` calls: takes ``m`` if newer (no I/O) and re-reads the
+  record of ``name`` (coalesced as above). Nothing is reloaded as a whole.
+- Costs: a queue event or record refresh touches that queue only; a map change
+  drops the entries, which are rebuilt one by one on lookup (no pass over every
+  queue per map, nor per queue it placed).
 - The map never goes back to an older epoch. Lookups (``entry``, ``queue``,
   ``queue_by_id``, ``map``, ``epoch``) are synchronous and do no I/O.
 """
@@ -17,6 +25,7 @@ The produce hot path reads only this memory. Contract:
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +58,7 @@ class MapCache:
         self._records: dict[str, QueueRecord] = {}
         self._entries: dict[str, QueueEntry] = {}
         self._by_id: dict[int, QueueRecord] = {}
+        self._wanted: set[str] = set()  # records asked for by refresh_queues, not yet re-read
         self._started = False
 
     async def start(self) -> None:
@@ -69,7 +79,13 @@ class MapCache:
 
     # lookups (no I/O)
     def entry(self, name: str) -> QueueEntry | None:
-        return self._entries.get(name)
+        e = self._entries.get(name)
+        if e is None:
+            rec = self._records.get(name)
+            if rec is None:
+                return None
+            e = self._entries[name] = self._entry(rec)
+        return e
 
     def queue(self, name: str) -> QueueRecord | None:
         return self._records.get(name)
@@ -101,16 +117,28 @@ class MapCache:
     async def refresh_map(self) -> None:
         async with self._lock:
             self._set_map(await self._maps.current())
-            self._rebuild()
 
-    async def _refresh_queue(self, name: str) -> None:
+    async def refresh_queues(self, names: Iterable[str]) -> None:
+        """Re-read the records of ``names`` (see the module docstring)."""
+        mine = set(names)
+        self._wanted |= mine
         async with self._lock:
-            rec = await self._queues.get(name)
-            if rec is None:
-                self._records.pop(name, None)
-            else:
-                self._records[name] = rec
-            self._rebuild()
+            if not mine & self._wanted:
+                return  # a flush that started after we asked has re-read them
+            batch, self._wanted = sorted(self._wanted), set()
+            try:
+                records = await self._queues.get_many(batch)
+            except BaseException:
+                self._wanted |= set(batch)  # still wanted: their callers will retry
+                raise
+            for name, rec in zip(batch, records, strict=True):
+                self._put_record(name, rec)
+
+    async def after_change(self, name: str, m: Mapping[str, Any] | None) -> None:
+        """See the module docstring."""
+        if m is not None and int(m["epoch"]) > self.epoch:
+            self._set_map(dict(m))
+        await self.refresh_queues([name])
 
     async def _on_event(self, event: dict[str, Any]) -> None:
         kind = event.get("type")
@@ -118,25 +146,35 @@ class MapCache:
             if int(event.get("epoch", 0)) > self.epoch:
                 await self.refresh_map()
         elif kind == "queue" and isinstance(event.get("name"), str):
-            await self._refresh_queue(event["name"])
+            await self.refresh_queues([event["name"]])
         elif kind == "resync":
             await self.refresh()
 
     def _set_map(self, m: dict[str, Any] | None) -> None:
+        """Take ``m`` unless it is older than the map held (entries follow on lookup)."""
         if m is None:
             return  # keep what we have: a map never disappears in normal operation
-        if self._map is None or int(m["epoch"]) >= int(self._map["epoch"]):
+        if self._map is None or int(m["epoch"]) > int(self._map["epoch"]):
             self._map = m
+            self._entries = {}
+
+    def _entry(self, rec: QueueRecord) -> QueueEntry:
+        q = self._map["queues"].get(rec.name) if self._map is not None else None
+        if q is None:
+            return QueueEntry(rec, self.epoch, rec.virtual_partitions, None)
+        return QueueEntry(rec, self.epoch, int(q["virtual_partitions"]), tuple(q["placement"]))
+
+    def _put_record(self, name: str, rec: QueueRecord | None) -> None:
+        """One queue's record changed (None: gone)."""
+        self._entries.pop(name, None)
+        old = self._records.pop(name, None)
+        if old is not None and self._by_id.get(old.id) is old:
+            del self._by_id[old.id]
+        if rec is not None:
+            self._records[name] = rec
+            self._by_id[rec.id] = rec
 
     def _rebuild(self) -> None:
-        placed = self._map["queues"] if self._map is not None else {}
-        epoch = self.epoch
-        entries: dict[str, QueueEntry] = {}
-        for name, rec in self._records.items():
-            q = placed.get(name)
-            if q is None:
-                entries[name] = QueueEntry(rec, epoch, rec.virtual_partitions, None)
-            else:
-                entries[name] = QueueEntry(rec, epoch, int(q["virtual_partitions"]), tuple(q["placement"]))
-        self._entries = entries
+        """After all records were reloaded (entries are rebuilt on lookup)."""
+        self._entries = {}
         self._by_id = {r.id: r for r in self._records.values()}

@@ -21,7 +21,7 @@ Contract:
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -157,6 +157,13 @@ class QueueRegistry:
     async def get(self, name: str) -> QueueRecord | None:
         raw = await self._client.hget(self._keys.queues(), name)
         return QueueRecord.from_json(raw) if raw is not None else None
+
+    async def get_many(self, names: Sequence[str]) -> list[QueueRecord | None]:
+        """``get`` of each of ``names``, in order (one round trip)."""
+        if not names:
+            return []
+        raw = await self._client.hmget(self._keys.queues(), list(names))
+        return [QueueRecord.from_json(r) if r is not None else None for r in raw]
 
     async def require(self, name: str) -> QueueRecord:
         """Like ``get`` but raises ``QueueNotFoundError``."""

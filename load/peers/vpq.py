@@ -37,7 +37,7 @@ from sdk.models import Message
 from sdk.retry import RetryPolicy
 
 DEFAULT_URL = "http://127.0.0.1:8080"
-ADMIN_CONCURRENCY = 16
+ADMIN_CONCURRENCY = 64  # admin requests in flight per driver, over all its calls (the gateway group-commits them)
 POLL_WAIT_MS = 500
 
 
@@ -81,6 +81,7 @@ class Vpq:
         self._client: AsyncClient | None = None
         self._created: set[str] = set()
         self._info: dict[str, Any] = {}
+        self._admin_slots = asyncio.Semaphore(ADMIN_CONCURRENCY)
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -145,7 +146,7 @@ class Vpq:
 
     async def setup(self, queues: Sequence[str], *, ordered: bool = True, shards: int = 1) -> None:
         api = self._api()
-        sem = asyncio.Semaphore(ADMIN_CONCURRENCY)
+        sem = self._admin_slots
 
         async def one(q: str) -> None:
             async with sem:
@@ -171,7 +172,7 @@ class Vpq:
 
     async def delete(self, queues: Sequence[str]) -> None:
         api = self._api()
-        sem = asyncio.Semaphore(ADMIN_CONCURRENCY)
+        sem = self._admin_slots
 
         async def one(name: str) -> None:
             async with sem:
@@ -190,7 +191,7 @@ class Vpq:
             self._created.clear()
             return
         api = self._api()
-        sem = asyncio.Semaphore(ADMIN_CONCURRENCY)
+        sem = self._admin_slots
 
         async def one(name: str) -> None:
             async with sem:

@@ -1,11 +1,17 @@
 """Scenario 3: produce throughput as logical queues grow (1 -> 100 -> 1,000 -> 10,000).
 
 Per step: create ``n`` queues (timed; creation stops at ``s3_create_budget_s`` and the
-step goes on with the queues created so far, saying so), read the server's memory,
+step goes on with the queues created so far, saying so; the rate is printed), read the
+server's memory,
 produce ``s3_messages`` 1 KiB messages in batches of ``s3_batch`` spread round-robin
 over the queues (vpq: over ``s3_lanes`` swimlanes too), read the memory again, check
 the stored counts of a sample of queues and read back a few sampled queues in full
 (loss, duplicates, per-key order), then delete the step's queues (timed).
+
+Creation and deletion go in chunks of ``CREATE_CHUNK`` names, ``CHUNKS_IN_FLIGHT`` of
+them at once (a sliding window, as an admin tool keeps requests in flight), each chunk
+one ``setup()``/``delete()`` call whose own concurrency is the system's driver's
+business; the budget is checked before each chunk starts.
 
 vpq keeps every queue in its physical partitions (8 when the harness starts it); the
 peers get one stream / quorum queue per logical queue, and ``nats-subjects`` one
@@ -14,15 +20,18 @@ stream with a subject per queue.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import defaultdict
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from load.checks import DeliveryChecker
 from load.scenarios.common import Context, drain, produce_closed
 
 TITLE = "throughput as logical queues grow (creation time, server memory)"
-CREATE_CHUNK = 50  # the creation budget is checked between chunks
+CREATE_CHUNK = 50  # the budget is checked before each chunk starts
+CHUNKS_IN_FLIGHT = 2
 
 
 def _sample(items: list[str], k: int) -> list[str]:
@@ -31,6 +40,43 @@ def _sample(items: list[str], k: int) -> list[str]:
         return list(items)
     step = (len(items) - 1) / (k - 1) if k > 1 else 0
     return list(dict.fromkeys(items[round(i * step)] for i in range(k)))
+
+
+async def in_chunks(
+    op: Callable[[Sequence[str]], Awaitable[None]], names: Sequence[str], budget_s: float
+) -> tuple[list[str], float]:
+    """``op`` over ``names`` in chunks of ``CREATE_CHUNK``, ``CHUNKS_IN_FLIGHT`` at once,
+    starting no chunk after ``budget_s``; ``(names done, in name order; seconds)``. An
+    error of ``op`` cancels the other chunks and is raised."""
+    t0 = time.monotonic()
+    chunks = [names[i : i + CREATE_CHUNK] for i in range(0, len(names), CREATE_CHUNK)]
+    running: dict[asyncio.Task[None], int] = {}
+    finished: set[int] = set()
+    try:
+        for index, chunk in enumerate(chunks):
+            if time.monotonic() - t0 > budget_s:
+                break
+            running[asyncio.create_task(op(chunk))] = index
+            while len(running) >= CHUNKS_IN_FLIGHT:
+                finished |= await _settle(running, asyncio.FIRST_COMPLETED)
+        while running:
+            finished |= await _settle(running, asyncio.ALL_COMPLETED)
+    finally:
+        for task in running:
+            task.cancel()
+        if running:
+            await asyncio.wait(running)
+    return [n for i in sorted(finished) for n in chunks[i]], time.monotonic() - t0
+
+
+async def _settle(running: dict[asyncio.Task[None], int], when: str) -> set[int]:
+    done, _ = await asyncio.wait(running, return_when=when)
+    out: set[int] = set()
+    for task in done:
+        index = running.pop(task)
+        task.result()  # raises the chunk's error
+        out.add(index)
+    return out
 
 
 def _delta(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
@@ -43,16 +89,11 @@ async def run(ctx: Context) -> dict[str, Any]:
     for n in p.s3_steps:
         names = [f"s3-n{n}-{i}" for i in range(n)]
         memory_before = await system.server_memory()
-        t0 = time.monotonic()
-        created: list[str] = []
-        for i in range(0, n, CREATE_CHUNK):
-            if time.monotonic() - t0 > p.s3_create_budget_s:
-                break
-            chunk = names[i : i + CREATE_CHUNK]
-            await system.setup(chunk, ordered=True, shards=1)
-            created.extend(chunk)
-        create_s = time.monotonic() - t0
-        ctx.echo(f"  {n} queues: created {len(created)} in {create_s:.2f}s; producing")
+        created, create_s = await in_chunks(
+            lambda chunk: system.setup(chunk, ordered=True, shards=1), names, p.s3_create_budget_s
+        )
+        create_rate = len(created) / create_s if create_s > 0 else 0.0
+        ctx.echo(f"  {n} queues: created {len(created)} in {create_s:.2f}s ({create_rate:.0f}/s); producing")
         expected: dict[str, list[tuple[str, int]]] = defaultdict(list)
         produced = await produce_closed(
             system,
@@ -84,14 +125,9 @@ async def run(ctx: Context) -> dict[str, Any]:
                 checker.expect(k, s)
             await drain(system, q, checker, members=1, ordered=True, batch=p.drain_batch, timeout_s=20.0)
 
-        t1 = time.monotonic()
-        deleted = 0
-        for i in range(0, len(created), CREATE_CHUNK):
-            if time.monotonic() - t1 > p.s3_delete_budget_s:
-                break  # the rest is removed by the system's teardown()
-            await system.delete(created[i : i + CREATE_CHUNK])
-            deleted += len(created[i : i + CREATE_CHUNK])
-        delete_s = time.monotonic() - t1
+        # what is not deleted within the budget is removed by the system's teardown()
+        removed, delete_s = await in_chunks(system.delete, created, p.s3_delete_budget_s)
+        deleted = len(removed)
         mem_delta = _delta(memory_after, memory_before)
         steps.append(
             {

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from common.errors import BadRequest, Conflict, NotFound
 from config.settings import RedisSettings
-from gateway.cluster_placement import grow_queue, lineage_repair_splits, load_hint, plan_new_queue, without_queue
+from gateway.cluster_placement import lineage_repair_splits, load_hint, plan_new_queue
 from gateway.cluster_queues import QueueAdmin
 from gateway.cluster_traffic import TrafficMeter
 from metadata.leases import group_resource
@@ -31,17 +31,6 @@ def test_plan_new_queue_balances_and_keeps_existing_lineage() -> None:
     counts = Counter(plan)
     assert counts[2] >= counts[1] >= counts[0]  # the least loaded pps fill first
     assert plan_new_queue(queues, "b", 4, [0, 1, 2], keep={1: 0})[1] == 0
-
-
-def test_grow_and_remove() -> None:
-    queues = {"a": {"virtual_partitions": 2, "placement": [3, 5]}, "b": {"virtual_partitions": 1, "placement": [0]}}
-    grown, splits = grow_queue(queues, "a", 8)  # type: ignore[misc]
-    assert splits == [2, 4]
-    assert grown["a"] == {"virtual_partitions": 8, "placement": [3, 5] * 4}
-    assert queues["a"]["virtual_partitions"] == 2  # inputs untouched
-    assert grow_queue(queues, "a", 2) is None
-    assert without_queue(queues, "a") == {"b": {"virtual_partitions": 1, "placement": [0]}}
-    assert without_queue(queues, "zzz") is None
 
 
 @settings(max_examples=200, deadline=None)
@@ -164,38 +153,36 @@ async def test_concurrent_creators_agree(md: MetadataStore) -> None:
 
 async def test_lost_compare_and_swap_is_retried(md: MetadataStore) -> None:
     admin = admin_for(md)
-    real_current = md.maps.current
-    calls = []
+    await admin.put("first", {"virtual_partitions": 1})  # the admin now works from its kept map (epoch 1)
+    real_open = md.maps.open_ranges
     real_publish = md.maps.publish
     published: list[bool] = []
 
-    async def counting_publish(new_map: Any, expected_epoch: int) -> bool:
-        published.append(await real_publish(new_map, expected_epoch))
+    async def counting_publish(new_map: Any, expected_epoch: int, **kw: Any) -> bool:
+        published.append(await real_publish(new_map, expected_epoch, **kw))
         return published[-1]
 
-    async def racing_current() -> dict[str, Any] | None:
-        m = await real_current()
-        calls.append(1)
-        if len(calls) == 2:  # the read inside MapStore.update: another publisher wins the epoch
+    async def racing_open(opens: Any, epoch: int) -> Any:
+        if not published:  # between our lineage and our publish, another publisher wins the epoch
 
             def add_other(cur: dict[str, Any]) -> dict[str, Any]:
                 cur["queues"]["other"] = {"virtual_partitions": 1, "placement": [0]}
                 return cur
 
             await md.maps.update(add_other)
-        return m
+        return await real_open(opens, epoch)
 
-    md.maps.current = racing_current  # type: ignore[method-assign]
+    md.maps.open_ranges = racing_open  # type: ignore[method-assign]
     md.maps.publish = counting_publish  # type: ignore[method-assign]
     try:
         info, _ = await admin.put("mine", {"virtual_partitions": 2})
     finally:
-        md.maps.current = real_current  # type: ignore[method-assign]
+        md.maps.open_ranges = real_open  # type: ignore[method-assign]
         md.maps.publish = real_publish  # type: ignore[method-assign]
     assert published == [True, False, True]  # the rival's win, our lost CAS, our retry
     m = await md.maps.current()
-    assert m is not None and set(m["queues"]) == {"other", "mine"} and m["epoch"] == 2
-    assert info["epoch"] == 2
+    assert m is not None and set(m["queues"]) == {"first", "other", "mine"} and m["epoch"] == 3
+    assert info["epoch"] == 3
     await check_lineage_matches_map(md, "mine")
 
 

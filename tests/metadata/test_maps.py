@@ -97,3 +97,35 @@ async def test_lineage_split_and_bulk_read(md: MetadataStore) -> None:
     assert (await md.maps.lineage("q", 0))[0].to_offset is None  # children are independent
     await md.maps.delete_lineage("q")
     assert await md.maps.lineage_all("q") == {}
+
+
+async def test_bulk_open_read_and_delete_lineage(md: MetadataStore) -> None:
+    assert await md.maps.publish(_map(1, 0), 0)
+    assert await md.maps.open_range("b", 1, 3, 0, 1)  # a concurrent creator got to b's vp 1 first
+    got = await md.maps.open_ranges([("a", 0, 1), ("a", 1, 2), ("b", 0, 0), ("b", 1, 0)], 1)
+    assert got == {
+        "a": {0: [LineageRange(1, 0, None)], 1: [LineageRange(2, 0, None)]},
+        "b": {0: [LineageRange(0, 0, None)], 1: [LineageRange(3, 0, None)]},  # vp 1 left as it was
+    }
+    # each opened range is exactly what open_range would have written (its retry agrees)
+    assert await md.maps.open_range("a", 1, 2, 0, 1)
+    assert not await md.maps.open_range("a", 1, 0, 0, 1)
+    # an epoch the stored map has not reached opens nothing, and the lineage is still read
+    assert await md.maps.open_ranges([("a", 2, 0), ("z", 0, 0)], 2) == {"a": got["a"], "z": {}}
+    assert await md.maps.open_ranges([], 1) == {}
+    assert await md.maps.lineage_many(["b", "a", "none"]) == {"b": got["b"], "a": got["a"], "none": {}}
+    await md.maps.delete_lineages(["a", "b", "none"])
+    assert await md.maps.lineage_many(["a", "b"]) == {"a": {}, "b": {}}
+    await md.maps.delete_lineages([])
+
+
+async def test_stored_body_is_canonical_json(md: MetadataStore) -> None:
+    import json
+
+    m = {"queues": {"b": {"virtual_partitions": 1, "placement": [0]}, "a": {"placement": [1, 2], "virtual_partitions": 2}}}
+    assert await md.maps.publish({"epoch": 1, **m}, 0, checked=True)
+    body = await md.client.hget(md.keys.map(), "body")
+    assert body == json.dumps({"epoch": 1, **m}, sort_keys=True, separators=(",", ":"))
+    # unchecked publishes still refuse malformed maps
+    with pytest.raises(ValueError):
+        await md.maps.publish({"epoch": 2, "queues": {"a": {"virtual_partitions": 2, "placement": [0]}}}, 1)

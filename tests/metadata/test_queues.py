@@ -89,3 +89,10 @@ async def test_concurrent_creators_agree_on_one_id(make_store) -> None:
     results = await asyncio.gather(*(s.queues.create_or_update("shared", {}) for s in stores))
     assert sum(created for _, created in results) == 1
     assert len({rec.id for rec, _ in results}) == 1
+
+
+async def test_get_many_in_order(md: MetadataStore) -> None:
+    a, _ = await md.queues.create_or_update("a")
+    b, _ = await md.queues.create_or_update("b", {"virtual_partitions": 2})
+    assert await md.queues.get_many(["b", "nope", "a"]) == [b, None, a]
+    assert await md.queues.get_many([]) == []

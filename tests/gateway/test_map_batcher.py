@@ -1,0 +1,215 @@
+"""Group commit of map changes: the pure edits (gateway/cluster_placement.py) and
+``MapBatcher`` / ``QueueAdmin`` against a real redis-server."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from common.errors import Unavailable
+from config.settings import RedisSettings
+from gateway.cluster_placement import MapEdit, apply_edits, placement_load
+from gateway.cluster_queues import QueueAdmin
+from gateway.cluster_traffic import TrafficMeter
+from gateway.map_batcher import MapBatcher, Placed
+from metadata.store import MetadataStore
+
+# ---------------------------------------------------------------- pure edits
+
+_edit = st.one_of(
+    st.builds(
+        MapEdit,
+        st.just("place"),
+        st.sampled_from("abcde"),
+        st.sampled_from([1, 2, 4, 8]),
+        st.one_of(st.none(), st.lists(st.integers(0, 5), min_size=1, max_size=4).map(tuple)),
+    ).filter(lambda e: e.placement is None or len(e.placement) & (len(e.placement) - 1) == 0),
+    st.builds(MapEdit, st.just("remove"), st.sampled_from("abcde")),
+)
+
+
+def _reference(queues: dict[str, Any], edits: list[MapEdit]) -> dict[str, Any]:
+    """The edits applied one by one, the obvious way."""
+    out = {k: {"virtual_partitions": v["virtual_partitions"], "placement": list(v["placement"])} for k, v in queues.items()}
+    for e in edits:
+        if e.kind == "remove":
+            out.pop(e.queue, None)
+        elif e.queue not in out:
+            if e.placement is not None:
+                out[e.queue] = {"virtual_partitions": len(e.placement), "placement": list(e.placement)}
+        else:
+            q = out[e.queue]
+            while q["virtual_partitions"] < e.virtual_partitions:
+                q = {"virtual_partitions": q["virtual_partitions"] * 2, "placement": q["placement"] * 2}
+            out[e.queue] = q
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.sampled_from("abc"), st.sampled_from([[0], [1, 2], [3, 3, 0, 1]])), st.lists(_edit, max_size=12))
+def test_apply_edits_is_the_edits_in_order_with_the_load_kept(start: dict[str, list[int]], edits: list[MapEdit]) -> None:
+    queues = {k: {"virtual_partitions": len(p), "placement": p} for k, p in start.items()}
+    snapshot = repr(queues)
+    out, load, changed = apply_edits(queues, placement_load(queues), edits)
+    assert out == _reference(queues, edits)
+    assert load == placement_load(out)
+    assert changed or out == queues  # (edits that cancel out may still count as a change)
+    assert changed == any(_reference(queues, edits[: i + 1]) != _reference(queues, edits[:i]) for i in range(len(edits)))
+    assert repr(queues) == snapshot  # inputs untouched
+
+
+def test_unknown_edit_kind_is_refused() -> None:
+    with pytest.raises(ValueError):
+        apply_edits({}, {}, [MapEdit("rename", "a")])
+
+
+# ---------------------------------------------------------------- against Redis
+
+
+@pytest.fixture
+async def make_md(redis_url: str, key_prefix: str) -> AsyncIterator[Callable[[], MetadataStore]]:
+    """Stores on one Redis, each with its own client (as separate gateway processes)."""
+    stores: list[MetadataStore] = []
+
+    def make() -> MetadataStore:
+        s = MetadataStore(RedisSettings(key_prefix=key_prefix), url=redis_url)
+        stores.append(s)
+        return s
+
+    yield make
+    for s in stores:
+        await s.stop()
+
+
+@pytest.fixture
+def md(make_md: Callable[[], MetadataStore]) -> MetadataStore:
+    return make_md()
+
+
+def admin_for(md: MetadataStore, k: int = 4, **kw: Any) -> QueueAdmin:
+    return QueueAdmin(md, lambda: list(range(k)), TrafficMeter(), **kw)
+
+
+async def check_placed_with_lineage(md: MetadataStore, names: list[str]) -> dict[str, Any]:
+    m = await md.maps.current()
+    assert m is not None
+    lineage = await md.maps.lineage_many(names)
+    for name in names:
+        q = m["queues"][name]
+        assert sorted(lineage[name]) == list(range(q["virtual_partitions"])), name
+        for vp, ranges in lineage[name].items():
+            assert ranges == [(q["placement"][vp], 0, None)], name
+    return m
+
+
+async def test_concurrent_puts_share_few_publishes_and_stay_balanced(md: MetadataStore) -> None:
+    changes: list[tuple[str, int]] = []
+
+    async def changed(name: str, m: Any) -> None:
+        changes.append((name, int(m["epoch"])))
+
+    admin = admin_for(md, on_queue_change=changed)
+    names = [f"q{i}" for i in range(64)]
+    results = await asyncio.gather(*(admin.put(n, {"virtual_partitions": 1}) for n in names))
+    assert all(created for _, created in results)
+    m = await check_placed_with_lineage(md, names)
+    publishes = admin.batcher.publishes
+    assert m["epoch"] == publishes and publishes <= 16  # one CAS per commit, not per queue
+    for info, _ in results:  # each answer comes from a published map that places the queue
+        assert 1 <= info["epoch"] <= publishes and len(info["placement"]) == 1
+        assert info["placement"] == m["queues"][info["name"]]["placement"]
+    assert sorted(n for n, _ in changes) == sorted(names)
+    # planning inside one commit sees the queues planned before it: perfectly even
+    assert Counter(q["placement"][0] for q in m["queues"].values()) == {0: 16, 1: 16, 2: 16, 3: 16}
+
+
+async def test_creators_in_several_processes_agree(make_md: Callable[[], MetadataStore]) -> None:
+    admins = [admin_for(make_md(), k=8) for _ in range(3)]
+    shared = [f"s{i}" for i in range(20)]
+    own = [[f"a{a}-{i}" for i in range(20)] for a in range(3)]
+
+    async def put(admin: QueueAdmin, name: str) -> tuple[dict[str, Any], bool]:
+        for _ in range(20):  # placement_conflict is a retryable 503
+            try:
+                return await admin.put(name, {"virtual_partitions": 4})
+            except Unavailable as exc:
+                assert exc.code == "placement_conflict"
+        raise AssertionError("never placed")
+
+    results = await asyncio.gather(
+        *(put(a, n) for i, a in enumerate(admins) for n in shared + own[i])
+    )
+    md = admins[0]._md
+    m = await check_placed_with_lineage(md, shared + sum(own, []))
+    assert len(m["queues"]) == 80
+    assert sum(created for info, created in results if info["name"] in shared) == len(shared)
+    for info, _ in results:
+        assert info["placement"] == m["queues"][info["name"]]["placement"]
+
+
+async def test_kept_map_is_never_trusted_for_already_placed(make_md: Callable[[], MetadataStore]) -> None:
+    a, b = admin_for(make_md()), admin_for(make_md())
+    await a.put("q", {"virtual_partitions": 2})  # a keeps the map that places q
+    await b.delete("q")  # another gateway removes it
+    info, created = await a.put("q", {"virtual_partitions": 2})
+    assert created and info["placement"]
+    m = await check_placed_with_lineage(a._md, ["q"])
+    assert m["epoch"] == 3 and info["epoch"] == 3
+
+
+async def test_requests_for_one_name_keep_their_order(md: MetadataStore) -> None:
+    batcher = MapBatcher(md.maps, lambda: [0, 1])
+    await batcher.place("x", 2)
+    removed, placed, again = await asyncio.gather(batcher.remove("x"), batcher.place("x", 4), batcher.remove("x"))
+    assert "x" not in removed["queues"]
+    assert isinstance(placed, Placed) and placed.map["queues"]["x"]["virtual_partitions"] == 4
+    assert "x" not in again["queues"]
+    assert removed["epoch"] < placed.map["epoch"] < again["epoch"]
+    assert (await md.maps.current()) == again
+
+
+async def test_lost_metadata_gives_a_retryable_conflict_then_heals(md: MetadataStore) -> None:
+    admin = admin_for(md)
+    for i in range(3):
+        await admin.put(f"old{i}", {})
+    await md.client.flushdb()  # Redis lost everything: the kept map (epoch 3) is ahead of it
+    with pytest.raises(Unavailable) as err:
+        await admin.put("new", {"virtual_partitions": 2})
+    assert err.value.code == "placement_conflict"
+    assert await md.maps.lineage_all("new") == {}  # nothing opened for an epoch that does not exist
+    info, _ = await admin.put("new", {"virtual_partitions": 2})
+    m = await check_placed_with_lineage(md, ["new"])
+    assert m["epoch"] == 1 == info["epoch"] and set(m["queues"]) == {"new"}
+
+
+async def test_stop_fails_waiting_requests_and_cancelled_waiters_are_dropped(md: MetadataStore) -> None:
+    batcher = MapBatcher(md.maps, lambda: [0])
+    gate = asyncio.Event()
+    real = md.maps.lineage_many
+
+    async def slow(names: Any) -> Any:
+        await gate.wait()
+        return await real(names)
+
+    md.maps.lineage_many = slow  # type: ignore[method-assign]
+    first = asyncio.create_task(batcher.place("a", 1))
+    await asyncio.sleep(0.05)  # its commit is waiting inside lineage_many
+    dropped = asyncio.create_task(batcher.place("b", 1))
+    waiting = asyncio.create_task(batcher.place("c", 1))
+    await asyncio.sleep(0)
+    dropped.cancel()
+    await batcher.stop()
+    for t in (first, waiting):
+        with pytest.raises(Unavailable):
+            await t
+    assert dropped.cancelled()
+    md.maps.lineage_many = real  # type: ignore[method-assign]
+    # the batcher works again afterwards, and never placed the cancelled one
+    placed = await batcher.place("c", 1)
+    assert set(placed.map["queues"]) == {"c"}

@@ -1,0 +1,60 @@
+"""Scenario 3's creation/deletion window (``load.scenarios.s3_queues.in_chunks``)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import pytest
+
+from load.scenarios import s3_queues
+from load.scenarios.s3_queues import CHUNKS_IN_FLIGHT, CREATE_CHUNK, in_chunks
+
+
+async def test_every_chunk_runs_with_a_bounded_window() -> None:
+    names = [f"q{i}" for i in range(CREATE_CHUNK * 7 + 3)]
+    seen: list[str] = []
+    active = peak = 0
+
+    async def op(chunk: Sequence[str]) -> None:
+        nonlocal active, peak
+        active += 1
+        peak = max(peak, active)
+        await asyncio.sleep(0.001 * (len(seen) % 3))  # chunks finish out of order
+        seen.extend(chunk)
+        active -= 1
+
+    done, seconds = await in_chunks(op, names, budget_s=60.0)
+    assert done == names and sorted(seen) == sorted(names)  # all, reported in name order
+    assert peak == CHUNKS_IN_FLIGHT > 1 and seconds >= 0
+
+
+async def test_no_chunk_starts_after_the_budget() -> None:
+    names = [f"q{i}" for i in range(CREATE_CHUNK * 5)]
+    started: list[str] = []
+
+    async def op(chunk: Sequence[str]) -> None:
+        started.append(chunk[0])
+        await asyncio.sleep(0.5)  # the window fills at once; when a slot frees the budget is gone
+
+    done, _ = await in_chunks(op, names, budget_s=0.2)
+    assert done == names[: CREATE_CHUNK * CHUNKS_IN_FLIGHT]
+    assert len(started) == CHUNKS_IN_FLIGHT
+
+
+async def test_an_error_cancels_the_other_chunks_and_is_raised(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(s3_queues, "CHUNKS_IN_FLIGHT", 3)
+    cancelled: list[str] = []
+
+    async def op(chunk: Sequence[str]) -> None:
+        if chunk[0] == "q50":
+            raise RuntimeError("refused")
+        try:
+            await asyncio.sleep(5)
+        except asyncio.CancelledError:
+            cancelled.append(chunk[0])
+            raise
+
+    with pytest.raises(RuntimeError, match="refused"):
+        await in_chunks(op, [f"q{i}" for i in range(CREATE_CHUNK * 6)], budget_s=60.0)
+    assert sorted(cancelled) == ["q0", "q100"]
