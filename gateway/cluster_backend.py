@@ -41,6 +41,7 @@ from gateway.cluster_groups import GroupCaller
 from gateway.cluster_metrics import NodeMetricsScraper, registered_nodes
 from gateway.cluster_queues import EMPTY_MAP, QueueAdmin
 from gateway.cluster_traffic import TrafficMeter
+from gateway.log_ends import LogEnds
 from gateway.node_directory import ReadNodeDirectory, WriteNodeDirectory
 from metadata.events import EventListener
 from metadata.map_cache import MapCache
@@ -103,7 +104,10 @@ class ClusterBackend:
             self._write_client = WriteNodeClient(self._session)
             self._read_client = ReadNodeClient(self._session)
             self._appender = Appender(cache, ProduceRouter(cache, md.contexts), writers, self._write_client, self._policy)
-            self._admin = QueueAdmin(md, self._placeable_partitions, self.traffic, on_queue_change=cache.after_change)
+            self._admin = QueueAdmin(
+                md, self._placeable_partitions, self.traffic, on_queue_change=cache.after_change,
+                log_ends=LogEnds(writers, self._write_client),
+            )
             self._groups = GroupCaller(readers)
             self._node_metrics = NodeMetricsScraper(self._session)
             self._started = True

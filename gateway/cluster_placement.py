@@ -74,12 +74,13 @@ def plan_new_queue(
 
 def clean_creation(lineage: Mapping[int, Sequence[Any]], virtual_partitions: int) -> bool:
     """True when ``lineage`` (vp -> ranges) is what a (possibly concurrent, possibly
-    interrupted) creation leaves: at most one open range from offset 0 per vp, only vps
-    below V. Anything else is left over by an earlier queue of the same name."""
+    interrupted) creation leaves: at most one open range per vp (from 0 or from the pp's
+    end offset at creation), only vps below V. Anything else is left over by an earlier
+    queue of the same name."""
     for vp, ranges in lineage.items():
         if vp >= virtual_partitions or len(ranges) != 1:
             return False
-        if ranges[0].to_offset is not None or ranges[0].from_offset != 0:
+        if ranges[0].to_offset is not None:
             return False
     return True
 

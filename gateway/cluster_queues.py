@@ -11,8 +11,9 @@
   compare-and-swap (group commit), lineage of all their new vps opened in one pipeline.
 
   * queue not in the map: compute its placement (``cluster_placement.plan_placement``),
-    open the lineage range ``(pp, 0)`` of every vp at the map epoch the commit starts
-    from, then publish the map with the queue added at the next epoch (compare-and-swap,
+    open the lineage range ``(pp, end)`` of every vp at the map epoch the commit starts
+    from (``end``: the pp's end offset asked of its write node just before, see
+    ``gateway.log_ends``; 0 when unknown), then publish the map with the queue added at the next epoch (compare-and-swap,
     retried on conflict). Lineage is written first so that a map never places a vp
     without lineage; concurrent creators agree through it (the first open range of a vp
     wins, the map takes the pps the lineage holds). Lineage left by an earlier queue of
@@ -65,12 +66,13 @@ class QueueAdmin:
         on_change: Callable[[], Awaitable[None]] | None = None,
         *,
         on_queue_change: QueueChange | None = None,
+        log_ends: Callable[[], Awaitable[Mapping[int, int]]] | None = None,
     ) -> None:
         self._md = md
         self._traffic = traffic
         self._on_change = on_change
         self._on_queue_change = on_queue_change
-        self.batcher = MapBatcher(md.maps, partitions)
+        self.batcher = MapBatcher(md.maps, partitions, log_ends=log_ends)
 
     async def stop(self) -> None:
         """Fail the map changes still waiting (nothing to do when idle)."""

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -76,11 +76,13 @@ class MapBatcher:
         *,
         max_batch: int = 256,
         max_attempts: int = 32,
+        log_ends: Callable[[], Awaitable[Mapping[int, int]]] | None = None,
     ) -> None:
         if max_batch < 1 or max_attempts < 1:
             raise ValueError("max_batch and max_attempts must be >= 1")
         self._maps = maps
         self._partitions = partitions
+        self._log_ends = log_ends
         self._max_batch = max_batch
         self._max_attempts = max_attempts
         self._pending: list[_Request] = []
@@ -198,6 +200,19 @@ class MapBatcher:
                 continue
             r.future.set_result(Placed(m, r.name in created) if r.kind == "place" else m)
 
+    async def _starts(self) -> Mapping[int, int]:
+        """Where new queues' ranges start per pp: the log ends (``gateway.log_ends``),
+        read before the map that places them is published; {} (offset 0) when unknown."""
+        if self._log_ends is None:
+            return {}
+        try:
+            return await self._log_ends()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # best effort: offset 0 is always correct
+            log.info("log end offsets unavailable (%s); new queues' lineage starts at 0", exc)
+            return {}
+
     async def _lineage_first(
         self, creating: Sequence[_Request], base: dict[str, Any], load: dict[int, int]
     ) -> dict[str, tuple[int, ...]]:
@@ -219,7 +234,7 @@ class MapBatcher:
             opens += [(r.name, vp, pp) for vp, pp in enumerate(plan) if vp not in found[r.name]]
         lineage: dict[str, dict[int, list[LineageRange]]] = dict(found)
         if opens:
-            lineage.update(await maps.open_ranges(opens, int(base["epoch"])))
+            lineage.update(await maps.open_ranges(opens, int(base["epoch"]), await self._starts()))
         out: dict[str, tuple[int, ...]] = {}
         for r in creating:
             lin = lineage[r.name]

@@ -30,8 +30,9 @@ for the one open range, which can only be the last):
   inherits a copy of vp ``i``'s lineage (both live in the same pp ranges).
 - Bulk forms for the admin's group commit (one round trip each):
   ``lineage_many(queues)``, ``delete_lineages(queues)``, and ``open_ranges(opens,
-  epoch)``: atomically (one Lua call), for each ``(queue, vp, pp)`` of ``opens`` whose
-  vp has no lineage at all, the range ``(pp, 0)`` opened at ``epoch`` (what
+  epoch, starts)``: atomically (one Lua call), for each ``(queue, vp, pp)`` of ``opens``
+  whose vp has no lineage at all, the range ``(pp, starts.get(pp, 0))`` opened at
+  ``epoch`` (what
   ``open_range`` does to a vp without lineage; a vp that has lineage, e.g. opened by a
   concurrent creator, is left as it is; nothing is opened when ``epoch`` is newer than
   the stored map's), then the lineage of every queue named, as it is afterwards.
@@ -134,7 +135,7 @@ return copied
 """
 
 
-# KEYS: map, lineage hash of each queue ; ARGV: epoch, then per queue "vp:pp,vp:pp,..."
+# KEYS: map, lineage hash of each queue ; ARGV: epoch, then per queue "vp:pp:from,vp:pp:from,..."
 # returns the HGETALL (flat) of each lineage hash afterwards
 _OPEN_NEW = """
 local map_epoch = tonumber(redis.call('HGET', KEYS[1], 'epoch') or '0')
@@ -142,8 +143,8 @@ local ok = tonumber(ARGV[1]) <= map_epoch
 local out = {}
 for i = 2, #KEYS do
   if ok then
-    for vp, pp in string.gmatch(ARGV[i], '(%d+):(%d+)') do
-      redis.call('HSETNX', KEYS[i], vp, pp .. ',0,,' .. ARGV[1])
+    for vp, pp, from in string.gmatch(ARGV[i], '(%d+):(%d+):(%d+)') do
+      redis.call('HSETNX', KEYS[i], vp, pp .. ',' .. from .. ',,' .. ARGV[1])
     end
   end
   out[#out + 1] = redis.call('HGETALL', KEYS[i])
@@ -290,14 +291,17 @@ class MapStore:
             await self._client.delete(*keys)
 
     async def open_ranges(
-        self, opens: Sequence[tuple[str, int, int]], epoch: int
+        self, opens: Sequence[tuple[str, int, int]], epoch: int, starts: Mapping[int, int] | None = None
     ) -> dict[str, dict[int, list[LineageRange]]]:
         """See the module docstring (bulk forms): the lineage of every queue named in
-        ``opens`` after opening ``(pp, 0)`` at ``epoch`` for each vp without lineage."""
+        ``opens`` after opening ``(pp, starts.get(pp, 0))`` at ``epoch`` for each vp
+        without lineage (``starts``: where a new queue's records may begin in each pp)."""
         ep = _nonneg(epoch, "epoch")
+        starts = starts or {}
         per_queue: dict[str, list[str]] = {}
         for queue, vp, pp in opens:
-            per_queue.setdefault(queue, []).append(f"{_nonneg(vp, 'vp')}:{_nonneg(pp, 'pp')}")
+            frm = _nonneg(starts.get(pp, 0), "from_offset")
+            per_queue.setdefault(queue, []).append(f"{_nonneg(vp, 'vp')}:{_nonneg(pp, 'pp')}:{frm}")
         if not per_queue:
             return {}
         names = list(per_queue)

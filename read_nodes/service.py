@@ -42,6 +42,7 @@ from config.settings import Settings
 from gateway.cluster_errors import metadata_errors
 from gateway.cluster_queues import QueueAdmin
 from gateway.cluster_traffic import TrafficMeter
+from gateway.log_ends import LogEnds
 from gateway.node_directory import WriteNodeDirectory
 from isolation.context import IsolationContext
 from metadata.aio import cancel_and_wait
@@ -138,7 +139,10 @@ class ReadNodeService:
             truncate_ms=o.index_truncate_ms, keep_offsets=o.index_keep_offsets,
         )
         appender = Appender(cache, ProduceRouter(cache, md.contexts), writers, write_client)
-        admin = QueueAdmin(md, self._placeable_partitions, TrafficMeter(), on_change=cache.refresh)
+        admin = QueueAdmin(
+            md, self._placeable_partitions, TrafficMeter(), on_change=cache.refresh,
+            log_ends=LogEnds(writers, write_client),
+        )
         self.parts = NodeParts(
             settings=s, node_id=self.node_id, options=o, md=md, map_cache=cache, writers=writers,
             write_client=write_client, source=source, pool=pool, acks=AckStateStore(md.client, md.keys), admin=admin,

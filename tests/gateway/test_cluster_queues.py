@@ -162,7 +162,7 @@ async def test_lost_compare_and_swap_is_retried(md: MetadataStore) -> None:
         published.append(await real_publish(new_map, expected_epoch, **kw))
         return published[-1]
 
-    async def racing_open(opens: Any, epoch: int) -> Any:
+    async def racing_open(opens: Any, epoch: int, starts: Any = None) -> Any:
         if not published:  # between our lineage and our publish, another publisher wins the epoch
 
             def add_other(cur: dict[str, Any]) -> dict[str, Any]:
@@ -170,7 +170,7 @@ async def test_lost_compare_and_swap_is_retried(md: MetadataStore) -> None:
                 return cur
 
             await md.maps.update(add_other)
-        return await real_open(opens, epoch)
+        return await real_open(opens, epoch, starts)
 
     md.maps.open_ranges = racing_open  # type: ignore[method-assign]
     md.maps.publish = counting_publish  # type: ignore[method-assign]

@@ -213,3 +213,37 @@ async def test_stop_fails_waiting_requests_and_cancelled_waiters_are_dropped(md:
     # the batcher works again afterwards, and never placed the cancelled one
     placed = await batcher.place("c", 1)
     assert set(placed.map["queues"]) == {"c"}
+
+
+async def test_new_queues_start_at_the_log_ends_read_before_their_publish(md: MetadataStore) -> None:
+    asked: list[int] = []
+
+    async def log_ends() -> dict[int, int]:
+        asked.append(await md.maps.epoch())
+        return {0: 100, 1: 250, 2: 7}  # pp 3: its owner did not answer
+
+    admin = admin_for(md, log_ends=log_ends)
+    try:
+        await admin.put("q", {"virtual_partitions": 8})
+        m = await md.maps.current()
+        assert m is not None and asked and max(asked) < m["epoch"]  # read before the publish
+        starts = {0: 100, 1: 250, 2: 7, 3: 0}
+        for vp, ranges in (await md.maps.lineage_all("q")).items():
+            pp = m["queues"]["q"]["placement"][vp]
+            assert ranges == [(pp, starts[pp], None)]
+        await admin.put("q", {"virtual_partitions": 8})  # idempotent: the lineage is kept
+        assert len(await md.maps.lineage_all("q")) == 8
+    finally:
+        await admin.stop()
+
+
+async def test_unavailable_log_ends_start_new_queues_at_zero(md: MetadataStore) -> None:
+    async def log_ends() -> dict[int, int]:
+        raise OSError("write node away")
+
+    admin = admin_for(md, log_ends=log_ends)
+    try:
+        await admin.put("q", {"virtual_partitions": 4})
+        await check_placed_with_lineage(md, ["q"])
+    finally:
+        await admin.stop()

@@ -129,3 +129,13 @@ async def test_stored_body_is_canonical_json(md: MetadataStore) -> None:
     # unchecked publishes still refuse malformed maps
     with pytest.raises(ValueError):
         await md.maps.publish({"epoch": 2, "queues": {"a": {"virtual_partitions": 2, "placement": [0]}}}, 1)
+
+
+async def test_bulk_open_starts_each_pp_at_the_given_offset(md: MetadataStore) -> None:
+    assert await md.maps.publish(_map(1, 0), 0)
+    got = await md.maps.open_ranges([("a", 0, 1), ("a", 1, 2), ("a", 2, 3)], 1, {1: 500, 2: 0})
+    assert got == {"a": {0: [LineageRange(1, 500, None)], 1: [LineageRange(2, 0, None)],
+                         2: [LineageRange(3, 0, None)]}}  # pp 3 unknown: from 0
+    with pytest.raises(ValueError):
+        await md.maps.open_ranges([("b", 0, 1)], 1, {1: -1})
+    assert await md.maps.lineage_all("b") == {}
