@@ -8,15 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import matplotlib
+from load.report import check_totals
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
-from matplotlib.axes import Axes  # noqa: E402
-
-from load.report import check_totals  # noqa: E402
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 COLOURS = {"vpq": "#d62728", "redis": "#1f77b4", "nats": "#2ca02c", "nats-subjects": "#98df8a", "rabbitmq": "#ff7f0e"}
 
@@ -90,6 +87,11 @@ PANELS = {"1": _panel_1, "2": _panel_2, "3": _panel_3, "4": _panel_4, "5": _pane
 
 def write_chart(results: Mapping[str, Any], path: Path) -> Path:
     """Draw ``results`` (the harness's results dict) into ``path`` (PNG); answers ``path``."""
+    import matplotlib  # imported on first use: the CLI imports this module for every command
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     fig, axes = plt.subplots(2, 3, figsize=(16, 9))
     flat = list(axes.flat)
     scenarios: Mapping[str, Any] = results.get("scenarios", {})

@@ -16,16 +16,23 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import matplotlib
+from rich.console import Console
+from rich.table import Table
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
-
-from spark_rebalance.plan_model import PartitionLoad, Plan  # noqa: E402
+from spark_rebalance.plan_model import PartitionLoad, Plan
 
 CHART_SUBDIR = "rebalance"
+
+
+def _pyplot():  # noqa: ANN202 - matplotlib.pyplot
+    """matplotlib with the Agg backend, imported on first use (it costs ~0.2 s, and the
+    CLI imports this module for every command)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def _rate(v: float) -> str:
@@ -112,6 +119,7 @@ def write_chart(plan: Plan, path: str | Path, target: float | None = None) -> Pa
     before = {p.pp: p for p in plan.before}
     after = {p.pp: p for p in plan.after}
     xs = list(range(len(pps)))
+    plt = _pyplot()
     fig, axes = plt.subplots(2, 1, figsize=(max(6.0, 0.5 * len(pps) + 3.0), 7.0), sharex=True)
     try:
         for ax, attr, label in ((axes[0], "bytes_per_s", "bytes/s"), (axes[1], "msgs_per_s", "msgs/s")):
