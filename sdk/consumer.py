@@ -17,6 +17,9 @@ Contract:
   background (at most one settlement request in flight, in order). Per-key order still
   holds: the server does not deliver a key's next message while its previous one is
   unacked, so a prefetched batch only holds other keys (or the same keys once acked).
+  A prefetched batch not yet handled at ``stop()`` is given back by the leave (its
+  messages go to the other members at once; their ``delivery_count`` shows that
+  delivery, and it counts towards ``max_deliveries``).
   A prefetched batch is in flight while the current one is handled: when handling a batch
   may take longer than the queue's visibility timeout, use ``prefetch=False`` (polls only
   after the batch's settlements were answered) to avoid redeliveries.
