@@ -1,14 +1,17 @@
 """Shared fixtures: a real redis-server on a free port per test (or the server
-named by VPQ_TEST_REDIS_URL when no binary is available)."""
+named by VPQ_TEST_REDIS_URL when no binary is available), and metadata stores on it."""
 
 from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 
 from common.redis_server import RedisServer, find_redis_server
+from config.settings import RedisSettings
+from metadata.store import MetadataStore
 
 
 @pytest.fixture
@@ -42,3 +45,23 @@ def redis_url(tmp_path):
 @pytest.fixture
 def key_prefix():
     return f"vpqtest-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def redis_settings(key_prefix: str) -> RedisSettings:
+    return RedisSettings(key_prefix=key_prefix, poll_fallback_ms=50)
+
+
+@pytest.fixture
+async def make_store(redis_url: str, redis_settings: RedisSettings) -> AsyncIterator[Callable[[], MetadataStore]]:
+    """Factory of MetadataStores (each with its own client) on the test's Redis."""
+    stores: list[MetadataStore] = []
+
+    def make() -> MetadataStore:
+        s = MetadataStore(redis_settings, url=redis_url)
+        stores.append(s)
+        return s
+
+    yield make
+    for s in stores:
+        await s.stop()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -13,7 +13,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from common.errors import Unavailable
-from config.settings import RedisSettings
 from gateway.cluster_placement import MapEdit, apply_edits, placement_load
 from gateway.cluster_queues import QueueAdmin
 from gateway.cluster_traffic import TrafficMeter
@@ -73,23 +72,9 @@ def test_unknown_edit_kind_is_refused() -> None:
 
 
 @pytest.fixture
-async def make_md(redis_url: str, key_prefix: str) -> AsyncIterator[Callable[[], MetadataStore]]:
-    """Stores on one Redis, each with its own client (as separate gateway processes)."""
-    stores: list[MetadataStore] = []
-
-    def make() -> MetadataStore:
-        s = MetadataStore(RedisSettings(key_prefix=key_prefix), url=redis_url)
-        stores.append(s)
-        return s
-
-    yield make
-    for s in stores:
-        await s.stop()
-
-
-@pytest.fixture
-def md(make_md: Callable[[], MetadataStore]) -> MetadataStore:
-    return make_md()
+def md(make_store: Callable[[], MetadataStore]) -> MetadataStore:
+    """A store of its own (``make_store``: tests/conftest.py), as one gateway process has."""
+    return make_store()
 
 
 def admin_for(md: MetadataStore, k: int = 4, **kw: Any) -> QueueAdmin:
@@ -129,8 +114,8 @@ async def test_concurrent_puts_share_few_publishes_and_stay_balanced(md: Metadat
     assert Counter(q["placement"][0] for q in m["queues"].values()) == {0: 16, 1: 16, 2: 16, 3: 16}
 
 
-async def test_creators_in_several_processes_agree(make_md: Callable[[], MetadataStore]) -> None:
-    admins = [admin_for(make_md(), k=8) for _ in range(3)]
+async def test_creators_in_several_processes_agree(make_store: Callable[[], MetadataStore]) -> None:
+    admins = [admin_for(make_store(), k=8) for _ in range(3)]
     shared = [f"s{i}" for i in range(20)]
     own = [[f"a{a}-{i}" for i in range(20)] for a in range(3)]
 
@@ -153,8 +138,8 @@ async def test_creators_in_several_processes_agree(make_md: Callable[[], Metadat
         assert info["placement"] == m["queues"][info["name"]]["placement"]
 
 
-async def test_kept_map_is_never_trusted_for_already_placed(make_md: Callable[[], MetadataStore]) -> None:
-    a, b = admin_for(make_md()), admin_for(make_md())
+async def test_kept_map_is_never_trusted_for_already_placed(make_store: Callable[[], MetadataStore]) -> None:
+    a, b = admin_for(make_store()), admin_for(make_store())
     await a.put("q", {"virtual_partitions": 2})  # a keeps the map that places q
     await b.delete("q")  # another gateway removes it
     info, created = await a.put("q", {"virtual_partitions": 2})
