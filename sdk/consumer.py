@@ -105,6 +105,7 @@ class Consumer:
         self._prefetch = prefetch
         self._prefetched: asyncio.Task[list[Message]] | None = None
         self._settling: asyncio.Task[None] | None = None
+        self._flush_wanted = False  # a flush asked for and not yet taken by the sender
         self._join: JoinResult | None = None
         self._joined = asyncio.Event()
         self._stopping = False
@@ -281,18 +282,24 @@ class Consumer:
             return
         if wait is None:
             wait = not self._prefetch
+        self._flush_wanted = True
         if wait:
             if self._settling is not None:
-                await self._settling  # sends everything pending, then ends
+                await self._settling  # sends what was flushed, then ends
                 self._settling = None
+            self._flush_wanted = True
             await self._send_settlements()
         elif (self._acks or self._nacks) and (self._settling is None or self._settling.done()):
             self._settling = asyncio.create_task(self._send_settlements())
 
     async def _send_settlements(self) -> None:
-        """Background sender: one request at a time; what was settled while one was in
-        flight goes out together in the next."""
-        while (self._acks or self._nacks) and self._join is not None:
+        """Background sender: one request at a time. A flush asked for while a request is
+        in flight is sent, with all that was settled by then, once that request is
+        answered; what is settled after the last flush waits for the next one (the batch
+        end or ``ack_interval_ms``), so a busy consumer sends one ack per flush, not one
+        per round trip."""
+        while self._flush_wanted and (self._acks or self._nacks) and self._join is not None:
+            self._flush_wanted = False
             acks, self._acks = self._acks, []
             nacks, self._nacks = self._nacks, {}
             await self._settle(self._join.consumer_id, acks, nacks)

@@ -88,6 +88,7 @@ class FakeGateway:
         self._offsets = [0] * PARTITIONS
         self._hold: asyncio.Event | None = None
         self.produce_arrived: asyncio.Event | None = None
+        self.ack_delay_s = 0.0  # how long an ack takes to answer (a loaded server)
 
     # -- test controls -------------------------------------------------------------
 
@@ -328,6 +329,8 @@ class FakeGateway:
         if err is not None:
             return err
         assert group is not None
+        if self.ack_delay_s:
+            await asyncio.sleep(self.ack_delay_s)
         n = 0
         for mid in request[JSON_BODY].get("ids", []):
             if group.in_flight.pop(mid, None) is not None:

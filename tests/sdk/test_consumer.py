@@ -240,3 +240,28 @@ async def test_stop_releases_a_prefetched_batch_unhandled(client: AsyncClient, g
     await asyncio.wait_for(other.done.wait(), GUARD_S)  # left by the first: delivered at once
     await second.stop()
     assert sorted(m.value for m in other.seen) == [2, 3]
+
+
+async def test_background_acks_go_once_per_flush_not_once_per_round_trip(
+    client: AsyncClient, gateway: FakeGateway
+) -> None:
+    # Acks slower than handling: while one ack request is in flight the next batch's
+    # messages are handled. They must wait for that batch's end (the next flush), not
+    # go out as soon as the sender is free: that made a busy consumer send an ack every
+    # round trip (three times as many acks as polls at 64 consumers).
+    await fill(client, "q", 50)
+    gateway.ack_delay_s = 0.01
+    handler = Collector(50)
+
+    async def handle(msg: Message) -> None:
+        await asyncio.sleep(0.004)
+        await handler(msg)
+
+    consumer = Consumer(client, "q", "g", handle, max_messages=10, wait_ms=50, ack_interval_ms=60_000)
+    await consumer.start()
+    await asyncio.wait_for(handler.done.wait(), GUARD_S)
+    await consumer.stop()
+    cid = consumer.consumer_id
+    acks = gateway.requests_to("POST", f"/consumers/{cid}/ack")
+    assert sorted(i for r in acks for i in r.body["ids"]) == sorted(m.id for m in handler.seen)
+    assert len(acks) <= 5 + 1  # one per batch of 10, and the one at stop()
