@@ -22,7 +22,7 @@ class Profile:
     s2_duration_s: float
     # scenario 3: logical queues 1 -> N
     s3_steps: tuple[int, ...]
-    s3_messages: int
+    s3_messages: int  # per round
     s3_create_budget_s: float
     s3_delete_budget_s: float  # what is not deleted by then is left to teardown()
     # scenario 4: consumer scaling
@@ -39,6 +39,7 @@ class Profile:
     s2_keys: int = 64
     s3_batch: int = 10
     s3_lanes: int = 4
+    s3_rounds: int = 3  # a step's rate is the median of its rounds' rates
     s3_count_sample: int = 50
     s3_drain_sample: int = 3
     s4_work_ms: float = 10.0
@@ -58,6 +59,7 @@ QUICK = Profile(
     s2_duration_s=1.5,
     s3_steps=(1, 100, 1_000),
     s3_messages=1_000,
+    s3_rounds=1,
     s3_create_budget_s=5.0,
     s3_delete_budget_s=5.0,
     s4_steps=(1, 16, 64),

@@ -77,9 +77,13 @@ async def produce_closed(
     on_acked: OnAcked | None = None,
     lanes: int = 1,
     message_bytes: int = MESSAGE_BYTES,
+    key_tag: str = "",
+    queue_offset: int = 0,
 ) -> ProduceRun:
     """Closed-loop produce (see the module docstring). Failed requests are counted, not
-    retried (the SDK/driver retries what it retries); their messages are not expected."""
+    retried (the SDK/driver retries what it retries); their messages are not expected.
+    ``key_tag`` prefixes every key (runs over the same queues with different tags never
+    share a key); each task starts ``queue_offset`` queues into its own round robin."""
     if not queues:
         return ProduceRun()
     run = ProduceRun()
@@ -99,7 +103,7 @@ async def produce_closed(
         mine = [q for i, q in enumerate(queues) if i % producers == j] or [queues[j % len(queues)]]
         seqs = KeySequencer()
         key_cursor = 0
-        q_cursor = 0
+        q_cursor = queue_offset
         while time.monotonic() < deadline:
             n = reserve()
             if n == 0:
@@ -109,7 +113,7 @@ async def produce_closed(
             qi = index[queue]
             items: list[tuple[str, int]] = []
             for _ in range(n):
-                key = f"q{qi}-p{j}-k{key_cursor % keys_per_producer}"
+                key = f"{key_tag}q{qi}-p{j}-k{key_cursor % keys_per_producer}"
                 key_cursor += 1
                 items.append((key, seqs.next(key)))
             batch_msgs = [(k, make_payload(k, s, size=message_bytes)) for k, s in items]

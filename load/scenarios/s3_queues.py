@@ -3,8 +3,11 @@
 Per step: create ``n`` queues (timed; creation stops at ``s3_create_budget_s`` and the
 step goes on with the queues created so far, saying so; the rate is printed), read the
 server's memory,
-produce ``s3_messages`` 1 KiB messages in batches of ``s3_batch`` spread round-robin
-over the queues (vpq: over ``s3_lanes`` swimlanes too), read the memory again, check
+produce ``s3_rounds`` rounds of ``s3_messages`` 1 KiB messages in batches of ``s3_batch``
+spread round-robin over the queues (vpq: over ``s3_lanes`` swimlanes too; each round goes
+on to queues the earlier rounds did not reach, and uses keys of its own; the step's rate
+is the median of the rounds' rates: one round is a second or two, and a stall of the
+shared machine in one of them is not the system's throughput), read the memory again, check
 the stored counts of a sample of queues and read back a few sampled queues in full
 (loss, duplicates, per-key order), then delete the step's queues (timed).
 
@@ -21,13 +24,15 @@ stream with a subject per queue.
 from __future__ import annotations
 
 import asyncio
+import math
+import statistics
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from load.checks import DeliveryChecker
-from load.scenarios.common import Context, drain, produce_closed
+from load.scenarios.common import Context, ProduceRun, drain, produce_closed
 
 TITLE = "throughput as logical queues grow (creation time, server memory)"
 CREATE_CHUNK = 50  # the budget is checked before each chunk starts
@@ -79,6 +84,25 @@ async def _settle(running: dict[asyncio.Task[None], int], when: str) -> set[int]
     return out
 
 
+def _median_run(rounds: list[ProduceRun], message_bytes: int) -> dict[str, Any]:
+    """The rounds' totals, with the rate (and MiB/s) of the median round."""
+    total = ProduceRun(
+        messages=sum(r.messages for r in rounds),
+        requests=sum(r.requests for r in rounds),
+        errors=sum(r.errors for r in rounds),
+        seconds=sum(r.seconds for r in rounds),
+        client_cpu=statistics.fmean(r.client_cpu for r in rounds),
+        first_error=next((r.first_error for r in rounds if r.first_error), ""),
+    )
+    out = total.figures(message_bytes)
+    rates = [r.messages / r.seconds if r.seconds > 0 else 0.0 for r in rounds]
+    rate = statistics.median(rates)
+    out["msgs_per_s"] = round(rate, 1)
+    out["mib_per_s"] = round(rate * message_bytes / 2**20, 2)
+    out["round_msgs_per_s"] = [round(x, 1) for x in rates]
+    return out
+
+
 def _delta(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
     return {k: after[k] - before[k] for k in after if k in before}
 
@@ -95,18 +119,26 @@ async def run(ctx: Context) -> dict[str, Any]:
         create_rate = len(created) / create_s if create_s > 0 else 0.0
         ctx.echo(f"  {n} queues: created {len(created)} in {create_s:.2f}s ({create_rate:.0f}/s); producing")
         expected: dict[str, list[tuple[str, int]]] = defaultdict(list)
-        produced = await produce_closed(
-            system,
-            created,
-            producers=p.producers,
-            batch=p.s3_batch,
-            max_messages=p.s3_messages,
-            duration_s=p.scenario_timeout_s / 2,
-            keys_per_producer=2,
-            on_acked=lambda q, k, s: expected[q].append((k, s)),
-            lanes=p.s3_lanes,
-            message_bytes=p.message_bytes,
-        )
+        per_task = math.ceil(p.s3_messages / p.s3_batch / max(1, p.producers))
+        rounds: list[ProduceRun] = []
+        for r in range(max(1, p.s3_rounds)):
+            rounds.append(
+                await produce_closed(
+                    system,
+                    created,
+                    producers=p.producers,
+                    batch=p.s3_batch,
+                    max_messages=p.s3_messages,
+                    duration_s=p.scenario_timeout_s / 2 / max(1, p.s3_rounds),
+                    keys_per_producer=2,
+                    on_acked=lambda q, k, s: expected[q].append((k, s)),
+                    lanes=p.s3_lanes,
+                    message_bytes=p.message_bytes,
+                    key_tag=f"r{r}-",
+                    queue_offset=r * per_task,
+                )
+            )
+        produced = _median_run(rounds, p.message_bytes)
         memory_after = await system.server_memory()
 
         mismatches = 0
@@ -136,7 +168,7 @@ async def run(ctx: Context) -> dict[str, Any]:
                 "creation_complete": len(created) == n,
                 "create_s": round(create_s, 3),
                 "creates_per_s": round(len(created) / create_s, 1) if create_s > 0 else None,
-                **produced.figures(p.message_bytes),
+                **produced,
                 "memory_before": memory_before,
                 "memory_after": memory_after,
                 "memory_delta": mem_delta,
@@ -152,4 +184,4 @@ async def run(ctx: Context) -> dict[str, Any]:
                 "deletes_per_s": round(deleted / delete_s, 1) if delete_s > 0 else None,
             }
         )
-    return {"batch": p.s3_batch, "lanes_vpq": p.s3_lanes, "steps": steps}
+    return {"batch": p.s3_batch, "lanes_vpq": p.s3_lanes, "rounds": max(1, p.s3_rounds), "steps": steps}
