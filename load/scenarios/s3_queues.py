@@ -48,24 +48,32 @@ def _sample(items: list[str], k: int) -> list[str]:
 
 
 async def in_chunks(
-    op: Callable[[Sequence[str]], Awaitable[None]], names: Sequence[str], budget_s: float
+    op: Callable[[Sequence[str]], Awaitable[None]],
+    names: Sequence[str],
+    budget_s: float,
+    *,
+    errors: list[BaseException] | None = None,
 ) -> tuple[list[str], float]:
     """``op`` over ``names`` in chunks of ``CREATE_CHUNK``, ``CHUNKS_IN_FLIGHT`` at once,
-    starting no chunk after ``budget_s``; ``(names done, in name order; seconds)``. An
-    error of ``op`` cancels the other chunks and is raised."""
+    starting no chunk after ``budget_s``; ``(names done, in name order; seconds)``.
+
+    Without ``errors``, an error of ``op`` cancels the other chunks and is raised. With
+    it, the error is appended there and no new chunk starts: the chunks in flight
+    finish, and the failed chunk's names are not reported done (a server that runs out
+    of a resource at queue 7,000 still has 7,000 queues to measure)."""
     t0 = time.monotonic()
     chunks = [names[i : i + CREATE_CHUNK] for i in range(0, len(names), CREATE_CHUNK)]
     running: dict[asyncio.Task[None], int] = {}
     finished: set[int] = set()
     try:
         for index, chunk in enumerate(chunks):
-            if time.monotonic() - t0 > budget_s:
+            if time.monotonic() - t0 > budget_s or errors:
                 break
             running[asyncio.create_task(op(chunk))] = index
             while len(running) >= CHUNKS_IN_FLIGHT:
-                finished |= await _settle(running, asyncio.FIRST_COMPLETED)
+                finished |= await _settle(running, asyncio.FIRST_COMPLETED, errors)
         while running:
-            finished |= await _settle(running, asyncio.ALL_COMPLETED)
+            finished |= await _settle(running, asyncio.ALL_COMPLETED, errors)
     finally:
         for task in running:
             task.cancel()
@@ -74,12 +82,19 @@ async def in_chunks(
     return [n for i in sorted(finished) for n in chunks[i]], time.monotonic() - t0
 
 
-async def _settle(running: dict[asyncio.Task[None], int], when: str) -> set[int]:
+async def _settle(
+    running: dict[asyncio.Task[None], int], when: str, errors: list[BaseException] | None
+) -> set[int]:
     done, _ = await asyncio.wait(running, return_when=when)
     out: set[int] = set()
     for task in done:
         index = running.pop(task)
-        task.result()  # raises the chunk's error
+        exc = task.exception()
+        if exc is not None:
+            if errors is None:
+                raise exc  # the chunk's error
+            errors.append(exc)
+            continue
         out.add(index)
     return out
 
@@ -113,11 +128,14 @@ async def run(ctx: Context) -> dict[str, Any]:
     for n in p.s3_steps:
         names = [f"s3-n{n}-{i}" for i in range(n)]
         memory_before = await system.server_memory()
+        create_errors: list[BaseException] = []
         created, create_s = await in_chunks(
-            lambda chunk: system.setup(chunk, ordered=True, shards=1), names, p.s3_create_budget_s
+            lambda chunk: system.setup(chunk, ordered=True, shards=1), names, p.s3_create_budget_s, errors=create_errors
         )
         create_rate = len(created) / create_s if create_s > 0 else 0.0
-        ctx.echo(f"  {n} queues: created {len(created)} in {create_s:.2f}s ({create_rate:.0f}/s); producing")
+        create_error = f"{type(create_errors[0]).__name__}: {create_errors[0]}"[:300] if create_errors else ""
+        stopped = f" (creation stopped by an error: {create_error})" if create_error else ""
+        ctx.echo(f"  {n} queues: created {len(created)} in {create_s:.2f}s ({create_rate:.0f}/s){stopped}; producing")
         expected: dict[str, list[tuple[str, int]]] = defaultdict(list)
         per_task = math.ceil(p.s3_messages / p.s3_batch / max(1, p.producers))
         rounds: list[ProduceRun] = []
@@ -159,6 +177,9 @@ async def run(ctx: Context) -> dict[str, Any]:
 
         # what is not deleted within the budget is removed by the system's teardown()
         removed, delete_s = await in_chunks(system.delete, created, p.s3_delete_budget_s)
+        if create_errors:  # what a failed chunk made before failing goes too (errors ignored)
+            failed = [q for q in names if q not in set(created)]
+            await in_chunks(system.delete, failed, p.s3_delete_budget_s, errors=[])
         deleted = len(removed)
         mem_delta = _delta(memory_after, memory_before)
         steps.append(
@@ -166,6 +187,7 @@ async def run(ctx: Context) -> dict[str, Any]:
                 "queues": n,
                 "created": len(created),
                 "creation_complete": len(created) == n,
+                **({"create_error": create_error} if create_error else {}),
                 "create_s": round(create_s, 3),
                 "creates_per_s": round(len(created) / create_s, 1) if create_s > 0 else None,
                 **produced,

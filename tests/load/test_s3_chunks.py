@@ -58,3 +58,25 @@ async def test_an_error_cancels_the_other_chunks_and_is_raised(monkeypatch: pyte
     with pytest.raises(RuntimeError, match="refused"):
         await in_chunks(op, [f"q{i}" for i in range(CREATE_CHUNK * 6)], budget_s=60.0)
     assert sorted(cancelled) == ["q0", "q100"]
+
+
+async def test_with_an_error_list_the_chunks_in_flight_finish_and_none_starts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a server that runs out of file descriptors at queue 7,000 (NATS: 2 per stream) still
+    # leaves a step with the queues it made
+    monkeypatch.setattr(s3_queues, "CHUNKS_IN_FLIGHT", 3)
+    names = [f"q{i}" for i in range(CREATE_CHUNK * 6)]
+    started: list[str] = []
+
+    async def op(chunk: Sequence[str]) -> None:
+        started.append(chunk[0])
+        if chunk[0] == f"q{CREATE_CHUNK}":
+            raise RuntimeError("too many open files")
+        await asyncio.sleep(0.05)
+
+    errors: list[BaseException] = []
+    done, _ = await in_chunks(op, names, budget_s=60.0, errors=errors)
+    assert [str(e) for e in errors] == ["too many open files"]
+    assert started == [names[0], names[CREATE_CHUNK], names[2 * CREATE_CHUNK]]  # none after the error
+    assert done == names[:CREATE_CHUNK] + names[2 * CREATE_CHUNK : 3 * CREATE_CHUNK]
