@@ -19,7 +19,10 @@ way and publishes them together, like a journal's group commit:
   drops it and the commit starts over from a fresh read (at most ``max_attempts``
   times, then ``MapConflictError``). A commit that changes nothing checks the stored
   epoch (one round trip) before answering from the kept map, so "already placed" is
-  never decided on a stale map.
+  never decided on a stale map; likewise a commit that would create a queue the kept
+  map lacks checks the epoch first, so "not placed yet" is never decided on a stale map
+  either (a read node splitting a queue the gateway created after this batcher's last
+  commit would otherwise "create" it again and open its new vps at the log ends).
 - Lineage first (the rule of ``gateway.cluster_queues``), for all creations of a commit
   at once: read their lineage (one round trip), drop lineage that is not a clean
   creation, plan each placement against the base load plus the queues planned before it
@@ -154,19 +157,28 @@ class MapBatcher:
             if self._task is asyncio.current_task():
                 self._task = None
 
-    async def _base(self) -> tuple[dict[str, Any], dict[int, int]]:
+    async def _base(self) -> tuple[dict[str, Any], dict[int, int], bool]:
+        """The map to edit, its load, and whether it was just read (not the kept one)."""
         if self._map is None:
             m = await self._maps.current() or {"epoch": 0, "queues": {}}
             self._map, self._load = m, placement_load(m["queues"])
-        return self._map, self._load
+            return self._map, self._load, True
+        return self._map, self._load, False
 
     async def _commit(self, batch: list[_Request]) -> None:
         self.commits += 1
         todo = batch
         for _ in range(self._max_attempts):
-            base, load = await self._base()
+            base, load, fresh = await self._base()
             queues = base["queues"]
             creating = [r for r in todo if r.kind == "place" and r.name not in queues]
+            if creating and not fresh and await self._maps.epoch() != int(base["epoch"]):
+                # The kept map is behind: a queue missing from it may well be placed (by
+                # another gateway, or by the gateway when this is a read node splitting
+                # a queue). Creating it from the kept map would re-open the lineage of its
+                # new vps at the log ends instead of copying their parents' at the split.
+                self._map = None
+                continue
             placements = await self._lineage_first(creating, base, load) if creating else {}
             for r in creating:
                 if r.name not in placements:

@@ -159,15 +159,13 @@ async def test_requests_for_one_name_keep_their_order(md: MetadataStore) -> None
     assert (await md.maps.current()) == again
 
 
-async def test_lost_metadata_gives_a_retryable_conflict_then_heals(md: MetadataStore) -> None:
+async def test_lost_metadata_is_seen_before_creating_from_the_kept_map(md: MetadataStore) -> None:
     admin = admin_for(md)
     for i in range(3):
         await admin.put(f"old{i}", {})
     await md.client.flushdb()  # Redis lost everything: the kept map (epoch 3) is ahead of it
-    with pytest.raises(Unavailable) as err:
-        await admin.put("new", {"virtual_partitions": 2})
-    assert err.value.code == "placement_conflict"
-    assert await md.maps.lineage_all("new") == {}  # nothing opened for an epoch that does not exist
+    # the stored epoch (0) differs from the kept one: the commit starts from a fresh read
+    # instead of opening lineage for an epoch that does not exist
     info, _ = await admin.put("new", {"virtual_partitions": 2})
     m = await check_placed_with_lineage(md, ["new"])
     assert m["epoch"] == 1 == info["epoch"] and set(m["queues"]) == {"new"}
@@ -232,3 +230,30 @@ async def test_unavailable_log_ends_start_new_queues_at_zero(md: MetadataStore) 
         await check_placed_with_lineage(md, ["q"])
     finally:
         await admin.stop()
+
+
+async def test_a_split_by_a_batcher_with_an_old_map_copies_the_parents_lineage(
+    make_store: Callable[[], MetadataStore],
+) -> None:
+    # The read node's batcher last committed before the gateway created "q"; when the
+    # read node then grows "q" for its consumers, the children must inherit their
+    # parents' ranges (from the creation's offsets), not start at today's log ends,
+    # or every record written before the split is outside its vp's lineage.
+    async def far_ends() -> dict[int, int]:
+        return {pp: 10_000 for pp in range(4)}
+
+    gateway, read_node = admin_for(make_store()), admin_for(make_store(), log_ends=far_ends)
+    try:
+        await read_node.put("other", {"virtual_partitions": 2})  # the read node's batcher keeps this map
+        await gateway.put("q", {"virtual_partitions": 4})
+        parents = await gateway._md.maps.lineage_all("q")
+        assert all(r == [(r[0].pp, 0, None)] for r in parents.values())
+        await read_node.place("q", 16)
+        m = await check_placed_with_lineage(gateway._md, ["q"])
+        assert m["queues"]["q"]["virtual_partitions"] == 16
+        lineage = await gateway._md.maps.lineage_all("q")
+        for vp in range(16):
+            assert lineage[vp] == parents[vp % 4], vp
+    finally:
+        await gateway.stop()
+        await read_node.stop()
