@@ -10,6 +10,8 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+from common import gc_policy
+
 
 class Component(Protocol):
     async def start(self) -> Any: ...
@@ -51,7 +53,9 @@ async def run_until_signalled(
 
 
 def run(main: Callable[[], Awaitable[None]]) -> None:
-    """Run ``main`` on uvloop when available."""
+    """Run ``main`` on uvloop when available, with the role processes' garbage-collector
+    policy (``common.gc_policy``)."""
+    gc_policy.apply()
     try:
         import uvloop
 

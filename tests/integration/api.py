@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import requests
@@ -26,8 +27,18 @@ class Api:
     def produce(self, queue: str, messages: list[dict], headers: dict | None = None) -> list[dict]:
         return self.call("POST", f"/v1/queues/{queue}/messages", {"messages": messages}, headers).json()["results"]
 
-    def join(self, queue: str, group: str, **body: Any) -> str:
-        return self.call("POST", f"/v1/queues/{queue}/groups/{group}/consumers", body).json()["consumer_id"]
+    def join(self, queue: str, group: str, *, retry_s: float = 15.0, **body: Any) -> str:
+        """Join, retrying a 503 (e.g. ``group_moving`` while a restarted platform's old read
+        node registration has not expired) after its ``retry_after``, as a client
+        following API.md does, for up to ``retry_s``."""
+        path = f"/v1/queues/{queue}/groups/{group}/consumers"
+        deadline = time.monotonic() + retry_s
+        while True:
+            r = self.call("POST", path, body, expect=None)
+            if r.status_code != 503 or time.monotonic() >= deadline:
+                assert r.status_code == 200, f"POST {path} -> {r.status_code} {r.text}"
+                return r.json()["consumer_id"]
+            time.sleep(min(float(r.json()["error"].get("retry_after") or 0.2), 1.0))
 
     def poll(self, queue: str, group: str, cid: str, max_messages: int = 100, wait_ms: int = 0) -> list[dict]:
         body = {"max_messages": max_messages, "wait_ms": wait_ms}
