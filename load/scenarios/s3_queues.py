@@ -118,6 +118,20 @@ def _median_run(rounds: list[ProduceRun], message_bytes: int) -> dict[str, Any]:
     return out
 
 
+async def _delete_step(
+    system: Any, names: Sequence[str], created: list[str], budget_s: float
+) -> tuple[list[str], float]:
+    """Delete a step's queues within ``budget_s`` (what is left is removed by the system's
+    ``teardown()``); also, ignoring errors, the names whose creation failed (a failed
+    chunk may have made some). Answers what ``in_chunks`` does for ``created``."""
+    removed, delete_s = await in_chunks(system.delete, created, budget_s)
+    made = set(created)
+    failed = [q for q in names if q not in made]
+    if failed:
+        await in_chunks(system.delete, failed, budget_s, errors=[])
+    return removed, delete_s
+
+
 def _delta(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
     return {k: after[k] - before[k] for k in after if k in before}
 
@@ -136,50 +150,52 @@ async def run(ctx: Context) -> dict[str, Any]:
         create_error = f"{type(create_errors[0]).__name__}: {create_errors[0]}"[:300] if create_errors else ""
         stopped = f" (creation stopped by an error: {create_error})" if create_error else ""
         ctx.echo(f"  {n} queues: created {len(created)} in {create_s:.2f}s ({create_rate:.0f}/s){stopped}; producing")
-        expected: dict[str, list[tuple[str, int]]] = defaultdict(list)
-        per_task = math.ceil(p.s3_messages / p.s3_batch / max(1, p.producers))
-        rounds: list[ProduceRun] = []
-        for r in range(max(1, p.s3_rounds)):
-            rounds.append(
-                await produce_closed(
-                    system,
-                    created,
-                    producers=p.producers,
-                    batch=p.s3_batch,
-                    max_messages=p.s3_messages,
-                    duration_s=p.scenario_timeout_s / 2 / max(1, p.s3_rounds),
-                    keys_per_producer=2,
-                    on_acked=lambda q, k, s: expected[q].append((k, s)),
-                    lanes=p.s3_lanes,
-                    message_bytes=p.message_bytes,
-                    key_tag=f"r{r}-",
-                    queue_offset=r * per_task,
+        try:
+            expected: dict[str, list[tuple[str, int]]] = defaultdict(list)
+            per_task = math.ceil(p.s3_messages / p.s3_batch / max(1, p.producers))
+            rounds: list[ProduceRun] = []
+            for r in range(max(1, p.s3_rounds)):
+                rounds.append(
+                    await produce_closed(
+                        system,
+                        created,
+                        producers=p.producers,
+                        batch=p.s3_batch,
+                        max_messages=p.s3_messages,
+                        duration_s=p.scenario_timeout_s / 2 / max(1, p.s3_rounds),
+                        keys_per_producer=2,
+                        on_acked=lambda q, k, s: expected[q].append((k, s)),
+                        lanes=p.s3_lanes,
+                        message_bytes=p.message_bytes,
+                        key_tag=f"r{r}-",
+                        queue_offset=r * per_task,
+                    )
                 )
-            )
-        produced = _median_run(rounds, p.message_bytes)
-        memory_after = await system.server_memory()
+            produced = _median_run(rounds, p.message_bytes)
+            memory_after = await system.server_memory()
 
-        mismatches = 0
-        counted = 0
-        count_unknown = 0
-        for q in _sample(created, p.s3_count_sample):
-            stored = await system.count(q)
-            if stored is None:
-                count_unknown += 1
-                continue
-            counted += 1
-            mismatches += int(stored != len(expected.get(q, ())))
-        checker = DeliveryChecker(order_required=True)
-        for q in _sample([q for q in created if expected.get(q)], p.s3_drain_sample):
-            for k, s in expected[q]:
-                checker.expect(k, s)
-            await drain(system, q, checker, members=1, ordered=True, batch=p.drain_batch, timeout_s=20.0)
+            mismatches = 0
+            counted = 0
+            count_unknown = 0
+            for q in _sample(created, p.s3_count_sample):
+                stored = await system.count(q)
+                if stored is None:
+                    count_unknown += 1
+                    continue
+                counted += 1
+                mismatches += int(stored != len(expected.get(q, ())))
+            checker = DeliveryChecker(order_required=True)
+            for q in _sample([q for q in created if expected.get(q)], p.s3_drain_sample):
+                for k, s in expected[q]:
+                    checker.expect(k, s)
+                await drain(system, q, checker, members=1, ordered=True, batch=p.drain_batch, timeout_s=20.0)
+        except Exception:
+            # a step that fails (a server out of file descriptors, say) must not leave its
+            # queues behind for the next scenarios; the error still ends this scenario
+            await _delete_step(system, names, created, p.s3_delete_budget_s)
+            raise
 
-        # what is not deleted within the budget is removed by the system's teardown()
-        removed, delete_s = await in_chunks(system.delete, created, p.s3_delete_budget_s)
-        if create_errors:  # what a failed chunk made before failing goes too (errors ignored)
-            failed = [q for q in names if q not in set(created)]
-            await in_chunks(system.delete, failed, p.s3_delete_budget_s, errors=[])
+        removed, delete_s = await _delete_step(system, names, created, p.s3_delete_budget_s)
         deleted = len(removed)
         mem_delta = _delta(memory_after, memory_before)
         steps.append(

@@ -80,3 +80,40 @@ async def test_with_an_error_list_the_chunks_in_flight_finish_and_none_starts(
     assert [str(e) for e in errors] == ["too many open files"]
     assert started == [names[0], names[CREATE_CHUNK], names[2 * CREATE_CHUNK]]  # none after the error
     assert done == names[:CREATE_CHUNK] + names[2 * CREATE_CHUNK : 3 * CREATE_CHUNK]
+
+
+async def test_a_failing_step_deletes_its_queues_before_the_error_ends_the_scenario() -> None:
+    # NATS at ~10,000 streams: the stream creations succeed, then creating a consumer for
+    # the read-back fails; the streams must not stay for scenarios 4 and 5
+    from dataclasses import replace
+
+    from load.profiles import QUICK
+    from load.scenarios.common import Context
+
+    class Failing:
+        def __init__(self) -> None:
+            self.live: set[str] = set()
+
+        async def server_memory(self) -> dict[str, int]:
+            return {}
+
+        async def setup(self, queues: Sequence[str], *, ordered: bool = True, shards: int = 1) -> None:
+            self.live.update(queues)
+
+        async def produce(self, queue: str, batch: Sequence[tuple[str, bytes]], *, lanes: int = 1) -> None:
+            await asyncio.sleep(0)
+
+        async def count(self, queue: str) -> int | None:
+            return None
+
+        async def consume(self, *args: object, **kwargs: object) -> object:
+            raise RuntimeError("error creating store for consumer")
+
+        async def delete(self, queues: Sequence[str]) -> None:
+            self.live.difference_update(queues)
+
+    system = Failing()
+    profile = replace(QUICK, s3_steps=(3,), s3_messages=30, producers=2)
+    with pytest.raises(RuntimeError, match="creating store"):
+        await s3_queues.run(Context(system, profile, echo=lambda _line: None))  # type: ignore[arg-type]
+    assert system.live == set()
