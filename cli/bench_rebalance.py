@@ -20,10 +20,6 @@ from pathlib import Path
 import typer
 
 from config.settings import RebalanceSettings
-from spark_rebalance.report import write_chart
-from spark_rebalance.runner import rebalance_once
-from spark_rebalance.session import make_spark, stop_spark
-from spark_rebalance.synthetic import placement_for, queue_sizes, stats_windows, write_stats, zipf_loads
 
 VPS_PER_QUEUE = 16
 
@@ -32,6 +28,12 @@ def run_bench(
     rows: int, master: str, vps: int, pps: int, nodes: int, exponent: float, repeat: int, chart: Path | None
 ) -> dict[str, object]:
     """Run the benchmark and return its figures."""
+    # pyspark, pyarrow and matplotlib are loaded when the benchmark runs, not with the CLI
+    from spark_rebalance.report import write_chart
+    from spark_rebalance.runner import rebalance_once
+    from spark_rebalance.session import make_spark, stop_spark
+    from spark_rebalance.synthetic import placement_for, queue_sizes, stats_windows, write_stats, zipf_loads
+
     settings = RebalanceSettings()
     window_ms = settings.window_ms
     windows = max(1, math.ceil(rows / vps))

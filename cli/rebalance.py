@@ -28,7 +28,7 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import aiohttp
 import typer
@@ -45,10 +45,11 @@ from metadata.store import MetadataStore
 from spark_rebalance.fence_client import WRITE_ROLE, HttpFenceClient
 from spark_rebalance.fences import FenceStore
 from spark_rebalance.publisher import Publisher, describe
-from spark_rebalance.runner import RebalanceOutcome, default_stats_uri, rebalance_once
-from spark_rebalance.session import make_spark, stop_spark
 from virtual_partitions.placement import PlacementMap
 from write_nodes.cluster_meta import read_partition_count
+
+if TYPE_CHECKING:
+    from spark_rebalance.runner import RebalanceOutcome
 
 err_console = Console(stderr=True, highlight=False)
 CLIENT_OPTIONS = ClientOptions(socket_timeout=10.0, connect_timeout=2.0, retries=2)
@@ -125,6 +126,8 @@ async def _one_round(
     )
     if state.fence_note:
         console.print(f"[yellow]note:[/] {state.fence_note}")
+    from spark_rebalance.runner import default_stats_uri, rebalance_once  # pyspark: loaded when used
+
     now_ms = int(time.time() * 1000)
     t0 = time.monotonic()
     with err_console.status(f"Spark ({master}): reading statistics, smoothing, planning ..."):
@@ -147,6 +150,8 @@ async def _one_round(
 
 async def run_rebalance(target: Target, dry_run: bool, master: str, every: float | None, console: Console) -> int:
     """The command's body; returns the exit status."""
+    from spark_rebalance.session import make_spark, stop_spark  # pyspark: loaded when used
+
     md = MetadataStore(target.settings.redis, url=target.redis_url, options=CLIENT_OPTIONS)
     try:
         try:

@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from config.settings import RebalanceSettings
 from spark_rebalance.report import chart_path, render_plan, write_chart
-from spark_rebalance.runner import RebalanceOutcome
+
+if TYPE_CHECKING:  # pyspark is loaded by the command that runs Spark, not with the CLI
+    from spark_rebalance.runner import RebalanceOutcome
 
 
 def print_outcome(
