@@ -44,9 +44,12 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 # KEYS: nodes zset, info hash, events_version, events_log ; ARGV: node, ttl, info JSON, channel, role
 _REGISTER = ANNOUNCE_LUA + _NOW + """
+local before = redis.call('HGET', KEYS[2], ARGV[1])
 local fresh = redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
-if fresh == 1 then
+-- announced when the node is new, and when it comes back with another address or meta
+-- (a restarted node whose old entry is still there must not leave readers on the old one)
+if fresh == 1 or before ~= ARGV[3] then
   vpq_announce(KEYS[3], KEYS[4], ARGV[4], {type='node', op='register', role=ARGV[5], node_id=ARGV[1]})
 end
 return now + tonumber(ARGV[2])

@@ -122,3 +122,25 @@ async def test_listener_reconnects_after_redis_restart(redis_server: RedisServer
     finally:
         await listener.stop()
         await md.stop()
+
+
+async def test_a_node_back_at_another_address_is_announced(md: MetadataStore) -> None:
+    # A read node SIGKILLed and restarted registers again before its old entry has gone:
+    # readers that loaded the old address must hear of the new one (they once went on
+    # calling the dead port until their own refresh, failing joins with group_moving).
+    listener = EventListener(md.client, md.keys, poll_interval_ms=60_000)
+    got = Collector()
+    listener.add_callback(got)
+    await listener.start()
+    try:
+        await md.nodes.register_node("r0", "read", "h:1", 60_000)
+        assert (await got.next())["op"] == "register"
+        await md.nodes.register_node("r0", "read", "h:1", 60_000)  # the same: nothing to say
+        await md.announcer.announce({"type": "marker"})
+        assert (await got.next())["type"] == "marker"
+        await md.nodes.register_node("r0", "read", "h:2", 60_000)
+        ev = await got.next()
+        assert (ev["type"], ev["op"], ev["node_id"]) == ("node", "register", "r0")
+        assert [n.address for n in await md.nodes.nodes("read")] == ["h:2"]
+    finally:
+        await listener.stop()
