@@ -1,7 +1,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 from common.redis_server import RedisServer
@@ -20,6 +22,19 @@ class Collector:
     async def next(self, timeout: float = 5.0) -> dict[str, Any]:
         async with asyncio.timeout(timeout):
             return await self.events.get()
+
+
+@contextlib.asynccontextmanager
+async def listening(md: MetadataStore, **options: Any) -> AsyncIterator[Collector]:
+    """A started ``EventListener`` on ``md`` feeding a ``Collector``; stopped on exit."""
+    listener = EventListener(md.client, md.keys, **options)
+    got = Collector()
+    listener.add_callback(got)
+    await listener.start()
+    try:
+        yield got
+    finally:
+        await listener.stop()
 
 
 async def test_events_arrive_over_pubsub(md: MetadataStore) -> None:
@@ -55,11 +70,7 @@ async def test_events_arrive_over_pubsub(md: MetadataStore) -> None:
 
 
 async def test_missed_pubsub_is_caught_by_polling(md: MetadataStore) -> None:
-    listener = EventListener(md.client, md.keys, poll_interval_ms=50)
-    got = Collector()
-    listener.add_callback(got)
-    await listener.start()
-    try:
+    async with listening(md, poll_interval_ms=50) as got:
         # an announcement whose PUBLISH never reached us: only the version and the log move
         v = await md.client.incr(md.keys.events_version())
         await md.client.lpush(md.keys.events_log(), json.dumps({"type": "map", "epoch": 9, "version": v}))
@@ -69,22 +80,14 @@ async def test_missed_pubsub_is_caught_by_polling(md: MetadataStore) -> None:
         await md.client.incrby(md.keys.events_version(), 5000)
         ev = await got.next()
         assert ev["type"] == "resync" and ev["version"] == v + 5000
-    finally:
-        await listener.stop()
 
 
 async def test_polling_only_listener_delivers_in_order(md: MetadataStore) -> None:
-    listener = EventListener(md.client, md.keys, poll_interval_ms=30, use_pubsub=False)
-    got = Collector()
-    listener.add_callback(got)
-    await listener.start()
-    try:
+    async with listening(md, poll_interval_ms=30, use_pubsub=False) as got:
         for i in range(5):
             await md.queues.create_or_update(f"q{i}", {})
         names = [(await got.next())["name"] for _ in range(5)]
         assert names == [f"q{i}" for i in range(5)]
-    finally:
-        await listener.stop()
 
 
 async def test_failing_callback_does_not_stop_delivery(md: MetadataStore) -> None:
@@ -128,11 +131,7 @@ async def test_a_node_back_at_another_address_is_announced(md: MetadataStore) ->
     # A read node SIGKILLed and restarted registers again before its old entry has gone:
     # readers that loaded the old address must hear of the new one (they once went on
     # calling the dead port until their own refresh, failing joins with group_moving).
-    listener = EventListener(md.client, md.keys, poll_interval_ms=60_000)
-    got = Collector()
-    listener.add_callback(got)
-    await listener.start()
-    try:
+    async with listening(md, poll_interval_ms=60_000) as got:
         await md.nodes.register_node("r0", "read", "h:1", 60_000)
         assert (await got.next())["op"] == "register"
         await md.nodes.register_node("r0", "read", "h:1", 60_000)  # the same: nothing to say
@@ -142,5 +141,3 @@ async def test_a_node_back_at_another_address_is_announced(md: MetadataStore) ->
         ev = await got.next()
         assert (ev["type"], ev["op"], ev["node_id"]) == ("node", "register", "r0")
         assert [n.address for n in await md.nodes.nodes("read")] == ["h:2"]
-    finally:
-        await listener.stop()
