@@ -19,7 +19,7 @@ The caller owns the ``aiohttp.ClientSession`` (one per process, shared by all cl
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +28,7 @@ import orjson
 from multidict import CIMultiDictProxy
 
 from common.errors import InternalError, Unavailable, VpqError
+from write_nodes.append_frames import encode_frames
 
 NODE_UNREACHABLE = "node_unreachable"
 """Code of the ``Unavailable`` raised when a node cannot be reached."""
@@ -189,6 +190,38 @@ class WriteNodeClient:
         if last < base:
             raise InternalError(BAD_NODE_ANSWER, f"write node {address} answered last_offset < base_offset")
         return base, last
+
+    async def append_many(
+        self, address: str, items: Sequence[tuple[int, bytes]], map_epoch: int
+    ) -> list[tuple[int, int] | VpqError]:
+        """Append several ``(pp, batch)`` in one request (``write_nodes.append_frames``); per
+        item, in order, ``(base_offset, last_offset)`` once durable or the node's error for
+        it. A failure of the whole request (unreachable, malformed body) raises."""
+        answer = await call_node(
+            self._session,
+            "POST",
+            address,
+            "/internal/v1/append",
+            role=self.ROLE,
+            timeout_s=self._append_timeout_s,
+            data=encode_frames(items),
+            headers={MAP_EPOCH_HEADER: str(int(map_epoch))},
+        )
+        obj = answer.json()
+        entries = obj.get("results") if isinstance(obj, Mapping) else None
+        if not isinstance(entries, list) or len(entries) != len(items):
+            raise InternalError(BAD_NODE_ANSWER, f"write node {address} answered no result per appended batch")
+        out: list[tuple[int, int] | VpqError] = []
+        for entry in entries:
+            if isinstance(entry, Mapping) and isinstance(entry.get("error"), Mapping):
+                status = entry.get("status")
+                out.append(VpqError.from_dict({"error": entry["error"]}, status if isinstance(status, int) else 500))
+                continue
+            base, last = _int_field(entry, "base_offset"), _int_field(entry, "last_offset")
+            if last < base:
+                raise InternalError(BAD_NODE_ANSWER, f"write node {address} answered last_offset < base_offset")
+            out.append((base, last))
+        return out
 
     async def read(self, address: str, pp: int, offset: int, max_bytes: int, wait_ms: int) -> ReadResult:
         """Whole raw batches of ``pp`` from the batch holding ``offset`` (durable data only),

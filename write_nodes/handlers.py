@@ -8,6 +8,9 @@
   The final placement check and the submission to the log run without yielding to
   the event loop, so every record below a partition's ``next_offset`` was checked
   against a map no newer than the one the node reports in ``GET /partitions``.
+- ``POST /internal/v1/append``: several partitions' batches in one body
+  (``write_nodes.append_frames``), each handled as above; one answer entry per frame; a
+  partition stops at its first refused frame.
 - ``GET /internal/v1/partitions/{pp}/read?offset=&max_bytes=&wait_ms=``: whole raw
   durable batches from the batch holding ``offset`` (the log start when below it),
   long-polling up to ``wait_ms`` (at most 30000) when there is nothing yet; headers
@@ -25,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Iterable
 from typing import Protocol
 
 import orjson
@@ -43,6 +46,7 @@ from common.errors import (
 )
 from metadata.map_cache import MapCache
 from write_nodes.fence import FenceView
+from write_nodes.append_frames import FrameError, decode_frames, error_entry, ok_entry
 from write_nodes.errors import CorruptBatchError, LogIOError, OffsetOutOfRangeError
 from write_nodes.metrics import WriteNodeMetrics
 from write_nodes.ownership import NOT_OWNER, PARTITION_OFFLINE, OwnedPartition, PartitionOwnership, State
@@ -72,6 +76,11 @@ class TrafficSink(Protocol):
 def decode_one_batch(body: bytes) -> list[Record]:
     """The records of ``body``, which must be exactly one valid batch (CRC included);
     ``BadRequest`` (``corrupt_batch``) otherwise."""
+    return check_one_batch(body)[1]
+
+
+def check_one_batch(body: bytes) -> tuple[BatchView, list[Record]]:
+    """``decode_one_batch`` with the batch's header view (for ``PartitionLog.submit_checked``)."""
     if not body:
         raise BadRequest(CORRUPT_BATCH, "empty body: expected one record batch")
     try:
@@ -80,7 +89,7 @@ def decode_one_batch(body: bytes) -> list[Record]:
             raise CorruptBatchError(f"expected exactly one batch: {len(body)} bytes for a {view.size}-byte batch")
         if not view.verify_crc():
             raise CorruptBatchError("CRC mismatch")
-        return view.records()
+        return view, view.records()
     except CorruptBatchError as exc:
         raise BadRequest(CORRUPT_BATCH, f"corrupt record batch: {exc}") from None
 
@@ -224,6 +233,20 @@ class PlacementGuard:
 
 
 # -------------------------------------------------------------------- handlers
+class _Frame:
+    """One batch on its way into a partition's log."""
+
+    __slots__ = ("pp", "batch", "view", "summary", "part", "queues")
+
+    def __init__(self, pp: int, batch: bytes, view: BatchView, records: list[Record]) -> None:
+        self.pp = pp
+        self.batch = batch
+        self.view = view
+        self.summary = summarize(records)
+        self.part: OwnedPartition | None = None
+        self.queues: dict[int, tuple[str, int]] = {}
+
+
 class WriteNodeHandlers:
     def __init__(
         self,
@@ -248,28 +271,98 @@ class WriteNodeHandlers:
         sender_epoch = _epoch(request)
         with own.track():
             body = await request.read()
-            summary = summarize(decode_one_batch(body))
-            await self._guard.refresh_if_needed(sender_epoch, {k[0] for k in summary})
-            # from here to the log's submission nothing yields to the event loop
-            queues = self._guard.check(pp, {(k[0], k[1]) for k in summary})
-            if self._fence is not None:  # vps being moved by a remap take no writes (retryable)
-                self._fence.check(self._guard.epoch, [(queues[k[0]][0], k[1]) for k in summary])
-            part = own.serving(pp)
-            assert part.log is not None
+            frame = _Frame(pp, body, *check_one_batch(body))
+            await self._guard.refresh_if_needed(sender_epoch, {k[0] for k in frame.summary})
             started = time.perf_counter()
             try:
-                base, last = await part.log.append_batch_bytes(body)
+                base, last = await self._admit(frame)  # no yield from the check to the submission
             except LogIOError as exc:
-                raise self._log_failure(pp, part, exc) from exc
-            except ValueError as exc:
-                raise BadRequest(CORRUPT_BATCH, f"corrupt record batch: {exc}") from None
+                assert frame.part is not None
+                raise self._log_failure(pp, frame.part, exc) from exc
+        self._count(frame, time.perf_counter() - started)
+        return json_response({"base_offset": base, "last_offset": last})
+
+    async def append_many(self, request: web.Request) -> web.Response:
+        """``POST /internal/v1/append``: the frames of ``write_nodes.append_frames``, each
+        checked and appended as by the one-partition append, in body order; one answer
+        entry per frame. A partition stops at its first refused frame (its later frames
+        get the same error), so a partition's frames are never appended out of order."""
+        own = self._ownership
+        sender_epoch = _epoch(request)
+        with own.track():
+            body = await request.read()
+            try:
+                raw = decode_frames(body)
+            except FrameError as exc:
+                raise BadRequest(CORRUPT_BATCH, f"malformed append frames: {exc}") from None
+            frames: list[_Frame | VpqError] = []
+            for pp, batch in raw:
+                try:
+                    own.serving(pp)
+                    frames.append(_Frame(pp, batch, *check_one_batch(batch)))
+                except VpqError as err:
+                    frames.append(err)
+            ids = {k[0] for f in frames if isinstance(f, _Frame) for k in f.summary}
+            await self._guard.refresh_if_needed(sender_epoch, ids)
+            started = time.perf_counter()
+            # from here until every frame is submitted nothing yields to the event loop
+            refused: dict[int, VpqError] = {}
+            waiters: list[Awaitable[tuple[int, int]] | VpqError] = []
+            for pp, f in zip((pp for pp, _ in raw), frames, strict=True):
+                err = refused.get(pp)
+                if err is None and isinstance(f, _Frame):
+                    try:
+                        waiters.append(self._admit(f))
+                        continue
+                    except LogIOError as exc:
+                        assert f.part is not None
+                        err = self._log_failure(pp, f.part, exc)
+                    except VpqError as exc:
+                        err = exc
+                elif err is None:
+                    assert isinstance(f, VpqError)
+                    err = f
+                refused[pp] = err
+                waiters.append(err)
+            entries: list[dict[str, object]] = []
+            for f, w in zip(frames, waiters, strict=True):
+                if isinstance(w, VpqError):
+                    entries.append(error_entry(w.to_dict()["error"], w.status))
+                    continue
+                assert isinstance(f, _Frame) and f.part is not None
+                try:
+                    base, last = await w
+                except LogIOError as exc:
+                    err = self._log_failure(f.pp, f.part, exc)
+                    entries.append(error_entry(err.to_dict()["error"], err.status))
+                    continue
+                self._count(f, time.perf_counter() - started)
+                entries.append(ok_entry(base, last))
+        return json_response({"results": entries})
+
+    def _admit(self, frame: _Frame) -> Awaitable[tuple[int, int]]:
+        """Check ``frame`` against the map and the fence and submit it to its log, without
+        yielding; await the result for its offsets once durable."""
+        pp, summary = frame.pp, frame.summary
+        queues = self._guard.check(pp, {(k[0], k[1]) for k in summary})
+        if self._fence is not None:  # vps being moved by a remap take no writes (retryable)
+            self._fence.check(self._guard.epoch, [(queues[k[0]][0], k[1]) for k in summary])
+        part = self._ownership.serving(pp)
+        assert part.log is not None
+        frame.part, frame.queues = part, queues
+        try:
+            return part.log.submit_checked(frame.batch, frame.view)
+        except ValueError as exc:
+            raise BadRequest(CORRUPT_BATCH, f"corrupt record batch: {exc}") from None
+
+    def _count(self, frame: _Frame, elapsed_s: float) -> None:
+        queues = frame.queues
         traffic = self._traffic
         if traffic is not None:
-            for (qid, vp, ctx), (n, nbytes) in summary.items():
+            for (qid, vp, ctx), (n, nbytes) in frame.summary.items():
                 name, v = queues[qid]
                 traffic.count(name, vp, v, ctx, n, nbytes)
-        self._metrics.appended(pp, len(body), summary, queues, time.perf_counter() - started)
-        return json_response({"base_offset": base, "last_offset": last})
+        self._metrics.appended(frame.pp, len(frame.batch), frame.summary, queues, elapsed_s)
 
     async def read(self, request: web.Request) -> web.Response:
         pp = _pp(request)
@@ -321,6 +414,7 @@ def build_app(handlers: WriteNodeHandlers, *, client_max_size: int) -> web.Appli
     """The aiohttp application of the write node's internal API."""
     app = web.Application(middlewares=[error_middleware], client_max_size=client_max_size)
     app.router.add_post(r"/internal/v1/partitions/{pp:\d{1,9}}/append", handlers.append)
+    app.router.add_post("/internal/v1/append", handlers.append_many)
     app.router.add_get(r"/internal/v1/partitions/{pp:\d{1,9}}/read", handlers.read)
     app.router.add_get("/internal/v1/partitions", handlers.partitions)
     app.router.add_get("/internal/v1/metrics", handlers.metrics)

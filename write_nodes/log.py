@@ -24,7 +24,7 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 from config.settings import LogSettings
@@ -79,6 +79,7 @@ class PartitionLog:
         self._advanced = asyncio.Event()
         self._housekeeping: asyncio.Task[None] | None = None
         self._checkpointed: int | None = None
+        self._checkpoint_lock = asyncio.Lock()
         self.report: RecoveryReport | None = None
 
     # ---------------------------------------------------------------- lifecycle
@@ -142,7 +143,8 @@ class PartitionLog:
             assert self._committer is not None
             await self._committer.stop()
             if self._error is None:
-                await loop.run_in_executor(None, self._write_final_state)
+                async with self._checkpoint_lock:
+                    await loop.run_in_executor(None, self._write_final_state)
         except OSError as exc:
             self._on_failed(self._wrap(exc))
         finally:
@@ -224,17 +226,32 @@ class PartitionLog:
         if not view.verify_crc():
             raise ValueError("batch CRC mismatch")
         view.records()  # the record area must parse
+        return await self.submit_checked(batch, view)
+
+    def submit_checked(self, batch: bytes, view: BatchView) -> Awaitable[tuple[int, int]]:
+        """Place one pre-built batch whose CRC and record area the caller has already
+        checked (``view`` is its header), at once and without yielding: the base offset
+        is assigned and the write queued before this returns. Await the result for
+        (base_offset, last_offset) once durable. ``ValueError`` when ``view`` does not
+        cover exactly ``batch``; ``LogIOError`` when the log is offline."""
+        self._check_online()
+        if view.size != len(batch):
+            raise ValueError(f"expected exactly one batch, got {len(batch)} bytes for a {view.size}-byte batch")
         base = self._next_offset
-        return await self._submit(restamp_base_offset(batch, base), base, view.record_count, view.max_ts)
+        fut = self._submit_now(restamp_base_offset(batch, base), base, view.record_count, view.max_ts)
+        return _durable(fut, base, base + view.record_count - 1)
 
     async def _submit(self, batch: bytes, base: int, count: int, max_ts: int) -> tuple[int, int]:
+        await self._submit_now(batch, base, count, max_ts)
+        return base, base + count - 1
+
+    def _submit_now(self, batch: bytes, base: int, count: int, max_ts: int) -> asyncio.Future[None]:
         if len(batch) > MAX_BATCH_BYTES:
             raise ValueError(f"batch of {len(batch)} bytes exceeds {MAX_BATCH_BYTES}")
         assert self._committer is not None
         fut = self._committer.submit(batch, AppendMeta(base, base + count, max_ts))
         self._next_offset = base + count
-        await fut
-        return base, base + count - 1
+        return fut
 
     # -------------------------------------------------------------------- reads
     def read(self, offset: int, max_bytes: int) -> bytes:
@@ -315,16 +332,21 @@ class PartitionLog:
     async def checkpoint(self) -> int:
         """Write the recovery-point checkpoint now (offsets below it are fsynced with
         their indexes). Returns the recovery point written."""
-        self._check_online()
-        assert self._appender is not None
-        point = self._appender.synced_end
-        if point != self._checkpointed:
-            try:
-                await asyncio.get_running_loop().run_in_executor(None, write_checkpoint, self.directory, point)
-            except OSError as exc:
-                raise self._fail(exc) from exc
-            self._checkpointed = point
-        return point
+        async with self._checkpoint_lock:  # one writer of the tmp file at a time (periodic vs explicit)
+            self._check_online()
+            assert self._appender is not None
+            point = self._appender.synced_end
+            if point != self._checkpointed:
+                done = asyncio.get_running_loop().run_in_executor(None, write_checkpoint, self.directory, point)
+                try:
+                    await asyncio.shield(done)
+                except asyncio.CancelledError:  # keep the lock until the thread has finished the file
+                    await asyncio.gather(done, return_exceptions=True)
+                    raise
+                except OSError as exc:
+                    raise self._fail(exc) from exc
+                self._checkpointed = point
+            return point
 
     async def _housekeep(self) -> None:
         interval = self.settings.checkpoint_interval_ms / 1000.0
@@ -372,3 +394,8 @@ class PartitionLog:
         event = self._advanced
         self._advanced = asyncio.Event()
         event.set()
+
+
+async def _durable(fut: asyncio.Future[None], base: int, last: int) -> tuple[int, int]:
+    await fut
+    return base, last

@@ -17,8 +17,11 @@ How (see ``docs/internals.md``):
    id): zero Redis round trips when the queue, the map and the context are cached.
 2. Group by pp, keeping request order inside each pp; build ``write_nodes.records`` batches
    (``build_batch(0, records, now_ms)``), splitting a pp's records into several batches when
-   they exceed ``AppendPolicy.max_batch_bytes`` (sent one after the other, in order).
-3. Append every pp's batches concurrently with ``X-Map-Epoch`` = the routing epoch.
+   they exceed ``AppendPolicy.max_batch_bytes`` (kept in order).
+3. Group the batches by the write node that owns their pp and send each node ONE
+   multi-partition append (``POST /internal/v1/append``, ``X-Map-Epoch`` = the routing
+   epoch; more than one, one after the other, only past ``max_request_bytes``); the nodes
+   are called concurrently. The node answers per batch, so a refusal concerns one pp.
 4. Messages whose append failed with a retryable error are routed again and retried after a
    short backoff: ``stale_map`` refreshes the map cache first; ``not_owner``,
    ``node_unreachable`` and ``partition_unowned`` make the locator forget the pp's owner;
@@ -115,7 +118,11 @@ class PartitionLocator(Protocol):
 
 
 class AppendClient(Protocol):
-    async def append(self, address: str, pp: int, batch: bytes, map_epoch: int) -> tuple[int, int]: ...
+    """``write_nodes.client.WriteNodeClient`` is one."""
+
+    async def append_many(
+        self, address: str, items: Sequence[tuple[int, bytes]], map_epoch: int
+    ) -> list[tuple[int, int] | VpqError]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +133,7 @@ class AppendPolicy:
     backoff_initial_s: float = 0.02
     backoff_max_s: float = 0.5
     max_batch_bytes: int = 4 * 1024 * 1024
+    max_request_bytes: int = 16 * 1024 * 1024
     retry_after_s: float = 1.0
 
 
@@ -317,31 +325,74 @@ class Appender:
         groups = group_by_partition([r.pp for r in routes])
         epoch = routes[0].epoch
         budget = max(self._policy.max_batch_bytes - BATCH_OVERHEAD, 1)
-        tasks = [
-            self._append_partition(pp, split_chunks(positions, sizes, budget), records, epoch, now)
-            for pp, positions in groups.items()
-        ]
-        if len(tasks) == 1:
-            return [await tasks[0]]
-        return list(await asyncio.gather(*tasks))
-
-    async def _append_partition(
-        self, pp: int, chunks: list[list[int]], records: list[Record], epoch: int, now_ms: int
-    ) -> _PartitionOutcome:
-        out = _PartitionOutcome(pp, [], [], None)
-        for n, chunk in enumerate(chunks):
-            batch = build_batch(0, [records[i] for i in chunk], now_ms)
+        outcomes: dict[int, _PartitionOutcome] = {}
+        by_node: dict[str, list[tuple[int, list[int]]]] = {}
+        for pp, positions in groups.items():
+            out = outcomes[pp] = _PartitionOutcome(pp, [], [], None)
             try:
                 node = await self._locator.owner(pp)
-                base, last = await self._client.append(node.address, pp, batch, epoch)
             except VpqError as err:
-                out.error = err
-                out.failed = [i for c in chunks[n:] for i in c]
-                return out
-            if last - base + 1 != len(chunk):
-                raise InternalError(
-                    "bad_node_answer", f"write node answered {last - base + 1} offsets for {len(chunk)} records"
-                )
-            self.stats.batches += 1
-            out.done.extend((pos, base + k) for k, pos in enumerate(chunk))
-        return out
+                out.error, out.failed = err, list(positions)
+                continue
+            frames = by_node.setdefault(node.address, [])
+            frames.extend((pp, chunk) for chunk in split_chunks(positions, sizes, budget))
+        tasks = [self._append_node(addr, frames, records, epoch, now, outcomes) for addr, frames in by_node.items()]
+        if len(tasks) == 1:
+            await tasks[0]
+        elif tasks:
+            await asyncio.gather(*tasks)
+        return list(outcomes.values())
+
+    async def _append_node(
+        self,
+        address: str,
+        frames: list[tuple[int, list[int]]],
+        records: list[Record],
+        epoch: int,
+        now_ms: int,
+        outcomes: dict[int, _PartitionOutcome],
+    ) -> None:
+        """Every frame bound for one write node, in as few requests as fit
+        ``max_request_bytes``, sent one after the other so a partition's frames stay in
+        order; a partition stops at its first refused frame."""
+        built = [(pp, chunk, build_batch(0, [records[i] for i in chunk], now_ms)) for pp, chunk in frames]
+        for request in _requests(built, self._policy.max_request_bytes):
+            items: list[tuple[int, list[int], bytes]] = []
+            for pp, chunk, batch in request:
+                out = outcomes[pp]
+                if out.error is not None:
+                    out.failed.extend(chunk)
+                else:
+                    items.append((pp, chunk, batch))
+            if not items:
+                continue
+            try:
+                answers = await self._client.append_many(address, [(pp, b) for pp, _, b in items], epoch)
+            except VpqError as err:
+                for pp, chunk, _ in items:
+                    out = outcomes[pp]
+                    out.error = out.error or err
+                    out.failed.extend(chunk)
+                continue
+            for (pp, chunk, _), answer in zip(items, answers, strict=True):
+                out = outcomes[pp]
+                if isinstance(answer, VpqError):
+                    out.error = out.error or answer
+                    out.failed.extend(chunk)
+                    continue
+                base, last = answer
+                if last - base + 1 != len(chunk):
+                    raise InternalError(
+                        "bad_node_answer", f"write node answered {last - base + 1} offsets for {len(chunk)} records"
+                    )
+                self.stats.batches += 1
+                out.done.extend((pos, base + k) for k, pos in enumerate(chunk))
+
+
+def _requests(
+    built: list[tuple[int, list[int], bytes]], max_bytes: int
+) -> list[list[tuple[int, list[int], bytes]]]:
+    """``built`` cut, in order, into runs of at most ``max_bytes`` of frames (a frame
+    larger than that goes alone)."""
+    sizes = [len(batch) + 8 for _, _, batch in built]
+    return [[built[i] for i in run] for run in split_chunks(range(len(built)), sizes, max_bytes)]

@@ -17,6 +17,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from common.errors import BadRequest, NotFound, Unavailable, VpqError
+from write_nodes.append_frames import FrameError, decode_frames
 from write_nodes.errors import CorruptBatchError
 from write_nodes.records import Record, decode_batches, iter_batches, restamp_base_offset
 
@@ -68,6 +69,7 @@ class FakeWriteNode:
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/internal/v1/partitions/{pp}/append", self._append)
+        app.router.add_post("/internal/v1/append", self._append_many)
         app.router.add_get("/internal/v1/partitions/{pp}/read", self._read)
         app.router.add_get("/internal/v1/partitions", self._partitions)
         app.router.add_get("/text-error", self._text_error)
@@ -89,35 +91,63 @@ class FakeWriteNode:
 
     async def _append(self, request: web.Request) -> web.Response:
         pp = self._pp(request)
-        self.requests.append(("append", pp))
         epoch = int(request.headers.get("X-Map-Epoch", "-1"))
         body = await request.read()
         if self.append_delay_s:
             await asyncio.sleep(self.append_delay_s)
+        try:
+            base, last = self._append_one(pp, body, epoch)
+        except VpqError as err:
+            return error_response(err)
+        return web.json_response({"base_offset": base, "last_offset": last})
+
+    async def _append_many(self, request: web.Request) -> web.Response:
+        """``POST /internal/v1/append``: per frame as ``_append``; a pp stops at its first refusal."""
+        epoch = int(request.headers.get("X-Map-Epoch", "-1"))
+        body = await request.read()
+        if self.append_delay_s:
+            await asyncio.sleep(self.append_delay_s)
+        try:
+            frames = decode_frames(body)
+        except FrameError as exc:
+            return error_response(BadRequest("corrupt_batch", str(exc)))
+        refused: dict[int, VpqError] = {}
+        results: list[dict[str, Any]] = []
+        for pp, batch in frames:
+            try:
+                if pp in refused:
+                    raise refused[pp]
+                base, last = self._append_one(pp, batch, epoch)
+                results.append({"base_offset": base, "last_offset": last})
+            except VpqError as err:
+                refused[pp] = err
+                results.append({"error": err.to_dict()["error"], "status": err.status})
+        return web.json_response({"results": results})
+
+    def _append_one(self, pp: int, body: bytes, epoch: int) -> tuple[int, int]:
+        self.requests.append(("append", pp))
         if pp not in self.owned:
-            return error_response(Unavailable("not_owner", f"{self.node_id} does not own partition {pp}"))
+            raise Unavailable("not_owner", f"{self.node_id} does not own partition {pp}")
         queued = self.fail.get(pp)
         if queued:
-            return error_response(queued.pop(0))
+            raise queued.pop(0)
         try:
             views = list(iter_batches(body, verify=True))
             if len(views) != 1 or views[0].size != len(body):
                 raise CorruptBatchError("expected exactly one batch")
             records = views[0].records()
         except (CorruptBatchError, ValueError) as exc:
-            return error_response(BadRequest("corrupt_batch", f"bad batch: {exc}"))
+            raise BadRequest("corrupt_batch", f"bad batch: {exc}") from None
         if self.placement is not None:
             for r in records:
                 if self.placement(r.queue_id, r.virtual_partition) != pp:
-                    return error_response(
-                        Unavailable("stale_map", f"vp {r.virtual_partition} is not on partition {pp}", epoch=self.epoch)
-                    )
+                    raise Unavailable("stale_map", f"vp {r.virtual_partition} is not on partition {pp}", epoch=self.epoch)
         base = self.end_offset(pp)
         last = base + len(records) - 1
         self.batches.setdefault(pp, []).append(StoredBatch(base, last, restamp_base_offset(body, base), epoch))
         self._changed.set()
         self._changed = asyncio.Event()
-        return web.json_response({"base_offset": base, "last_offset": last})
+        return base, last
 
     async def _read(self, request: web.Request) -> web.Response:
         pp = self._pp(request)

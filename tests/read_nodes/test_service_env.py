@@ -34,6 +34,7 @@ from read_nodes.client import ReadNodeClient
 from read_nodes.node_parts import ReadNodeOptions
 from read_nodes.service import ReadNodeService
 from virtual_partitions.router import ProduceRouter
+from write_nodes.append_frames import decode_frames
 from write_nodes.client import WriteNodeClient
 from write_nodes.log import PartitionLog
 from write_nodes.produce import Appender, PlainMessage
@@ -62,6 +63,7 @@ class FakeWriteNode:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_get("/internal/v1/partitions/{pp}/read", self._read)
         app.router.add_post("/internal/v1/partitions/{pp}/append", self._append)
+        app.router.add_post("/internal/v1/append", self._append_many)
         app.router.add_get("/internal/v1/partitions", self._partitions)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
@@ -101,6 +103,18 @@ class FakeWriteNode:
         log = self._log(request)
         base, last = await log.append_batch_bytes(await request.read())
         return web.json_response({"base_offset": base, "last_offset": last})
+
+    async def _append_many(self, request: web.Request) -> web.Response:
+        results: list[dict[str, object]] = []
+        refused: set[int] = set()
+        for pp, batch in decode_frames(await request.read()):
+            if pp not in self.logs or pp in refused:
+                refused.add(pp)
+                results.append({"error": {"code": "not_owner", "message": f"pp {pp} is not here", "retry_after": 1}, "status": 503})
+                continue
+            base, last = await self.logs[pp].append_batch_bytes(batch)
+            results.append({"base_offset": base, "last_offset": last})
+        return web.json_response({"results": results})
 
     async def _partitions(self, request: web.Request) -> web.Response:
         parts = [

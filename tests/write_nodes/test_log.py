@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import random
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -271,3 +273,34 @@ async def test_recovery_point_checkpoints(tmp_path: Path) -> None:
 async def _fill_more(log: PartitionLog, batches: int) -> None:
     for i in range(batches):
         await log.append(make_records(f"more{i}", 3))
+
+
+async def test_checkpoints_never_write_the_file_concurrently(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The periodic checkpoint and an explicit one share one tmp file name: two threads
+    writing it at once made one rename fail and took the partition offline."""
+    import write_nodes.log as log_module
+
+    real = log_module.write_checkpoint
+    active = {"now": 0, "max": 0}
+    lock = threading.Lock()
+
+    def slow_write(directory: Path, point: int) -> None:
+        with lock:
+            active["now"] += 1
+            active["max"] = max(active["max"], active["now"])
+        time.sleep(0.02)
+        try:
+            real(directory, point)
+        finally:
+            with lock:
+                active["now"] -= 1
+
+    monkeypatch.setattr(log_module, "write_checkpoint", slow_write)
+    log = PartitionLog(tmp_path, small_settings(checkpoint_interval_ms=10))
+    await log.start()
+    for i in range(5):
+        await _fill_more(log, 1)
+        await asyncio.gather(log.checkpoint(), log.checkpoint(), asyncio.sleep(0.01))
+    await log.stop()
+    assert active["max"] == 1  # stop() raised had the partition gone offline
+    assert read_checkpoint(tmp_path) == log.durable_end_offset

@@ -69,22 +69,44 @@ class MemoryWriteNodes:
     in_flight: int = 0
     max_in_flight: int = 0
 
-    async def append(self, address: str, pp: int, batch: bytes, map_epoch: int) -> tuple[int, int]:
+    requests: list[tuple[str, list[int]]] = field(default_factory=list)  # (address, pps) per request
+    fail_request: list[VpqError] = field(default_factory=list)
+
+    async def append_many(
+        self, address: str, items: list[tuple[int, bytes]], map_epoch: int
+    ) -> list[tuple[int, int] | VpqError]:
+        """As the write node: frames in order, a pp stops at its first refused frame."""
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
             await asyncio.sleep(0.01)
-            if self.fail.get(pp):
-                raise self.fail[pp].pop(0)
-            records = decode_batches(batch)
-            if self.placement is not None and any(self.placement(r.queue_id, r.virtual_partition) != pp for r in records):
-                raise Unavailable("stale_map", "moved", epoch=99)
-            base = self.ends.get(pp, 0)
-            self.ends[pp] = base + len(records)
-            self.appends.append(Append(address, pp, map_epoch, records, len(batch)))
-            return base, base + len(records) - 1
+            self.requests.append((address, [pp for pp, _ in items]))
+            if self.fail_request:
+                raise self.fail_request.pop(0)
+            out: list[tuple[int, int] | VpqError] = []
+            refused: dict[int, VpqError] = {}
+            for pp, batch in items:
+                try:
+                    if pp in refused:
+                        raise refused[pp]
+                    out.append(self._append_one(address, pp, batch, map_epoch))
+                except VpqError as err:
+                    refused[pp] = err
+                    out.append(err)
+            return out
         finally:
             self.in_flight -= 1
+
+    def _append_one(self, address: str, pp: int, batch: bytes, map_epoch: int) -> tuple[int, int]:
+        if self.fail.get(pp):
+            raise self.fail[pp].pop(0)
+        records = decode_batches(batch)
+        if self.placement is not None and any(self.placement(r.queue_id, r.virtual_partition) != pp for r in records):
+            raise Unavailable("stale_map", "moved", epoch=99)
+        base = self.ends.get(pp, 0)
+        self.ends[pp] = base + len(records)
+        self.appends.append(Append(address, pp, map_epoch, records, len(batch)))
+        return base, base + len(records) - 1
 
     def stored(self, pp: int) -> list[Record]:
         return [r for a in self.appends if a.pp == pp for r in a.records]
@@ -92,10 +114,15 @@ class MemoryWriteNodes:
 
 @dataclass
 class Locator:
+    """Partition ``pp`` lives on node ``node-{pp}``, or on ``node-{pp % nodes}`` when
+    ``nodes`` is set."""
+
     invalidated: list[int] = field(default_factory=list)
+    nodes: int = 0
 
     async def owner(self, pp: int) -> NodeRef:
-        return NodeRef(f"w{pp}", f"node-{pp}")
+        n = pp % self.nodes if self.nodes else pp
+        return NodeRef(f"w{n}", f"node-{n}")
 
     def invalidate(self, pp: int) -> None:
         self.invalidated.append(pp)
@@ -304,3 +331,60 @@ async def test_hot_path_makes_no_redis_round_trip(md, rig) -> None:
     await r.appender.append("hot", [msg(f"k{i}", i, env="test") for i in range(50)] + [msg(None, 0, env="test")])
     c = await processed()
     assert c - b == per_info
+
+
+# ------------------------------------------------- one request per write node
+
+
+async def test_partitions_of_one_node_share_one_request(md, rig) -> None:
+    await place(md, "q", list(range(8)))
+    r = await rig()
+    r.locator.nodes = 2  # pps 0,2,4,6 on node-0 and 1,3,5,7 on node-1
+    keys = [f"k{i}" for i in range(200)]
+    results = await r.appender.append("q", [msg(k, i) for i, k in enumerate(keys)])
+    assert sorted(addr for addr, _ in r.nodes.requests) == ["node-0", "node-1"]
+    for addr, pps in r.nodes.requests:
+        assert sorted(pps) == [pp for pp in range(8) if f"node-{pp % 2}" == addr]
+    assert r.nodes.max_in_flight == 2  # the two nodes were called concurrently
+    for i, res in enumerate(results):
+        assert r.nodes.stored(res["partition"])[res["offset"]].value == orjson.dumps(i)
+
+
+async def test_a_refused_partition_does_not_fail_its_neighbours_in_the_request(md, rig) -> None:
+    await place(md, "q", [0, 1, 2, 3])
+    r = await rig()
+    r.locator.nodes = 1
+    r.nodes.fail[2] = [Unavailable("not_owner", "moved away")]
+    results = await r.appender.append("q", [msg(f"k{i}", i) for i in range(40)])
+    assert r.locator.invalidated == [2]
+    assert len(r.nodes.requests) == 2
+    assert sorted(r.nodes.requests[0][1]) == [0, 1, 2, 3] and r.nodes.requests[1][1] == [2]  # only pp 2 again
+    assert sum(len(r.nodes.stored(pp)) for pp in range(4)) == 40  # nothing lost or duplicated
+    assert {res["id"] for res in results} == {encode_message_id(res["partition"], res["offset"]) for res in results}
+
+
+async def test_a_failed_request_retries_every_partition_it_carried(md, rig) -> None:
+    await place(md, "q", [0, 1, 2, 3])
+    r = await rig()
+    r.locator.nodes = 2
+    r.nodes.fail_request.append(Unavailable("node_unreachable", "reset"))
+    results = await r.appender.append("q", [msg(f"k{i}", i) for i in range(40)])
+    failed_node = r.nodes.requests[0][1]
+    assert sorted(r.locator.invalidated) == sorted(failed_node)  # every pp of the failed request
+    assert len(results) == 40 and sum(len(r.nodes.stored(pp)) for pp in range(4)) == 40
+
+
+async def test_requests_past_the_size_limit_go_one_after_the_other_in_order(md, rig) -> None:
+    await place(md, "q", [0, 1])
+    r = await rig(AppendPolicy(budget_s=2.0, max_batch_bytes=1500, max_request_bytes=3000))
+    r.locator.nodes = 1
+    r.nodes.fail[1] = [VpqError.from_dict({}, 503)]  # pp 1's first frame is refused: its later frames must wait
+    values = [b"x" * 400 + str(i).encode() for i in range(30)]
+    results = await r.appender.append("q", [msg("same-key" if i % 2 else f"k{i}", raw=v) for i, v in enumerate(values)])
+    assert len(r.nodes.requests) >= 3
+    assert r.nodes.max_in_flight == 1  # one node: its requests never overlap
+    for pp in (0, 1):  # each partition holds its messages in request order, once
+        stored = [rec.value for rec in r.nodes.stored(pp)]
+        assert stored == sorted(stored, key=values.index) and len(stored) == len(set(stored))
+    assert sum(len(r.nodes.stored(pp)) for pp in (0, 1)) == 30
+    assert all(r.nodes.stored(res["partition"])[res["offset"]].value == values[i] for i, res in enumerate(results))

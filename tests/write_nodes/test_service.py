@@ -23,21 +23,6 @@ from write_nodes.records import decode_batches, iter_batches
 from write_nodes.service import WriteNodeService
 
 
-@pytest.fixture
-async def node(tmp_path, redis_url, key_prefix):
-    """A 2-node cluster's node 0 (home of pp 0 and 2 of 4); queue 'q' with vp0->pp0,
-    vp1->pp1, vp2->pp2, vp3->pp0 at epoch 1."""
-    settings = make_settings(tmp_path, key_prefix, write_nodes=2, partitions=4)
-    md = await open_metadata(settings, redis_url)
-    qid = await place_queue(md, "q", [0, 1, 2, 0])
-    service = WriteNodeService(settings, "w0", 0, redis_url)
-    await service.start()
-    async with aiohttp.ClientSession() as http:
-        yield service, md, qid, http
-    await service.stop()
-    await md.stop()
-
-
 async def test_append_then_read_back_raw_bytes(node):
     service, _md, qid, http = node
     first = batch(qid, [0, 3, 0], "a")
