@@ -23,16 +23,15 @@ Rules for every method:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
 from isolation.context import IsolationContext
 
 
-@dataclass(frozen=True, slots=True)
-class ResolvedMessage:
+class ResolvedMessage(NamedTuple):
     """One validated message of a produce batch, its isolation context resolved (the
     message's own fields, else the request's X-Env/X-Set/X-Lane headers, else the
-    defaults prod/""/"").
+    defaults prod/""/""). A named tuple: one is built per produced message.
 
     ``value`` holds the bytes to store: the compact JSON encoding (UTF-8) of the JSON value
     when ``value_is_json``, else the raw bytes decoded from ``value_b64``. A poll must give

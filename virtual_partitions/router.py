@@ -25,8 +25,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from metadata.contexts import ContextRegistry
 from metadata.errors import MetadataError, QueueNotFoundError
@@ -47,8 +46,10 @@ class QueueNotPlacedError(MetadataError):
         super().__init__(f"queue {queue!r} is not placed by map epoch {epoch} yet")
 
 
-@dataclass(frozen=True, slots=True)
-class Route:
+class Route(NamedTuple):
+    """Where one message goes (a named tuple: built per message on the produce path, where
+    a frozen dataclass cost three times as much)."""
+
     queue_id: int
     vp: int
     pp: int

@@ -45,6 +45,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from crc32c import crc32c
 
@@ -122,7 +123,30 @@ def _encode_headers(headers: Headers) -> bytes:
     return b"".join(out)
 
 
-def build_batch(base_offset: int, records: Sequence[Record], timestamp_ms: int, attributes: int = 0) -> bytes:
+class RecordFields(Protocol):
+    """What ``build_batch`` reads of a record (a ``Record`` is one)."""
+
+    @property
+    def value(self) -> bytes: ...
+    @property
+    def queue_id(self) -> int: ...
+    @property
+    def virtual_partition(self) -> int: ...
+    @property
+    def key_hash(self) -> int: ...
+    @property
+    def context_id(self) -> int: ...
+    @property
+    def value_encoding(self) -> int: ...
+    @property
+    def key(self) -> bytes | None: ...
+    @property
+    def headers(self) -> Headers: ...
+    @property
+    def timestamp_ms(self) -> int | None: ...
+
+
+def build_batch(base_offset: int, records: Sequence[RecordFields], timestamp_ms: int, attributes: int = 0) -> bytes:
     """Encode ``records`` as one batch whose first offset is ``base_offset``.
 
     Records without their own ``timestamp_ms`` get ``timestamp_ms``. Raises
