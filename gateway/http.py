@@ -89,7 +89,7 @@ async def read_json_object(request: web.Request, max_bytes: int, required: bool)
         raise PayloadTooLarge("payload_too_large", f"request body exceeds {max_bytes} bytes", limit=max_bytes) from None
     if len(raw) > max_bytes:
         raise PayloadTooLarge("payload_too_large", f"request body exceeds {max_bytes} bytes", limit=max_bytes)
-    if not raw.strip():
+    if not raw or raw.isspace():
         if required:
             raise BadRequest("invalid_request", "a JSON body is required")
         return {}

@@ -113,3 +113,34 @@ class DeliveryChecker:
             unexpected=len(self._seen) - seen_expected,
             order_required=self.order_required,
         )
+
+
+def count_report(expected: int, stored: int) -> CheckReport:
+    """The check of a queue whose messages were counted, not read back: fewer stored than
+    acknowledged are ``lost``; more are ``unexpected`` (duplicates and unacknowledged
+    stores cannot be told apart by a count). Sums of such reports are what ``merge``
+    gives."""
+    return CheckReport(
+        expected=expected,
+        delivered=stored,
+        distinct=min(expected, stored),
+        lost=max(0, expected - stored),
+        duplicates=0,
+        reordered=0,
+        unexpected=max(0, stored - expected),
+        order_required=False,
+    )
+
+
+def merge(reports: list[CheckReport]) -> CheckReport:
+    """One report summing ``reports`` (order required if any required it)."""
+    return CheckReport(
+        expected=sum(r.expected for r in reports),
+        delivered=sum(r.delivered for r in reports),
+        distinct=sum(r.distinct for r in reports),
+        lost=sum(r.lost for r in reports),
+        duplicates=sum(r.duplicates for r in reports),
+        reordered=sum(r.reordered for r in reports),
+        unexpected=sum(r.unexpected for r in reports),
+        order_required=any(r.order_required for r in reports),
+    )

@@ -82,10 +82,13 @@ def _s3(res: Mapping[str, Mapping[str, Any]]) -> list[str]:
         create_ms = 1000.0 * last["create_s"] / created if created and "create_s" in last else None
         delete_ms = 1000.0 * last["delete_s"] / deleted if deleted and "delete_s" in last else None
         rss = last.get("rss_delta_per_queue")
-        rows.append([n, *cells, _n(create_ms, 2), _n(delete_ms, 2), _n(rss / 1024.0 if isinstance(rss, (int, float)) else None, 1),
-                     _verdict(r)])
+        paired = last.get("paired_1q") or {}
+        pair = f"{_n(paired.get('msgs_per_s'))} ({_n(paired.get('ratio'), 2)})" if paired else "-"
+        rows.append([n, *cells, pair, _n(create_ms, 2), _n(delete_ms, 2),
+                     _n(rss / 1024.0 if isinstance(rss, (int, float)) else None, 1), _verdict(r)])
     last_q = _n(steps_all[-1]) if steps_all else "last"
-    header = ["system", *[f"{_n(q)} queues msg/s" for q in steps_all], f"create ms/queue @{last_q}",
+    header = ["system", *[f"{_n(q)} queues msg/s" for q in steps_all],
+              f"paired 1 queue msg/s (ratio @{last_q})", f"create ms/queue @{last_q}",
               f"delete ms/queue @{last_q}", f"RSS KiB/queue @{last_q}", "checks"]
     return _table(header, rows)
 

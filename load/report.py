@@ -48,6 +48,7 @@ def headline(scenario: int, result: Mapping[str, Any]) -> dict[str, float]:
         if steps:
             last_step = steps[-1]
             n = last_step["queues"]
+            out[f"throughput_{n}q_vs_1q_paired"] = _num((last_step.get("paired_1q") or {}).get("ratio"))
             created = last_step.get("created") or 0
             if created:
                 out[f"create_per_queue@{n}q_ms"] = round(1000.0 * last_step["create_s"] / created, 3)

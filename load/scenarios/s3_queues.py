@@ -8,13 +8,23 @@ spread round-robin over the queues (vpq: over ``s3_lanes`` swimlanes too; each r
 on to queues the earlier rounds did not reach, and uses keys of its own; the step's rate
 is the median of the rounds' rates: one round is a second or two, and a stall of the
 shared machine in one of them is not the system's throughput), read the memory again, check
-the stored counts of a sample of queues and read back a few sampled queues in full
+the stored counts of a sample of queues (``count_check``: fewer stored than acknowledged
+is loss, more is unexpected) and read back a few sampled queues in full
 (loss, duplicates, per-key order), then delete the step's queues (timed).
 
 Creation and deletion go in chunks of ``CREATE_CHUNK`` names, ``CHUNKS_IN_FLIGHT`` of
 them at once (a sliding window, as an admin tool keeps requests in flight), each chunk
 one ``setup()``/``delete()`` call whose own concurrency is the system's driver's
 business; the budget is checked before each chunk starts.
+
+Paired reference: the steps run one after the other, minutes apart on a shared machine,
+so the ratio of the last step's rate to the first's also measures the machine's drift.
+One more queue (``s3-ref``) lives through the whole scenario; at the last step a round on
+it goes before each of the step's rounds, back to back, with the same producers, batch
+and lanes. ``paired_1q`` of that step holds the reference's median rate and ``ratio`` =
+the step's median / the reference's median: "many queues against one, at the same time".
+Its stored count is checked at the end (it is never drained: reading it back would add
+tens of seconds for the slow peers).
 
 vpq keeps every queue in its physical partitions (8 when the harness starts it); the
 peers get one stream / quorum queue per logical queue, and ``nats-subjects`` one
@@ -31,10 +41,11 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from load.checks import DeliveryChecker
+from load.checks import CheckReport, DeliveryChecker, count_report, merge
 from load.scenarios.common import Context, ProduceRun, drain, produce_closed
 
 TITLE = "throughput as logical queues grow (creation time, server memory)"
+REFERENCE_QUEUE = "s3-ref"
 CREATE_CHUNK = 50  # the budget is checked before each chunk starts
 CHUNKS_IN_FLIGHT = 2
 
@@ -139,6 +150,45 @@ def _delta(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
 async def run(ctx: Context) -> dict[str, Any]:
     system, p = ctx.system, ctx.profile
     steps: list[dict[str, Any]] = []
+    # the paired reference: one queue that lives through the whole scenario; at the last
+    # step its rounds alternate with the step's rounds (see the module docstring)
+    reference = [REFERENCE_QUEUE]
+    await system.setup(reference, ordered=True, shards=1)
+    ref_expected: list[tuple[str, int]] = []
+    try:
+        await _steps(ctx, steps, reference, ref_expected)
+        stored = await system.count(REFERENCE_QUEUE)
+    finally:
+        await in_chunks(system.delete, reference, p.s3_delete_budget_s, errors=[])
+    if steps and "paired_1q" in steps[-1] and stored is not None:
+        steps[-1]["paired_1q"]["count_check"] = count_report(len(ref_expected), stored).to_json()
+    return {"batch": p.s3_batch, "lanes_vpq": p.s3_lanes, "rounds": max(1, p.s3_rounds), "steps": steps}
+
+
+async def _round(
+    ctx: Context, queues: Sequence[str], r: int, tag: str, offset: int, on_acked: Callable[[str, str, int], None]
+) -> ProduceRun:
+    p = ctx.profile
+    return await produce_closed(
+        ctx.system,
+        queues,
+        producers=p.producers,
+        batch=p.s3_batch,
+        max_messages=p.s3_messages,
+        duration_s=p.scenario_timeout_s / 2 / max(1, p.s3_rounds),
+        keys_per_producer=2,
+        on_acked=on_acked,
+        lanes=p.s3_lanes,
+        message_bytes=p.message_bytes,
+        key_tag=f"{tag}{r}-",
+        queue_offset=offset,
+    )
+
+
+async def _steps(
+    ctx: Context, steps: list[dict[str, Any]], reference: list[str], ref_expected: list[tuple[str, int]]
+) -> None:
+    system, p = ctx.system, ctx.profile
     for n in p.s3_steps:
         names = [f"s3-n{n}-{i}" for i in range(n)]
         memory_before = await system.server_memory()
@@ -154,29 +204,28 @@ async def run(ctx: Context) -> dict[str, Any]:
             expected: dict[str, list[tuple[str, int]]] = defaultdict(list)
             per_task = math.ceil(p.s3_messages / p.s3_batch / max(1, p.producers))
             rounds: list[ProduceRun] = []
+            ref_rounds: list[ProduceRun] = []
+            paired = n > 1 and n == max(p.s3_steps)
             for r in range(max(1, p.s3_rounds)):
-                rounds.append(
-                    await produce_closed(
-                        system,
-                        created,
-                        producers=p.producers,
-                        batch=p.s3_batch,
-                        max_messages=p.s3_messages,
-                        duration_s=p.scenario_timeout_s / 2 / max(1, p.s3_rounds),
-                        keys_per_producer=2,
-                        on_acked=lambda q, k, s: expected[q].append((k, s)),
-                        lanes=p.s3_lanes,
-                        message_bytes=p.message_bytes,
-                        key_tag=f"r{r}-",
-                        queue_offset=r * per_task,
-                    )
-                )
+                if paired:
+                    ref_rounds.append(await _round(ctx, reference, r, "ref", 0, lambda q, k, s: ref_expected.append((k, s))))
+                record = lambda q, k, s: expected[q].append((k, s))  # noqa: E731
+                rounds.append(await _round(ctx, created, r, "r", r * per_task, record))
             produced = _median_run(rounds, p.message_bytes)
+            if paired:
+                ref = _median_run(ref_rounds, p.message_bytes)
+                produced["paired_1q"] = {
+                    "msgs_per_s": ref["msgs_per_s"],
+                    "round_msgs_per_s": ref["round_msgs_per_s"],
+                    "errors": ref.get("errors", 0),
+                    "ratio": round(produced["msgs_per_s"] / ref["msgs_per_s"], 3) if ref["msgs_per_s"] else None,
+                }
             memory_after = await system.server_memory()
 
             mismatches = 0
             counted = 0
             count_unknown = 0
+            counts: list[CheckReport] = []
             for q in _sample(created, p.s3_count_sample):
                 stored = await system.count(q)
                 if stored is None:
@@ -184,6 +233,7 @@ async def run(ctx: Context) -> dict[str, Any]:
                     continue
                 counted += 1
                 mismatches += int(stored != len(expected.get(q, ())))
+                counts.append(count_report(len(expected.get(q, ())), stored))
             checker = DeliveryChecker(order_required=True)
             for q in _sample([q for q in created if expected.get(q)], p.s3_drain_sample):
                 for k, s in expected[q]:
@@ -216,10 +266,10 @@ async def run(ctx: Context) -> dict[str, Any]:
                 "counts_checked": counted,
                 "count_mismatches": mismatches,
                 "counts_unknown": count_unknown,
+                "count_check": merge(counts).to_json(),
                 "check": checker.report().to_json(),
                 "deleted": deleted,
                 "delete_s": round(delete_s, 3),
                 "deletes_per_s": round(deleted / delete_s, 1) if delete_s > 0 else None,
             }
         )
-    return {"batch": p.s3_batch, "lanes_vpq": p.s3_lanes, "rounds": max(1, p.s3_rounds), "steps": steps}
