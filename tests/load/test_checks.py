@@ -101,3 +101,15 @@ def test_reorders_equal_deliveries_below_the_running_maximum(order: list[int]) -
         top = max(top, seq)
     assert c.report().reordered == below
     assert c.report().ok == (below == 0)
+
+
+def test_count_reports_name_loss_and_surplus_and_merge_by_summing() -> None:
+    from load.checks import count_report, merge
+
+    assert count_report(10, 10).ok
+    short, extra = count_report(10, 7), count_report(5, 6)
+    assert (short.lost, short.unexpected, short.ok) == (3, 0, False)
+    assert (extra.lost, extra.unexpected, extra.ok) == (0, 1, False)
+    total = merge([short, extra, count_report(4, 4)])
+    assert (total.expected, total.delivered, total.lost, total.unexpected) == (19, 17, 3, 1)
+    assert merge([]).ok

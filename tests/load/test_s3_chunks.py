@@ -1,9 +1,10 @@
-"""Scenario 3's creation/deletion window (``load.scenarios.s3_queues.in_chunks``)."""
+"""Scenario 3: the creation/deletion window (``in_chunks``), the paired reference and the count checks."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
@@ -117,3 +118,73 @@ async def test_a_failing_step_deletes_its_queues_before_the_error_ends_the_scena
     with pytest.raises(RuntimeError, match="creating store"):
         await s3_queues.run(Context(system, profile, echo=lambda _line: None))  # type: ignore[arg-type]
     assert system.live == set()
+
+
+class _Counting:
+    """Stores produced messages per queue; ``drop`` queues lose their first message."""
+
+    def __init__(self, drop: frozenset[str] = frozenset()) -> None:
+        self.stored: dict[str, int] = {}
+        self.produced_to: list[str] = []
+        self.drop = set(drop)
+
+    async def server_memory(self) -> dict[str, int]:
+        return {}
+
+    async def setup(self, queues: Sequence[str], *, ordered: bool = True, shards: int = 1) -> None:
+        for q in queues:
+            self.stored.setdefault(q, 0)
+
+    async def produce(self, queue: str, batch: Sequence[tuple[str, bytes]], *, lanes: int = 1) -> None:
+        await asyncio.sleep(0)
+        self.produced_to.append(queue)
+        n = len(batch)
+        if queue in self.drop:
+            self.drop.discard(queue)
+            n -= 1
+        self.stored[queue] += n
+
+    async def count(self, queue: str) -> int | None:
+        return self.stored.get(queue)
+
+    async def delete(self, queues: Sequence[str]) -> None:
+        for q in queues:
+            self.stored.pop(q, None)
+
+
+async def _run_s3(system: _Counting) -> dict[str, Any]:
+    from dataclasses import replace
+
+    from load.profiles import QUICK
+    from load.scenarios.common import Context
+
+    profile = replace(QUICK, s3_steps=(1, 6), s3_messages=60, s3_rounds=3, producers=2, s3_drain_sample=0)
+    return await s3_queues.run(Context(system, profile, echo=lambda _line: None))  # type: ignore[arg-type]
+
+
+async def test_the_last_step_alternates_with_a_paired_one_queue_reference() -> None:
+    from load.report import check_totals, headline
+
+    system = _Counting()
+    result = await _run_s3(system)
+    last = result["steps"][-1]
+    paired = last["paired_1q"]
+    assert len(paired["round_msgs_per_s"]) == 3 and paired["ratio"] > 0
+    assert paired["count_check"]["expected"] == 3 * 60 and paired["count_check"]["ok"]
+    assert "paired_1q" not in result["steps"][0]  # only the last step is paired
+    # reference rounds go before each of the step's rounds
+    runs = [q == s3_queues.REFERENCE_QUEUE for q in system.produced_to if not q.startswith("s3-n1-")]
+    starts = [i for i in range(len(runs)) if runs[i] and (i == 0 or not runs[i - 1])]
+    assert len(starts) == 3
+    assert system.stored == {}  # the reference is deleted with the steps' queues
+    assert headline(3, result)["throughput_6q_vs_1q_paired"] == paired["ratio"]
+    assert check_totals(result)["failed"] == 0
+
+
+async def test_a_stored_count_below_the_acknowledged_is_a_failed_check() -> None:
+    from load.report import check_totals
+
+    result = await _run_s3(_Counting(drop=frozenset({s3_queues.REFERENCE_QUEUE, "s3-n6-0"})))
+    totals = check_totals(result)
+    assert totals["lost"] >= 1 and totals["failed"] >= 1
+    assert result["steps"][-1]["paired_1q"]["count_check"]["lost"] == 1
