@@ -17,6 +17,8 @@ cannot grow the label sets.
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 UNMATCHED_ROUTE = "unmatched"
@@ -54,14 +56,28 @@ class GatewayMetrics:
         )
         self.acked = Counter("vpq_gateway_acked_messages", "messages acknowledged", ["queue", "group"], registry=r)
         self.nacked = Counter("vpq_gateway_nacked_messages", "messages given back (nack)", ["queue", "group"], registry=r)
+        # label children of the per-request series (``labels()`` takes a lock and builds a
+        # tuple on every call; routes are templates, so these stay small)
+        self._by_request: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+        self._by_queue: dict[str, tuple[Any, Any]] = {}
 
     def observe_request(self, method: str, route: str, status: int, seconds: float) -> None:
-        self.requests.labels(method, route, str(status)).inc()
-        self.latency.labels(method, route).observe(seconds)
+        key = (method, route, status)
+        kids = self._by_request.get(key)
+        if kids is None:
+            kids = self._by_request[key] = (
+                self.requests.labels(method, route, str(status)),
+                self.latency.labels(method, route),
+            )
+        kids[0].inc()
+        kids[1].observe(seconds)
 
     def produced(self, queue: str, messages: int, value_bytes: int) -> None:
-        self.produced_messages.labels(queue).inc(messages)
-        self.produced_bytes.labels(queue).inc(value_bytes)
+        kids = self._by_queue.get(queue)
+        if kids is None:
+            kids = self._by_queue[queue] = (self.produced_messages.labels(queue), self.produced_bytes.labels(queue))
+        kids[0].inc(messages)
+        kids[1].inc(value_bytes)
 
     def delivered_to(self, queue: str, group: str, messages: int) -> None:
         self.delivered.labels(queue, group).inc(messages)

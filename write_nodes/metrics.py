@@ -139,6 +139,10 @@ class WriteNodeMetrics:
         )
         self._gauges = _PartitionGauges()
         r.register(self._gauges)  # type: ignore[arg-type]
+        # label children by partition / (queue, partition): ``labels()`` costs a lock and a
+        # tuple per call, several calls per appended batch (the series are never removed)
+        self._by_partition: dict[int, tuple[Any, Any, Any, Any]] = {}
+        self._by_queue: dict[tuple[str, int], tuple[Any, Any]] = {}
 
     # ---------------------------------------------------------------- observing
     def appended(
@@ -150,14 +154,29 @@ class WriteNodeMetrics:
         seconds: float,
     ) -> None:
         """One batch of ``pp`` is durable: ``summary`` and ``queues`` as the handler has them."""
-        p = str(pp)
+        kids = self._by_partition.get(pp)
+        if kids is None:
+            p = str(pp)
+            kids = self._by_partition[pp] = (
+                self.appended_records.labels(p),
+                self.appended_bytes.labels(p),
+                self.appended_batches.labels(p),
+                self.append_seconds.labels(p),
+            )
+        by_queue = self._by_queue
         for name, (n, nbytes) in per_queue(summary, queues).items():
-            self.produced_messages.labels(name, p).inc(n)
-            self.produced_bytes.labels(name, p).inc(nbytes)
-        self.appended_records.labels(p).inc(sum(c[0] for c in summary.values()))
-        self.appended_bytes.labels(p).inc(batch_bytes)
-        self.appended_batches.labels(p).inc()
-        self.append_seconds.labels(p).observe(seconds)
+            pair = by_queue.get((name, pp))
+            if pair is None:
+                pair = by_queue[(name, pp)] = (
+                    self.produced_messages.labels(name, str(pp)),
+                    self.produced_bytes.labels(name, str(pp)),
+                )
+            pair[0].inc(n)
+            pair[1].inc(nbytes)
+        kids[0].inc(sum(c[0] for c in summary.values()))
+        kids[1].inc(batch_bytes)
+        kids[2].inc()
+        kids[3].observe(seconds)
 
     def timed_fsync(self, pp: int, inner: FsyncFn = default_fsync) -> FsyncFn:
         """``inner`` timed into ``vpq_fsync_seconds{partition=pp}`` (thread-safe: the log
