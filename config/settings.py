@@ -64,6 +64,13 @@ class GatewaySettings(BaseModel):
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)
     max_request_bytes: int = Field(16 * MiB, ge=1024)
+    append_requests_in_flight: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="appends the gateway has in flight to one write node; produce requests arriving "
+        "meanwhile leave together as one (write_nodes.append_batcher)",
+    )
     auth_enabled: bool = False
     tokens: list[AuthToken] = Field(default_factory=list)
 

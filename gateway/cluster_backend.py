@@ -49,6 +49,7 @@ from metadata.queues import QueueRecord
 from metadata.store import MetadataStore
 from read_nodes.client import ReadNodeClient
 from virtual_partitions.router import ProduceRouter
+from write_nodes.append_batcher import AppendBatcher
 from write_nodes.client import WriteNodeClient
 from write_nodes.cluster_meta import get_or_init_partition_count
 from write_nodes.produce import Appender, AppendPolicy
@@ -75,6 +76,7 @@ class ClusterBackend:
         self._read_client: ReadNodeClient | None = None
         self._appender: Appender | None = None
         self._admin: QueueAdmin | None = None
+        self._batcher: AppendBatcher | None = None
         self._groups: GroupCaller | None = None
         self._node_metrics: NodeMetricsScraper | None = None
         self.traffic = TrafficMeter()
@@ -103,7 +105,13 @@ class ClusterBackend:
             await readers.refresh()
             self._write_client = WriteNodeClient(self._session)
             self._read_client = ReadNodeClient(self._session)
-            self._appender = Appender(cache, ProduceRouter(cache, md.contexts), writers, self._write_client, self._policy)
+            batcher = self._batcher = AppendBatcher(
+                self._write_client,
+                max_in_flight=self._settings.gateway.append_requests_in_flight,
+                max_request_bytes=self._policy.max_request_bytes,
+            )
+            await batcher.start()
+            self._appender = Appender(cache, ProduceRouter(cache, md.contexts), writers, batcher, self._policy)
             self._admin = QueueAdmin(
                 md, self._placeable_partitions, self.traffic, on_queue_change=cache.after_change,
                 log_ends=LogEnds(writers, self._write_client),
@@ -127,6 +135,7 @@ class ClusterBackend:
         await close_all(
             (
                 self._admin.stop if self._admin else None,
+                self._batcher.stop if self._batcher else None,
                 self._cache.stop if self._cache else None,
                 self._listener.stop if self._listener else None,
                 self._session.close if self._session else None,
@@ -136,6 +145,7 @@ class ClusterBackend:
             "the cluster backend",
         )
         self._cache = self._listener = self._session = self._md = None
+        self._batcher = None
 
     def _placeable_partitions(self) -> list[int]:
         return list(range(self._partition_count))  # the admin adds the pps the map already uses

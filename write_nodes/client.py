@@ -28,7 +28,7 @@ import orjson
 from multidict import CIMultiDictProxy
 
 from common.errors import InternalError, Unavailable, VpqError
-from write_nodes.append_frames import encode_frames
+from write_nodes.append_frames import Frame, encode_frames
 
 NODE_UNREACHABLE = "node_unreachable"
 """Code of the ``Unavailable`` raised when a node cannot be reached."""
@@ -192,11 +192,11 @@ class WriteNodeClient:
         return base, last
 
     async def append_many(
-        self, address: str, items: Sequence[tuple[int, bytes]], map_epoch: int
+        self, address: str, items: Sequence[Frame], map_epoch: int
     ) -> list[tuple[int, int] | VpqError]:
-        """Append several ``(pp, batch)`` in one request (``write_nodes.append_frames``); per
-        item, in order, ``(base_offset, last_offset)`` once durable or the node's error for
-        it. A failure of the whole request (unreachable, malformed body) raises."""
+        """Append several frames in one request (``write_nodes.append_frames``); per frame,
+        in order, ``(base_offset, last_offset)`` once durable or the node's error for it. A
+        failure of the whole request (unreachable, malformed body) raises."""
         answer = await call_node(
             self._session,
             "POST",

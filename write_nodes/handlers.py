@@ -46,7 +46,7 @@ from common.errors import (
 )
 from metadata.map_cache import MapCache
 from write_nodes.fence import FenceView
-from write_nodes.append_frames import FrameError, decode_frames, error_entry, ok_entry
+from write_nodes.append_frames import ChainGate, FrameError, decode_frames, error_entry, ok_entry
 from write_nodes.errors import CorruptBatchError, LogIOError, OffsetOutOfRangeError
 from write_nodes.metrics import WriteNodeMetrics
 from write_nodes.ownership import NOT_OWNER, PARTITION_OFFLINE, OwnedPartition, PartitionOwnership, State
@@ -285,8 +285,8 @@ class WriteNodeHandlers:
     async def append_many(self, request: web.Request) -> web.Response:
         """``POST /internal/v1/append``: the frames of ``write_nodes.append_frames``, each
         checked and appended as by the one-partition append, in body order; one answer
-        entry per frame. A partition stops at its first refused frame (its later frames
-        get the same error), so a partition's frames are never appended out of order."""
+        entry per frame. A frame that continues a chain whose earlier frame was refused
+        gets the same error and is not appended, so a chain never lands out of order."""
         own = self._ownership
         sender_epoch = _epoch(request)
         with own.track():
@@ -296,7 +296,7 @@ class WriteNodeHandlers:
             except FrameError as exc:
                 raise BadRequest(CORRUPT_BATCH, f"malformed append frames: {exc}") from None
             frames: list[_Frame | VpqError] = []
-            for pp, batch in raw:
+            for pp, batch, _ in raw:
                 try:
                     own.serving(pp)
                     frames.append(_Frame(pp, batch, *check_one_batch(batch)))
@@ -306,23 +306,23 @@ class WriteNodeHandlers:
             await self._guard.refresh_if_needed(sender_epoch, ids)
             started = time.perf_counter()
             # from here until every frame is submitted nothing yields to the event loop
-            refused: dict[int, VpqError] = {}
+            gate = ChainGate()
             waiters: list[Awaitable[tuple[int, int]] | VpqError] = []
-            for pp, f in zip((pp for pp, _ in raw), frames, strict=True):
-                err = refused.get(pp)
+            for frame, f in zip(raw, frames, strict=True):
+                err = gate.refused(frame)
                 if err is None and isinstance(f, _Frame):
                     try:
                         waiters.append(self._admit(f))
                         continue
                     except LogIOError as exc:
                         assert f.part is not None
-                        err = self._log_failure(pp, f.part, exc)
+                        err = self._log_failure(f.pp, f.part, exc)
                     except VpqError as exc:
                         err = exc
                 elif err is None:
                     assert isinstance(f, VpqError)
                     err = f
-                refused[pp] = err
+                gate.record(frame, err)
                 waiters.append(err)
             entries: list[dict[str, object]] = []
             for f, w in zip(frames, waiters, strict=True):

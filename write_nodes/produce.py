@@ -48,6 +48,7 @@ from common.errors import InternalError, NotFound, Unavailable, VpqError
 from metadata.errors import QueueNotFoundError
 from read_nodes.message_id import encode_message_id
 from virtual_partitions.router import QueueNotPlacedError, Route
+from write_nodes.append_frames import Frame
 from write_nodes.client import NODE_UNREACHABLE
 from write_nodes.records import VALUE_JSON, VALUE_RAW, build_batch
 
@@ -121,7 +122,7 @@ class AppendClient(Protocol):
     """``write_nodes.client.WriteNodeClient`` is one."""
 
     async def append_many(
-        self, address: str, items: Sequence[tuple[int, bytes]], map_epoch: int
+        self, address: str, items: Sequence[Frame], map_epoch: int
     ) -> list[tuple[int, int] | VpqError]: ...
 
 
@@ -359,8 +360,13 @@ class Appender:
                     items.append((pp, chunk, batch))
             if not items:
                 continue
+            sent: set[int] = set()
+            body: list[Frame] = []
+            for pp, _, b in items:  # a pp's later chunks continue its chain (kept in order)
+                body.append(Frame(pp, b, pp in sent))
+                sent.add(pp)
             try:
-                answers = await self._client.append_many(address, [(pp, b) for pp, _, b in items], epoch)
+                answers = await self._client.append_many(address, body, epoch)
             except VpqError as err:
                 for pp, chunk, _ in items:
                     out = outcomes[pp]

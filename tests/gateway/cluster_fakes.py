@@ -17,7 +17,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from common.errors import BadRequest, NotFound, Unavailable, VpqError
-from write_nodes.append_frames import FrameError, decode_frames
+from write_nodes.append_frames import ChainGate, FrameError, decode_frames
 from write_nodes.errors import CorruptBatchError
 from write_nodes.records import Record, decode_batches, iter_batches, restamp_base_offset
 
@@ -102,7 +102,7 @@ class FakeWriteNode:
         return web.json_response({"base_offset": base, "last_offset": last})
 
     async def _append_many(self, request: web.Request) -> web.Response:
-        """``POST /internal/v1/append``: per frame as ``_append``; a pp stops at its first refusal."""
+        """``POST /internal/v1/append``: per frame as ``_append``; a chain stops at its first refusal."""
         epoch = int(request.headers.get("X-Map-Epoch", "-1"))
         body = await request.read()
         if self.append_delay_s:
@@ -111,16 +111,17 @@ class FakeWriteNode:
             frames = decode_frames(body)
         except FrameError as exc:
             return error_response(BadRequest("corrupt_batch", str(exc)))
-        refused: dict[int, VpqError] = {}
+        gate = ChainGate()
         results: list[dict[str, Any]] = []
-        for pp, batch in frames:
+        for frame in frames:
             try:
-                if pp in refused:
-                    raise refused[pp]
-                base, last = self._append_one(pp, batch, epoch)
+                refused = gate.refused(frame)
+                if refused is not None:
+                    raise refused
+                base, last = self._append_one(frame.pp, frame.batch, epoch)
                 results.append({"base_offset": base, "last_offset": last})
             except VpqError as err:
-                refused[pp] = err
+                gate.record(frame, err)
                 results.append({"error": err.to_dict()["error"], "status": err.status})
         return web.json_response({"results": results})
 

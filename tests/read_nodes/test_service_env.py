@@ -106,10 +106,8 @@ class FakeWriteNode:
 
     async def _append_many(self, request: web.Request) -> web.Response:
         results: list[dict[str, object]] = []
-        refused: set[int] = set()
-        for pp, batch in decode_frames(await request.read()):
-            if pp not in self.logs or pp in refused:
-                refused.add(pp)
+        for pp, batch, _ in decode_frames(await request.read()):
+            if pp not in self.logs:
                 results.append({"error": {"code": "not_owner", "message": f"pp {pp} is not here", "retry_after": 1}, "status": 503})
                 continue
             base, last = await self.logs[pp].append_batch_bytes(batch)

@@ -10,21 +10,39 @@ from hypothesis import strategies as st
 
 from common.errors import BadRequest, Unavailable
 from tests.write_nodes.test_service_helpers import batch, read
-from write_nodes.append_frames import FrameError, decode_frames, encode_frames
+from write_nodes.append_frames import MAX_PARTITION, ChainGate, Frame, FrameError, decode_frames, encode_frames
 from write_nodes.client import WriteNodeClient
 from write_nodes.records import decode_batches
 
 # ---------------------------------------------------------------- codec (pure)
 
 
-@given(st.lists(st.tuples(st.integers(0, 2**32 - 1), st.binary(min_size=1, max_size=64)), min_size=1, max_size=20))
-def test_frames_round_trip(items: list[tuple[int, bytes]]) -> None:
-    assert decode_frames(encode_frames(items)) == items
+@given(
+    st.lists(
+        st.builds(Frame, st.integers(0, MAX_PARTITION), st.binary(min_size=1, max_size=64), st.booleans()),
+        min_size=1,
+        max_size=20,
+    )
+)
+def test_frames_round_trip(frames: list[Frame]) -> None:
+    assert decode_frames(encode_frames(frames)) == frames
+
+
+def test_a_chain_stops_at_its_first_refusal_and_new_chains_start_clean() -> None:
+    gate = ChainGate()
+    first, more, other, fresh = Frame(1, b"a"), Frame(1, b"b", True), Frame(2, b"c"), Frame(1, b"d")
+    assert gate.refused(first) is None
+    gate.record(first, "stale")
+    assert gate.refused(more) == "stale"  # continues the refused chain
+    assert gate.refused(other) is None  # another partition
+    assert gate.refused(fresh) is None  # a new chain of the same partition (another producer)
+    gate.record(fresh, None)
+    assert gate.refused(Frame(1, b"e", True)) is None
 
 
 @pytest.mark.parametrize(
     "body",
-    [b"", b"\x00\x00\x00", encode_frames([(1, b"abc")])[:-1], b"\x00\x00\x00\x01\x00\x00\x00\x00"],
+    [b"", b"\x00\x00\x00", encode_frames([Frame(1, b"abc")])[:-1], b"\x00\x00\x00\x01\x00\x00\x00\x00"],
     ids=["empty", "short-header", "truncated-batch", "empty-frame"],
 )
 def test_malformed_bodies_are_refused(body: bytes) -> None:
@@ -38,7 +56,7 @@ def test_malformed_bodies_are_refused(body: bytes) -> None:
 async def test_frames_of_several_partitions_are_appended_in_one_request(node) -> None:
     service, _md, qid, http = node
     client = WriteNodeClient(http)
-    items = [(0, batch(qid, [0, 3], "a")), (2, batch(qid, [2], "b")), (0, batch(qid, [3], "c"))]
+    items = [Frame(0, batch(qid, [0, 3], "a")), Frame(2, batch(qid, [2], "b")), Frame(0, batch(qid, [3], "c"))]
     assert await client.append_many(service.address, items, 1) == [(0, 1), (0, 0), (2, 2)]
     _, data, headers = await read(http, service.address, 0, 0)
     assert headers["X-End-Offset"] == "3"
@@ -47,22 +65,24 @@ async def test_frames_of_several_partitions_are_appended_in_one_request(node) ->
     assert [r.value for r in decode_batches(data)] == [b"b-0"]
 
 
-async def test_a_refused_frame_stops_its_partition_only(node) -> None:
+async def test_a_refused_frame_stops_its_chain_only(node) -> None:
     service, _md, qid, http = node
     client = WriteNodeClient(http)
     items = [
-        (0, batch(qid, [0, 1], "stale")),  # vp 1 lives on pp 1: stale_map
-        (2, batch(qid, [2], "ok")),
-        (0, batch(qid, [0], "after")),  # pp 0 already refused: must not be appended
-        (1, batch(qid, [1], "elsewhere")),  # pp 1 is not held here
+        Frame(0, batch(qid, [0, 1], "stale")),  # vp 1 lives on pp 1: stale_map
+        Frame(2, batch(qid, [2], "ok")),
+        Frame(0, batch(qid, [0], "after"), True),  # continues the refused chain: not appended
+        Frame(1, batch(qid, [1], "elsewhere")),  # pp 1 is not held here
+        Frame(0, batch(qid, [0], "other")),  # another producer's chain of pp 0: appended
     ]
     answers = await client.append_many(service.address, items, 1)
     assert isinstance(answers[0], Unavailable) and answers[0].code == "stale_map"
     assert answers[1] == (0, 0)
     assert isinstance(answers[2], Unavailable) and answers[2].code == "stale_map"
     assert isinstance(answers[3], Unavailable) and answers[3].code == "not_owner"
+    assert answers[4] == (0, 0)
     _, data, headers = await read(http, service.address, 0, 0)
-    assert data == b"" and headers["X-End-Offset"] == "0"  # nothing of pp 0 was appended
+    assert [r.value for r in decode_batches(data)] == [b"other-0"]  # the refused chain left nothing
 
 
 async def test_a_corrupt_frame_is_refused_and_changes_nothing_of_its_partition(node) -> None:
@@ -70,7 +90,7 @@ async def test_a_corrupt_frame_is_refused_and_changes_nothing_of_its_partition(n
     client = WriteNodeClient(http)
     bad = bytearray(batch(qid, [2]))
     bad[-1] ^= 0xFF
-    answers = await client.append_many(service.address, [(2, bytes(bad)), (0, batch(qid, [0]))], 1)
+    answers = await client.append_many(service.address, [Frame(2, bytes(bad)), Frame(0, batch(qid, [0]))], 1)
     assert isinstance(answers[0], BadRequest) and answers[0].code == "corrupt_batch"
     assert answers[1] == (0, 0)
     _, data, _ = await read(http, service.address, 2, 0)
@@ -79,7 +99,7 @@ async def test_a_corrupt_frame_is_refused_and_changes_nothing_of_its_partition(n
 
 async def test_a_malformed_body_is_a_400_for_the_whole_request(node) -> None:
     service, _md, qid, http = node
-    body = encode_frames([(0, batch(qid, [0]))])[:-2]
+    body = encode_frames([Frame(0, batch(qid, [0]))])[:-2]
     async with http.post(f"http://{service.address}/internal/v1/append", data=body) as resp:
         assert resp.status == 400
         assert orjson.loads(await resp.read())["error"]["code"] == "corrupt_batch"

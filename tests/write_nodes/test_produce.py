@@ -23,6 +23,7 @@ from metadata.store import MetadataStore
 from read_nodes.message_id import encode_message_id
 from virtual_partitions.hashing import key_hash, vp_of_hash
 from virtual_partitions.router import ProduceRouter
+from write_nodes.append_frames import ChainGate, Frame
 from write_nodes.produce import Appender, AppendPolicy, PlainMessage, group_by_partition, split_chunks
 from write_nodes.records import VALUE_JSON, VALUE_RAW, Record, decode_batches
 
@@ -73,25 +74,26 @@ class MemoryWriteNodes:
     fail_request: list[VpqError] = field(default_factory=list)
 
     async def append_many(
-        self, address: str, items: list[tuple[int, bytes]], map_epoch: int
+        self, address: str, items: list[Frame], map_epoch: int
     ) -> list[tuple[int, int] | VpqError]:
-        """As the write node: frames in order, a pp stops at its first refused frame."""
+        """As the write node: frames in order, a chain stops at its first refused frame."""
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
             await asyncio.sleep(0.01)
-            self.requests.append((address, [pp for pp, _ in items]))
+            self.requests.append((address, [f.pp for f in items]))
             if self.fail_request:
                 raise self.fail_request.pop(0)
             out: list[tuple[int, int] | VpqError] = []
-            refused: dict[int, VpqError] = {}
-            for pp, batch in items:
+            gate = ChainGate()
+            for frame in items:
                 try:
-                    if pp in refused:
-                        raise refused[pp]
-                    out.append(self._append_one(address, pp, batch, map_epoch))
+                    refused = gate.refused(frame)
+                    if refused is not None:
+                        raise refused
+                    out.append(self._append_one(address, frame.pp, frame.batch, map_epoch))
                 except VpqError as err:
-                    refused[pp] = err
+                    gate.record(frame, err)
                     out.append(err)
             return out
         finally:
