@@ -45,12 +45,13 @@ from common.errors import (
     VpqError,
 )
 from metadata.map_cache import MapCache
-from write_nodes.fence import FenceView
 from write_nodes.append_frames import ChainGate, FrameError, decode_frames, error_entry, ok_entry
+from write_nodes.batch_scan import TrafficKey, summarize_batch
 from write_nodes.errors import CorruptBatchError, LogIOError, OffsetOutOfRangeError
+from write_nodes.fence import FenceView
 from write_nodes.metrics import WriteNodeMetrics
 from write_nodes.ownership import NOT_OWNER, PARTITION_OFFLINE, OwnedPartition, PartitionOwnership, State
-from write_nodes.records import BatchView, Record
+from write_nodes.records import BatchView
 
 log = logging.getLogger(__name__)
 
@@ -63,8 +64,6 @@ MAX_READ_BYTES = 64 << 20
 STALE_MAP = "stale_map"
 CORRUPT_BATCH = "corrupt_batch"
 
-TrafficKey = tuple[int, int, int]
-"""(queue id, vp, context id)"""
 
 
 class TrafficSink(Protocol):
@@ -73,14 +72,10 @@ class TrafficSink(Protocol):
 
 
 # ------------------------------------------------------------------ pure helpers
-def decode_one_batch(body: bytes) -> list[Record]:
-    """The records of ``body``, which must be exactly one valid batch (CRC included);
+def check_one_batch(body: bytes) -> tuple[BatchView, dict[TrafficKey, list[int]]]:
+    """The header view and the routing summary (``batch_scan.summarize_batch``) of
+    ``body``, which must be exactly one valid batch (CRC and record area included);
     ``BadRequest`` (``corrupt_batch``) otherwise."""
-    return check_one_batch(body)[1]
-
-
-def check_one_batch(body: bytes) -> tuple[BatchView, list[Record]]:
-    """``decode_one_batch`` with the batch's header view (for ``PartitionLog.submit_checked``)."""
     if not body:
         raise BadRequest(CORRUPT_BATCH, "empty body: expected one record batch")
     try:
@@ -89,23 +84,9 @@ def check_one_batch(body: bytes) -> tuple[BatchView, list[Record]]:
             raise CorruptBatchError(f"expected exactly one batch: {len(body)} bytes for a {view.size}-byte batch")
         if not view.verify_crc():
             raise CorruptBatchError("CRC mismatch")
-        return view, view.records()
+        return view, summarize_batch(view)
     except CorruptBatchError as exc:
         raise BadRequest(CORRUPT_BATCH, f"corrupt record batch: {exc}") from None
-
-
-def summarize(records: Iterable[Record]) -> dict[TrafficKey, list[int]]:
-    """(queue id, vp, context id) -> [messages, value bytes], in first-seen order."""
-    out: dict[TrafficKey, list[int]] = {}
-    for r in records:
-        key = (r.queue_id, r.virtual_partition, r.context_id)
-        c = out.get(key)
-        if c is None:
-            out[key] = [1, len(r.value)]
-        else:
-            c[0] += 1
-            c[1] += len(r.value)
-    return out
 
 
 def _pp(request: web.Request) -> int:
@@ -238,11 +219,11 @@ class _Frame:
 
     __slots__ = ("pp", "batch", "view", "summary", "part", "queues")
 
-    def __init__(self, pp: int, batch: bytes, view: BatchView, records: list[Record]) -> None:
+    def __init__(self, pp: int, batch: bytes, view: BatchView, summary: dict[TrafficKey, list[int]]) -> None:
         self.pp = pp
         self.batch = batch
         self.view = view
-        self.summary = summarize(records)
+        self.summary = summary
         self.part: OwnedPartition | None = None
         self.queues: dict[int, tuple[str, int]] = {}
 

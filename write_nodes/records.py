@@ -73,6 +73,7 @@ CRC_START = 17
 _BASE = struct.Struct(">q")
 _PREFIX = struct.Struct(">IIIIB")
 PREFIX_SIZE = _PREFIX.size  # 17
+PREFIX = _PREFIX  # queue id, vp, key hash, context id, value encoding
 # smallest record: length varint + prefix + ts delta + key length + value length + header count
 MIN_RECORD_SIZE = 1 + PREFIX_SIZE + 4
 MIN_BATCH_LENGTH = HEADER_SIZE - LENGTH_END + MIN_RECORD_SIZE
@@ -362,7 +363,7 @@ class BatchView:
                     p += 1
                 else:
                     hc, p = decode_uvarint(buf, p, rend)
-                    headers, p = _decode_headers(buf, p, rend, hc)
+                    headers, p = decode_headers(buf, p, rend, hc)
                 if p != rend:
                     raise CorruptBatchError(f"record at offset {offset} does not end where its length says")
                 r = new(Record)
@@ -385,7 +386,7 @@ class BatchView:
         return out
 
 
-def _decode_headers(buf: BytesLike, p: int, end: int, count: int) -> tuple[Headers, int]:
+def decode_headers(buf: BytesLike, p: int, end: int, count: int) -> tuple[Headers, int]:
     items: list[tuple[str, bytes]] = []
     for _ in range(count):
         kl, p = decode_uvarint(buf, p, end)
