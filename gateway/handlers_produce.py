@@ -3,6 +3,8 @@ isolation context, hand the batch to the backend, answer the results in request 
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 from aiohttp import web
 from pydantic import ValidationError
@@ -12,6 +14,7 @@ from gateway.backend import ResolvedMessage
 from gateway.http import bad_request_from, describe_errors, isolation_headers, json_response, read_json_object
 from gateway.keys import BACKEND_KEY, METRICS_KEY, SETTINGS_KEY
 from gateway.models import ProduceMessage, ProduceRequest
+from gateway.produce_fast import plain_messages
 from isolation.context import IsolationContext, IsolationError, PartialContext, resolve
 
 
@@ -63,18 +66,35 @@ def resolve_message(
     return ResolvedMessage(key=message.key, value=value, value_is_json=is_json, headers=message.headers, context=context)
 
 
+def plain_batch(body: dict[str, Any], headers: PartialContext) -> list[ResolvedMessage] | None:
+    """The resolved messages of a plain body (``gateway.produce_fast``), all in the request
+    headers' context; ``None`` when the body is not plain or that context does not
+    resolve (the model path then answers, errors included)."""
+    plain = plain_messages(body)
+    if plain is None:
+        return None
+    try:
+        context = resolve(PartialContext(), headers)
+    except IsolationError:
+        return None
+    dumps = orjson.dumps
+    return [ResolvedMessage(key, dumps(value), True, h, context) for key, value, h in plain]
+
+
 async def produce(request: web.Request) -> web.Response:
     """``POST /v1/queues/{queue}/messages``."""
     app = request.app
     queue = request.match_info["queue"]
     headers = isolation_headers(request)
     body = await read_json_object(request, app[SETTINGS_KEY].max_request_bytes, required=True)
-    try:
-        batch = ProduceRequest.model_validate(body)
-    except ValidationError as exc:
-        raise batch_error(exc) from None
-    cache: dict[tuple[str | None, str | None, str | None], IsolationContext] = {}
-    messages = [resolve_message(i, m, headers, cache) for i, m in enumerate(batch.messages)]
+    messages = plain_batch(body, headers)
+    if messages is None:
+        try:
+            batch = ProduceRequest.model_validate(body)
+        except ValidationError as exc:
+            raise batch_error(exc) from None
+        cache: dict[tuple[str | None, str | None, str | None], IsolationContext] = {}
+        messages = [resolve_message(i, m, headers, cache) for i, m in enumerate(batch.messages)]
     results = await app[BACKEND_KEY].produce(queue, messages)
     if len(results) != len(messages):
         raise InternalError("internal_error", f"backend answered {len(results)} results for {len(messages)} messages")
