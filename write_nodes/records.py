@@ -1,14 +1,18 @@
-"""The record-batch format, version (magic) 1. Pure: no I/O, no clock.
+"""The record-batch format: the header of every batch, and the row format, version
+(magic) 1. Pure: no I/O, no clock.
 
 A physical partition stores a sequence of *batches*; a batch holds one or more
-records with consecutive offsets. All integers are big-endian.
+records with consecutive offsets. All integers of this module are big-endian. The
+columnar record area of magic 2 (what the produce path writes) is in
+``write_nodes.columnar``; the header below, the CRC rule and ``BatchView`` serve both,
+and ``BatchView.records()`` decodes either.
 
 Batch header (43 bytes)::
 
     off size field
       0    8 base_offset        int64   offset of the first record (assigned by the log)
       8    4 batch_length       int32   bytes after this field (so a batch is 12 + batch_length bytes)
-     12    1 magic              int8    = 1
+     12    1 magic              int8    = 1 (rows, below) or 2 (columns, write_nodes.columnar)
      13    4 crc                uint32  CRC32C (Castagnoli) of every byte from offset 17 to the end
      17    2 attributes         int16   bits 0-2 compression (only 0 = none exists); other bits zero
      19    4 last_offset_delta  int32   = record_count - 1 (records have consecutive offsets)
@@ -20,7 +24,7 @@ The CRC does not cover ``base_offset`` nor ``batch_length``: the log stamps the
 base offset when it appends (:func:`restamp_base_offset`) without recomputing the
 CRC, as Kafka does. A wrong length still fails the CRC because it moves the range.
 
-Record (repeated ``record_count`` times)::
+Magic-1 record (repeated ``record_count`` times)::
 
     length             uvarint  bytes of the rest of this record
     queue_id           uint32   interned queue id
@@ -60,6 +64,8 @@ from write_nodes.varint import (
 )
 
 MAGIC = 1
+MAGIC_COLUMNAR = 2  # write_nodes.columnar
+MAGICS = (MAGIC, MAGIC_COLUMNAR)
 VALUE_JSON = 0
 VALUE_RAW = 1
 COMPRESSION_MASK = 0x07
@@ -77,6 +83,8 @@ PREFIX = _PREFIX  # queue id, vp, key hash, context id, value encoding
 # smallest record: length varint + prefix + ts delta + key length + value length + header count
 MIN_RECORD_SIZE = 1 + PREFIX_SIZE + 4
 MIN_BATCH_LENGTH = HEADER_SIZE - LENGTH_END + MIN_RECORD_SIZE
+# magic 2 (columnar): the column bytes of one record (write_nodes.columnar.FIXED_RECORD_BYTES)
+MIN_RECORD_SIZE_BY_MAGIC = {MAGIC: MIN_RECORD_SIZE, MAGIC_COLUMNAR: 37}
 
 Headers = tuple[tuple[str, bytes], ...]
 
@@ -113,7 +121,8 @@ _SET_TIMESTAMP = Record.timestamp_ms.__set__  # type: ignore[attr-defined]
 _SET_OFFSET = Record.offset.__set__  # type: ignore[attr-defined]
 
 
-def _encode_headers(headers: Headers) -> bytes:
+def encode_headers(headers: Headers) -> bytes:
+    """A record's headers as stored: uvarint count, then (key length, key, value length, value)."""
     out = [encode_uvarint(len(headers))]
     for name, value in headers:
         raw = name.encode("utf-8")
@@ -188,7 +197,7 @@ def build_batch(base_offset: int, records: Sequence[RecordFields], timestamp_ms:
             vl = len(value)
             vv = uv[vl] if vl < SMALL_LIMIT else encode_uvarint(vl)
             headers = r.headers
-            hv = _encode_headers(headers) if headers else b"\x00"
+            hv = encode_headers(headers) if headers else b"\x00"
             small = pack(r.queue_id, r.virtual_partition, r.key_hash, r.context_id, r.value_encoding) + tsv + kv
             body = len(small) + kl + len(vv) + vl + len(hv)
             lv = uv[body] if body < SMALL_LIMIT else encode_uvarint(body)
@@ -219,13 +228,14 @@ def restamp_base_offset_into(buf: bytearray, pos: int, base_offset: int) -> None
 def header_problem(base_offset: int, length: int, magic: int, attributes: int, last_delta: int, count: int) -> str | None:
     """Why these header fields cannot belong to a valid batch, or ``None``. Pure sanity
     checks that need no payload: used by readers and by recovery before the CRC."""
-    if magic != MAGIC:
+    min_record = MIN_RECORD_SIZE_BY_MAGIC.get(magic)
+    if min_record is None:
         return f"unknown magic {magic}"
-    if length < MIN_BATCH_LENGTH:
+    if length < HEADER_SIZE - LENGTH_END + min_record:
         return f"batch length {length} too small"
     if count < 1 or last_delta != count - 1:
         return f"record count {count} / last offset delta {last_delta} mismatch"
-    if count * MIN_RECORD_SIZE > length:
+    if count * min_record > length:
         return f"record count {count} cannot fit in {length} bytes"
     if attributes & COMPRESSION_MASK:
         return f"unsupported attributes {attributes:#x}"
@@ -305,7 +315,10 @@ class BatchView:
 
         Hot path for readers: one-byte varints are decoded inline and records are
         built through their slots. Bounds are enforced by the exact-end check of
-        each record (the read position only grows) and by the caught errors."""
+        each record (the read position only grows) and by the caught errors. A magic-2
+        batch is decoded by ``write_nodes.columnar.decode``."""
+        if self.magic == MAGIC_COLUMNAR:
+            return _columnar.decode(self)
         buf = self.buf
         end = self.pos + self.size
         p = self.pos + HEADER_SIZE
@@ -422,3 +435,7 @@ def decode_batches(buf: BytesLike, *, verify: bool = True) -> list[Record]:
     for view in iter_batches(buf, verify=verify):
         out.extend(view.records())
     return out
+
+
+# magic 2 lives in its own module, which builds on this one (imported last: no cycle)
+from write_nodes import columnar as _columnar  # noqa: E402
