@@ -26,12 +26,14 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
 from isolation.context import IsolationContext
+from write_nodes.outgoing import OutgoingBatch, ProduceResults
 
 
 class ResolvedMessage(NamedTuple):
     """One validated message of a produce batch, its isolation context resolved (the
     message's own fields, else the request's X-Env/X-Set/X-Lane headers, else the
-    defaults prod/""/""). A named tuple: one is built per produced message.
+    defaults prod/""/""). Built by the models' path of the produce handler, which hands the
+    backend their columns (``write_nodes.outgoing.OutgoingBatch.from_messages``).
 
     ``value`` holds the bytes to store: the compact JSON encoding (UTF-8) of the JSON value
     when ``value_is_json``, else the raw bytes decoded from ``value_b64``. A poll must give
@@ -44,17 +46,6 @@ class ResolvedMessage(NamedTuple):
     value_is_json: bool
     headers: dict[str, str]
     context: IsolationContext
-
-    @property
-    def size_bytes(self) -> int:
-        """Size compared with the queue's ``max_message_bytes``: UTF-8 key + value + header
-        names and values."""
-        size = len(self.value)
-        if self.key is not None:
-            size += len(self.key.encode())
-        for k, v in self.headers.items():
-            size += len(k.encode()) + len(v.encode())
-        return size
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,13 +100,15 @@ class Backend(Protocol):
         NotFound("queue_not_found") when unknown."""
         ...
 
-    async def produce(self, queue: str, messages: list[ResolvedMessage]) -> list[dict[str, Any]]:
-        """Append ``messages`` (non-empty, at most 10,000) durably, all or nothing, and answer
-        one ``ProduceResult`` dict (``id``, ``partition``, ``offset``, ``virtual_partition``)
-        per message, in request order, only once every message is on disk.
+    async def produce(self, queue: str, batch: OutgoingBatch) -> ProduceResults | list[dict[str, Any]]:
+        """Append the messages of ``batch`` (columns, ``write_nodes.outgoing``; 1 to 10,000
+        messages) durably, all or nothing, and answer where each went, in request order,
+        only once every message is on disk: a ``ProduceResults`` or one ``ProduceResult``
+        dict (``id``, ``partition``, ``offset``, ``virtual_partition``) per message.
         Before appending anything: NotFound("queue_not_found") for an unknown queue;
         ``PayloadTooLarge("message_too_large", ..., index=i)`` naming the first message whose
-        ``size_bytes`` exceeds the queue's ``max_message_bytes``."""
+        size (``OutgoingBatch.sizes``: key + value + header names and values) exceeds the
+        queue's ``max_message_bytes``."""
         ...
 
     async def join(self, queue: str, group: str, spec: JoinSpec) -> dict[str, Any]:

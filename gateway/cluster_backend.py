@@ -35,7 +35,7 @@ import aiohttp
 from common.errors import NotFound, PayloadTooLarge, Unavailable, VpqError
 from common.lifecycle import close_all
 from config.settings import Settings
-from gateway.backend import JoinSpec, ResolvedMessage
+from gateway.backend import JoinSpec
 from gateway.cluster_errors import metadata_errors
 from gateway.cluster_groups import GroupCaller
 from gateway.cluster_metrics import NodeMetricsScraper, registered_nodes
@@ -49,9 +49,10 @@ from metadata.queues import QueueRecord
 from metadata.store import MetadataStore
 from read_nodes.client import ReadNodeClient
 from virtual_partitions.router import ProduceRouter
-from write_nodes.append_batcher import AppendBatcher
+from write_nodes.append_accumulator import AppendAccumulator
 from write_nodes.client import WriteNodeClient
 from write_nodes.cluster_meta import get_or_init_partition_count
+from write_nodes.outgoing import OutgoingBatch, ProduceResults
 from write_nodes.produce import Appender, AppendPolicy
 
 log = logging.getLogger("vpq.gateway.cluster")
@@ -76,7 +77,7 @@ class ClusterBackend:
         self._read_client: ReadNodeClient | None = None
         self._appender: Appender | None = None
         self._admin: QueueAdmin | None = None
-        self._batcher: AppendBatcher | None = None
+        self._batcher: AppendAccumulator | None = None
         self._groups: GroupCaller | None = None
         self._node_metrics: NodeMetricsScraper | None = None
         self.traffic = TrafficMeter()
@@ -105,10 +106,11 @@ class ClusterBackend:
             await readers.refresh()
             self._write_client = WriteNodeClient(self._session)
             self._read_client = ReadNodeClient(self._session)
-            batcher = self._batcher = AppendBatcher(
+            batcher = self._batcher = AppendAccumulator(
                 self._write_client,
                 max_in_flight=self._settings.gateway.append_requests_in_flight,
                 max_request_bytes=self._policy.max_request_bytes,
+                max_batch_bytes=self._policy.max_batch_bytes,
             )
             await batcher.start()
             self._appender = Appender(cache, ProduceRouter(cache, md.contexts), writers, batcher, self._policy)
@@ -195,25 +197,23 @@ class ClusterBackend:
         return rec
 
     # ---------------------------------------------------------------- produce
-    async def produce(self, queue: str, messages: list[ResolvedMessage]) -> list[dict[str, Any]]:
+    async def produce(self, queue: str, batch: OutgoingBatch) -> ProduceResults:
         appender = self._require(self._appender)
         rec = await self._queue(queue)
         limit = int(rec.config["max_message_bytes"])
-        total = 0
-        for i, m in enumerate(messages):
-            size = m.size_bytes
-            if size > limit:
-                raise PayloadTooLarge(
-                    "message_too_large",
-                    f"messages[{i}] is {size} bytes; queue {queue!r} accepts at most {limit}",
-                    index=i,
-                    size_bytes=size,
-                    max_message_bytes=limit,
-                )
-            total += size
+        over = batch.first_over(limit)
+        if over is not None:
+            i, size = over
+            raise PayloadTooLarge(
+                "message_too_large",
+                f"messages[{i}] is {size} bytes; queue {queue!r} accepts at most {limit}",
+                index=i,
+                size_bytes=size,
+                max_message_bytes=limit,
+            )
         with metadata_errors():
-            results = await appender.append(queue, messages)
-        self.traffic.record(queue, len(messages), total)
+            results = await appender.append(queue, batch)
+        self.traffic.record(queue, len(batch), batch.value_bytes())
         return results
 
     # ---------------------------------------------------------------- consumers

@@ -1,5 +1,10 @@
 """The produce handler: validate the whole batch (all or nothing), resolve each message's
-isolation context, hand the batch to the backend, answer the results in request order."""
+isolation context, hand the batch to the backend as columns (``OutgoingBatch``), answer
+the results in request order.
+
+A plain body (``gateway.produce_decode``) is decoded straight into columns; any other
+body, and every invalid one, goes through orjson and the pydantic models, which give the
+400s."""
 
 from __future__ import annotations
 
@@ -11,11 +16,19 @@ from pydantic import ValidationError
 
 from common.errors import BadRequest, InternalError
 from gateway.backend import ResolvedMessage
-from gateway.http import bad_request_from, describe_errors, isolation_headers, json_response, read_json_object
+from gateway.http import (
+    JSON_CONTENT_TYPE,
+    bad_request_from,
+    describe_errors,
+    isolation_headers,
+    parse_json_object,
+    read_json_body,
+)
 from gateway.keys import BACKEND_KEY, METRICS_KEY, SETTINGS_KEY
 from gateway.models import ProduceMessage, ProduceRequest
-from gateway.produce_fast import plain_messages
+from gateway.produce_decode import decode_plain
 from isolation.context import IsolationContext, IsolationError, PartialContext, resolve
+from write_nodes.outgoing import OutgoingBatch, ProduceResults
 
 
 def batch_error(exc: ValidationError) -> BadRequest:
@@ -66,19 +79,22 @@ def resolve_message(
     return ResolvedMessage(key=message.key, value=value, value_is_json=is_json, headers=message.headers, context=context)
 
 
-def plain_batch(body: dict[str, Any], headers: PartialContext) -> list[ResolvedMessage] | None:
-    """The resolved messages of a plain body (``gateway.produce_fast``), all in the request
-    headers' context; ``None`` when the body is not plain or that context does not
-    resolve (the model path then answers, errors included)."""
-    plain = plain_messages(body)
-    if plain is None:
-        return None
+def model_batch(raw: bytes, headers: PartialContext) -> OutgoingBatch:
+    """The columns of any produce body, validated by the pydantic models (the 400s)."""
+    body = parse_json_object(raw, required=True)
     try:
-        context = resolve(PartialContext(), headers)
-    except IsolationError:
-        return None
-    dumps = orjson.dumps
-    return [ResolvedMessage(key, dumps(value), True, h, context) for key, value, h in plain]
+        batch = ProduceRequest.model_validate(body)
+    except ValidationError as exc:
+        raise batch_error(exc) from None
+    cache: dict[tuple[str | None, str | None, str | None], IsolationContext] = {}
+    return OutgoingBatch.from_messages([resolve_message(i, m, headers, cache) for i, m in enumerate(batch.messages)])
+
+
+def results_body(results: ProduceResults | list[dict[str, Any]]) -> bytes:
+    """``{"results": [...]}``: a backend answers ``ProduceResults`` or plain dicts."""
+    if isinstance(results, ProduceResults):
+        return results.json()
+    return orjson.dumps({"results": results})
 
 
 async def produce(request: web.Request) -> web.Response:
@@ -86,17 +102,19 @@ async def produce(request: web.Request) -> web.Response:
     app = request.app
     queue = request.match_info["queue"]
     headers = isolation_headers(request)
-    body = await read_json_object(request, app[SETTINGS_KEY].max_request_bytes, required=True)
-    messages = plain_batch(body, headers)
-    if messages is None:
+    raw = await read_json_body(request, app[SETTINGS_KEY].max_request_bytes)
+    batch = None
+    if raw:
         try:
-            batch = ProduceRequest.model_validate(body)
-        except ValidationError as exc:
-            raise batch_error(exc) from None
-        cache: dict[tuple[str | None, str | None, str | None], IsolationContext] = {}
-        messages = [resolve_message(i, m, headers, cache) for i, m in enumerate(batch.messages)]
-    results = await app[BACKEND_KEY].produce(queue, messages)
-    if len(results) != len(messages):
-        raise InternalError("internal_error", f"backend answered {len(results)} results for {len(messages)} messages")
-    app[METRICS_KEY].produced(queue, len(messages), sum(len(m.value) for m in messages))
-    return json_response({"results": results})
+            context = resolve(PartialContext(), headers)
+        except IsolationError:
+            context = None
+        if context is not None:
+            batch = decode_plain(raw, context)
+    if batch is None:
+        batch = model_batch(raw, headers)
+    results = await app[BACKEND_KEY].produce(queue, batch)
+    if len(results) != len(batch):
+        raise InternalError("internal_error", f"backend answered {len(results)} results for {len(batch)} messages")
+    app[METRICS_KEY].produced(queue, len(batch), batch.value_bytes())
+    return web.Response(body=results_body(results), content_type=JSON_CONTENT_TYPE)

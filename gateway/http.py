@@ -74,8 +74,9 @@ def bad_request_from(exc: ValidationError, what: str = "request body") -> BadReq
     return BadRequest("invalid_request", f"{where}: {first['message']}", field=first["field"], errors=errors)
 
 
-async def read_json_object(request: web.Request, max_bytes: int, required: bool) -> dict[str, Any]:
-    """The request body as a JSON object, enforcing the body rules of this module."""
+async def read_json_body(request: web.Request, max_bytes: int) -> bytes:
+    """The raw request body after the size and media-type rules of this module (an empty
+    or blank body is returned as it is; ``parse_json_object`` decides about it)."""
     declared = request.content_length
     if declared is not None and declared > max_bytes:
         raise PayloadTooLarge("payload_too_large", f"request body of {declared} bytes exceeds {max_bytes}", limit=max_bytes)
@@ -89,14 +90,20 @@ async def read_json_object(request: web.Request, max_bytes: int, required: bool)
         raise PayloadTooLarge("payload_too_large", f"request body exceeds {max_bytes} bytes", limit=max_bytes) from None
     if len(raw) > max_bytes:
         raise PayloadTooLarge("payload_too_large", f"request body exceeds {max_bytes} bytes", limit=max_bytes)
+    if raw and not raw.isspace() and not is_json_media(request.content_type):
+        raise UnsupportedMediaType(
+            "unsupported_media_type", f"the body must be application/json, not {request.content_type}"
+        )
+    return raw
+
+
+def parse_json_object(raw: bytes, required: bool) -> dict[str, Any]:
+    """A body read by ``read_json_body`` as a JSON object (``{}`` when empty and not
+    ``required``)."""
     if not raw or raw.isspace():
         if required:
             raise BadRequest("invalid_request", "a JSON body is required")
         return {}
-    if not is_json_media(request.content_type):
-        raise UnsupportedMediaType(
-            "unsupported_media_type", f"the body must be application/json, not {request.content_type}"
-        )
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -104,6 +111,11 @@ async def read_json_object(request: web.Request, max_bytes: int, required: bool)
     if not isinstance(data, dict):
         raise BadRequest("invalid_request", "the body must be a JSON object")
     return data
+
+
+async def read_json_object(request: web.Request, max_bytes: int, required: bool) -> dict[str, Any]:
+    """The request body as a JSON object, enforcing the body rules of this module."""
+    return parse_json_object(await read_json_body(request, max_bytes), required)
 
 
 def validate(model: type[M], data: dict[str, Any]) -> M:

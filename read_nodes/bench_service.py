@@ -43,6 +43,7 @@ from metadata.store import MetadataStore
 from read_nodes.client import ReadNodeClient
 from read_nodes.service import ReadNodeService
 from virtual_partitions.router import ProduceRouter
+from write_nodes.append_accumulator import AppendAccumulator
 from write_nodes.client import WriteNodeClient
 from write_nodes.produce import Appender, PlainMessage
 
@@ -94,7 +95,7 @@ async def run(messages: int, consumers: int, queues: int, pps: int) -> dict[str,
         a = reader.address
         admin = QueueAdmin(md, lambda: list(range(pps)), TrafficMeter(), on_change=cache.refresh)
         writers = WriteNodeDirectory(md.nodes, md.leases, pps)
-        appender = Appender(cache, ProduceRouter(cache, md.contexts), writers, WriteNodeClient(session))
+        appender = Appender(cache, ProduceRouter(cache, md.contexts), writers, AppendAccumulator(WriteNodeClient(session)))
         client = ReadNodeClient(session)
 
         def msg(key: str, i: int) -> PlainMessage:

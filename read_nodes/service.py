@@ -63,6 +63,7 @@ from read_nodes.record_cache import RecordCache
 from read_nodes.tailer import RecordSource
 from read_nodes.tailer_pool import TailerPool
 from virtual_partitions.router import ProduceRouter
+from write_nodes.append_accumulator import AppendAccumulator
 from write_nodes.client import WriteNodeClient
 from write_nodes.cluster_meta import read_partition_count
 from write_nodes.produce import Appender
@@ -95,6 +96,7 @@ class ReadNodeService:
         self._listener: EventListener | None = None
         self._cache: MapCache | None = None
         self._session: aiohttp.ClientSession | None = None
+        self._accumulator: AppendAccumulator | None = None
         self._runner: web.AppRunner | None = None
         self._keeper: LeaseKeeper | None = None
         self._hosts: dict[tuple[str, str], GroupHost] = {}
@@ -138,7 +140,8 @@ class ReadNodeService:
             source, max_bytes=o.tail_max_bytes, wait_ms=o.tail_wait_ms, retry_ms=o.retry_ms,
             truncate_ms=o.index_truncate_ms, keep_offsets=o.index_keep_offsets,
         )
-        appender = Appender(cache, ProduceRouter(cache, md.contexts), writers, write_client)
+        accumulator = self._accumulator = AppendAccumulator(write_client)
+        appender = Appender(cache, ProduceRouter(cache, md.contexts), writers, accumulator)
         admin = QueueAdmin(
             md, self._placeable_partitions, TrafficMeter(), on_change=cache.refresh,
             log_ends=LogEnds(writers, write_client),
@@ -187,6 +190,7 @@ class ReadNodeService:
             self._listener.remove_callback(self.parts.writers.on_event)
         await close_all(
             (
+                self._accumulator.stop if self._accumulator else None,
                 self._session.close if self._session else None,
                 self._cache.stop if self._cache else None,
                 self._listener.stop if self._listener else None,
@@ -196,6 +200,7 @@ class ReadNodeService:
             f"read node {self.node_id}",
         )
         self._session = self._cache = self._listener = self._md = None
+        self._accumulator = None
         self.parts = None
 
     def _placeable_partitions(self) -> list[int]:

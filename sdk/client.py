@@ -38,9 +38,9 @@ from sdk.models import (
     JoinResult,
     Message,
     ProduceMessage,
-    ProduceResult,
+    ProduceResults,
     QueueInfo,
-    dump_message,
+    dump_produce_body,
     produce_body,
 )
 from sdk.retry import NO_RETRY, RetryPolicy, parse_retry_after
@@ -274,11 +274,11 @@ class AsyncClient:
         lane: str | None = None,
         env: str | None = None,
         set: str | None = None,  # noqa: A002 - the API's name
-    ) -> list[ProduceResult]:
+    ) -> ProduceResults:
         """Append ``messages`` durably, all or nothing. ``lane``/``env``/``set`` go out as
         ``X-Lane``/``X-Env``/``X-Set`` and apply to messages that carry none. Results are in
         request order."""
-        return await self.produce_encoded(queue, [dump_message(m) for m in messages], lane=lane, env=env, set=set)
+        return await self._produce_body(queue, dump_produce_body(messages), len(messages), lane, env, set)
 
     async def produce_encoded(
         self,
@@ -287,17 +287,22 @@ class AsyncClient:
         lane: str | None = None,
         env: str | None = None,
         set: str | None = None,  # noqa: A002
-    ) -> list[ProduceResult]:
+    ) -> ProduceResults:
         """``produce`` for messages already serialised with :func:`sdk.models.dump_message`."""
-        _, body = await self.request(
+        return await self._produce_body(queue, produce_body(list(encoded)), len(encoded), lane, env, set)
+
+    async def _produce_body(
+        self, queue: str, body: bytes, count: int, lane: str | None, env: str | None, set: str | None  # noqa: A002
+    ) -> ProduceResults:
+        _, answer = await self.request(
             "POST",
             f"/v1/queues/{_seg(queue)}/messages",
-            data=produce_body(list(encoded)),
+            data=body,
             headers=_isolation_headers(lane, env, set),
         )
-        results = [ProduceResult.from_json(r) for r in _list_of(body, "results")]
-        if len(results) != len(encoded):
-            raise VpqClientError(None, "bad_response", f"{len(results)} results for {len(encoded)} messages")
+        results = ProduceResults(_list_of(answer, "results"))
+        if len(results) != count:
+            raise VpqClientError(None, "bad_response", f"{len(results)} results for {count} messages")
         return results
 
     # -- consume -----------------------------------------------------------------------

@@ -24,7 +24,7 @@ from sdk.models import (
     JoinResult,
     Message,
     ProduceMessage,
-    ProduceResult,
+    ProduceResults,
     QueueInfo,
 )
 from sdk.retry import RetryPolicy
@@ -115,7 +115,7 @@ class Client:
         lane: str | None = None,
         env: str | None = None,
         set: str | None = None,  # noqa: A002
-    ) -> list[ProduceResult]:
+    ) -> ProduceResults:
         return self._call(self._aio.produce(queue, messages, lane=lane, env=env, set=set))
 
     # -- consume -----------------------------------------------------------------------

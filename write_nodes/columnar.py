@@ -266,11 +266,13 @@ def _check_headers(buf: object, cols: _Columns) -> None:
     pos = cols.headers_at
     for i, hl in enumerate(cols.header_lengths):
         if hl:
-            _decode_block(buf, pos, pos + hl, i)
+            decode_header_block(buf, pos, pos + hl, i)
             pos += hl
 
 
-def _decode_block(buf: object, pos: int, end: int, index: int) -> Headers:
+def decode_header_block(buf: object, pos: int, end: int, index: int = 0) -> Headers:
+    """The headers of the block ``buf[pos:end]`` of record ``index`` (``CorruptBatchError``
+    unless it holds at least one header and ends exactly at ``end``)."""
     try:
         count, p = decode_uvarint(buf, pos, end)  # type: ignore[arg-type]
         if count < 1:
@@ -336,7 +338,7 @@ def decode(view: BatchView) -> list[Record]:
         value = bytes(buf[vp_ : vp_ + vl])  # type: ignore[index]
         vp_ += vl
         if hl:
-            headers = _decode_block(buf, hp, hp + hl, i)
+            headers = decode_header_block(buf, hp, hp + hl, i)
             hp += hl
         else:
             headers = ()

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from config.settings import LogSettings
 from write_nodes.appender import AppendMeta, SegmentAppender
-from write_nodes.checkpoint import fsync_directory, write_checkpoint
+from write_nodes.checkpoint import write_checkpoint
 from write_nodes.errors import LogIOError, OffsetOutOfRangeError, PartitionOfflineError
 from write_nodes.group_commit import FsyncFn, GroupCommitter, default_fsync
 from write_nodes.recovery import LogLoader, RecoveryReport

@@ -1,27 +1,27 @@
-"""The one client-side produce path: route, encode one batch per physical partition, append
-to the owning write nodes in parallel, retry what a map change or a failover refused.
+"""The one client-side produce path: route, cut the messages into one part per physical
+partition, append them through the write nodes' accumulator, retry what a map change or a
+failover refused.
 
-``Appender.append(queue, messages)`` answers one result dict per message, in request order::
-
-    {"id": encode_message_id(pp, offset), "partition": pp, "offset": offset,
-     "virtual_partition": vp}
-
-only once every message is durable. The id is the one read nodes give the message
-(``read_nodes.message_id``). Used by the gateway for ``POST /v1/queues/{q}/messages`` and by
-read nodes to dead-letter into ``{q}.{g}.dlq``.
+``Appender.append(queue, batch)`` takes an ``OutgoingBatch`` (``write_nodes.outgoing``:
+the request's messages as columns; a list of message objects is adapted) and answers a
+``ProduceResults`` (partition, offset and vp of every message, in request order) only
+once every message is durable. The message id is ``"<pp>-<offset>"``, the one read nodes
+give the message (``read_nodes.message_id``). Used by the gateway for
+``POST /v1/queues/{q}/messages`` and by read nodes to dead-letter into ``{q}.{g}.dlq``.
 
 How (see ``docs/internals.md``):
 
-1. Route every pending message with the ``ProduceRouter`` (key -> mmh3 key hash, keyless ->
-   the per-queue spreader's hash, vp = hash mod V, pp from the cached map, interned context
-   id): zero Redis round trips when the queue, the map and the context are cached.
-2. Group by pp, keeping request order inside each pp; build ``write_nodes.records`` batches
-   (``build_batch(0, records, now_ms)``), splitting a pp's records into several batches when
-   they exceed ``AppendPolicy.max_batch_bytes`` (kept in order).
-3. Group the batches by the write node that owns their pp and send each node ONE
-   multi-partition append (``POST /internal/v1/append``, ``X-Map-Epoch`` = the routing
-   epoch; more than one, one after the other, only past ``max_request_bytes``); the nodes
-   are called concurrently. The node answers per batch, so a refusal concerns one pp.
+1. Route the pending messages with ``ProduceRouter.route_batch`` (key -> mmh3 key hash,
+   keyless -> the per-queue spreader's hash, vp = hash mod V, pp from the cached map, the
+   interned context id), column by column: zero Redis round trips when the queue, the
+   map and the context are cached.
+2. Group the positions by pp (request order kept inside each pp) and cut each pp's
+   positions into parts of at most ``AppendPolicy.max_batch_bytes`` (kept in order).
+3. Hand each write node its parts in ONE call of the ``AppendAccumulator``
+   (``write_nodes.append_accumulator``), which merges concurrent calls into one request
+   per node and one magic-2 batch per partition; ``X-Map-Epoch`` is the routing epoch.
+   The nodes are called concurrently. The answer is per part, so a refusal concerns one
+   pp.
 4. Messages whose append failed with a retryable error are routed again and retried after a
    short backoff: ``stale_map`` refreshes the map cache first; ``not_owner``,
    ``node_unreachable`` and ``partition_unowned`` make the locator forget the pp's owner;
@@ -32,7 +32,7 @@ How (see ``docs/internals.md``):
    ``InternalError`` (``write_node_rejected``).
 
 All or nothing holds per physical partition, not across them: when a retry finally fails,
-batches already durable on other partitions stay (the producer's retry may duplicate them:
+parts already durable on other partitions stay (the producer's retry may duplicate them:
 at-least-once). Messages of one pp are never split by a failure of another.
 """
 
@@ -42,15 +42,17 @@ import asyncio
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any, Protocol
 
 from common.errors import InternalError, NotFound, Unavailable, VpqError
 from metadata.errors import QueueNotFoundError
-from read_nodes.message_id import encode_message_id
-from virtual_partitions.router import QueueNotPlacedError, Route
-from write_nodes.append_frames import Frame
+from virtual_partitions.router import QueueNotPlacedError, RoutedBatch
+from write_nodes.append_accumulator import PartitionPart
 from write_nodes.client import NODE_UNREACHABLE
-from write_nodes.records import VALUE_JSON, VALUE_RAW, build_batch
+from write_nodes.columnar import FIXED_RECORD_BYTES, ColumnarRecords
+from write_nodes.outgoing import OutgoingBatch, OutgoingMessage, ProduceResults
+from write_nodes.records import HEADER_SIZE
 
 # codes of retryable write-node answers (docs/internals.md)
 STALE_MAP = "stale_map"
@@ -58,31 +60,6 @@ NOT_OWNER = "not_owner"
 PARTITION_OFFLINE = "partition_offline"
 PARTITION_UNOWNED = "partition_unowned"
 _FORGET_OWNER = frozenset({NOT_OWNER, NODE_UNREACHABLE, PARTITION_UNOWNED})
-
-BATCH_OVERHEAD = 43 + 64
-"""Header bytes of a batch plus slack; per-record framing is estimated separately."""
-RECORD_OVERHEAD = 40
-
-
-class OutgoingMessage(Protocol):
-    """A message to append (``gateway.backend.ResolvedMessage`` is one). ``value`` holds the
-    stored bytes: compact UTF-8 JSON when ``value_is_json``, else raw bytes. ``context`` has
-    ``env``, ``set`` and ``lane`` attributes."""
-
-    @property
-    def key(self) -> str | None: ...
-
-    @property
-    def value(self) -> bytes: ...
-
-    @property
-    def value_is_json(self) -> bool: ...
-
-    @property
-    def headers(self) -> Mapping[str, str]: ...
-
-    @property
-    def context(self) -> Any: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +76,9 @@ class PlainMessage:
 
 
 class Router(Protocol):
-    async def route_many(self, queue: str, messages: Sequence[tuple[str | None, Any]]) -> list[Route]: ...
+    async def route_batch(
+        self, queue: str, keys: list[bytes | None], context: Any = None, contexts: list[Any] | None = None
+    ) -> RoutedBatch: ...
 
 
 class RoutingCache(Protocol):
@@ -118,17 +97,18 @@ class PartitionLocator(Protocol):
     def invalidate(self, pp: int) -> None: ...
 
 
-class AppendClient(Protocol):
-    """``write_nodes.client.WriteNodeClient`` is one."""
+class PartAppender(Protocol):
+    """``write_nodes.append_accumulator.AppendAccumulator`` is one."""
 
-    async def append_many(
-        self, address: str, items: Sequence[Frame], map_epoch: int
+    async def append(
+        self, address: str, parts: Sequence[PartitionPart], map_epoch: int
     ) -> list[tuple[int, int] | VpqError]: ...
 
 
 @dataclass(frozen=True, slots=True)
 class AppendPolicy:
-    """Retry budget and batch size of the produce path."""
+    """Retry budget and batch size of the produce path (``max_request_bytes``: how much
+    the accumulator merges into one request to a node)."""
 
     budget_s: float = 5.0
     backoff_initial_s: float = 0.02
@@ -144,37 +124,9 @@ class AppenderStats:
 
     requests: int = 0
     messages: int = 0
-    batches: int = 0
+    batches: int = 0  # parts appended (one partition's records of one request)
     retries: dict[str, int] = field(default_factory=dict)
     failures: int = 0
-
-
-class _Outgoing:
-    """One message on its way to a partition: the fields ``build_batch`` reads of a
-    ``Record`` (it only reads attributes). The routing fields are set again on every
-    attempt. A plain mutable class on purpose: a frozen dataclass per message (and a
-    ``Record`` per message and attempt) cost about a tenth of the gateway's CPU."""
-
-    __slots__ = (
-        "value", "value_encoding", "key", "headers", "timestamp_ms",
-        "queue_id", "virtual_partition", "key_hash", "context_id", "estimated_size",
-    )  # fmt: skip
-
-    def __init__(self, m: OutgoingMessage) -> None:
-        key = m.key.encode("utf-8") if m.key is not None else None
-        raw = m.headers
-        headers = tuple((k, v.encode("utf-8") if isinstance(v, str) else bytes(v)) for k, v in raw.items()) if raw else ()
-        value = m.value
-        self.value = value
-        self.value_encoding = VALUE_JSON if m.value_is_json else VALUE_RAW
-        self.key = key
-        self.headers = headers
-        self.timestamp_ms: int | None = getattr(m, "timestamp_ms", None)
-        self.queue_id = self.virtual_partition = self.key_hash = self.context_id = 0
-        size = RECORD_OVERHEAD + len(value) + (len(key) if key else 0)
-        for k, v in headers:
-            size += len(k) * 4 + len(v) + 10
-        self.estimated_size = size
 
 
 def group_by_partition(pps: Sequence[int]) -> dict[int, list[int]]:
@@ -182,7 +134,11 @@ def group_by_partition(pps: Sequence[int]) -> dict[int, list[int]]:
     groups in order of first appearance."""
     out: dict[int, list[int]] = {}
     for i, pp in enumerate(pps):
-        out.setdefault(pp, []).append(i)
+        group = out.get(pp)
+        if group is None:
+            out[pp] = [i]
+        else:
+            group.append(i)
     return out
 
 
@@ -204,12 +160,38 @@ def split_chunks(positions: Sequence[int], sizes: Sequence[int], max_bytes: int)
     return chunks
 
 
+def _pick(column: Sequence[Any], positions: Sequence[int], whole: bool) -> list[Any]:
+    if whole:
+        return column if isinstance(column, list) else list(column)
+    if len(positions) == 1:
+        return [column[positions[0]]]
+    return list(itemgetter(*positions)(column))
+
+
+def _part_columns(batch: OutgoingBatch, routed: RoutedBatch, positions: list[int], whole: bool) -> ColumnarRecords:
+    """The columns of the messages at ``positions`` (``whole``: every message, in order)."""
+    n = len(positions)
+    ctx = routed.ctx_ids
+    enc = batch.encodings
+    return ColumnarRecords(
+        queue_ids=[routed.queue_id] * n,
+        vps=_pick(routed.vps, positions, whole),
+        key_hashes=_pick(routed.key_hashes, positions, whole),
+        context_ids=[ctx] * n if isinstance(ctx, int) else _pick(ctx, positions, whole),
+        keys=_pick(batch.keys, positions, whole),
+        values=_pick(batch.values, positions, whole),
+        encodings=enc if whole else bytes(_pick(enc, positions, False)),
+        headers=None if batch.headers is None else _pick(batch.headers, positions, whole),
+        ts_deltas=None,
+    )
+
+
 @dataclass(slots=True)
-class _PartitionOutcome:
+class _PartOutcome:
     pp: int
-    done: list[tuple[int, int]]  # (position in this attempt, offset)
-    failed: list[int]  # positions in this attempt
-    error: VpqError | None
+    positions: list[int]  # positions in this attempt
+    base: int = -1
+    error: VpqError | None = None
 
 
 class Appender:
@@ -220,7 +202,7 @@ class Appender:
         map_cache: RoutingCache,
         router: Router,
         locator: PartitionLocator,
-        client: AppendClient,
+        parts: PartAppender,
         policy: AppendPolicy | None = None,
         *,
         clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
@@ -228,20 +210,20 @@ class Appender:
         self._cache = map_cache
         self._router = router
         self._locator = locator
-        self._client = client
+        self._parts = parts
         self._policy = policy or AppendPolicy()
         self._clock_ms = clock_ms
         self.stats = AppenderStats()
 
-    async def append(self, queue: str, messages: Sequence[OutgoingMessage]) -> list[dict[str, Any]]:
+    async def append(self, queue: str, messages: OutgoingBatch | Sequence[OutgoingMessage]) -> ProduceResults:
         """Append ``messages`` (non-empty) to ``queue``; see the module docstring."""
-        if not messages:
-            raise ValueError("append needs at least one message")
+        batch = messages if isinstance(messages, OutgoingBatch) else OutgoingBatch.from_messages(messages)
+        n = len(batch)
         self.stats.requests += 1
-        prepared = [_Outgoing(m) for m in messages]
-        pairs = [(m.key, m.context) for m in messages]
-        results: list[dict[str, Any] | None] = [None] * len(messages)
-        pending = list(range(len(messages)))
+        pps = [0] * n
+        offsets = [-1] * n
+        vps = [0] * n
+        pending: list[int] | None = None  # None: every message (the first attempt)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._policy.budget_s
         backoff = self._policy.backoff_initial_s
@@ -249,8 +231,9 @@ class Appender:
         while True:
             last: VpqError | None = None
             refresh_map = False
+            sub = batch if pending is None else batch.take(pending)
             try:
-                routes = await self._router.route_many(queue, [pairs[i] for i in pending])
+                routed = await self._router.route_batch(queue, sub.keys, sub.context, sub.contexts)
             except QueueNotFoundError:
                 if looked_up_unknown:
                     raise NotFound("queue_not_found", f"queue {queue!r} does not exist", queue=queue) from None
@@ -262,20 +245,20 @@ class Appender:
                 refresh_map = True
                 self._count_retry("queue_not_placed")
             else:
-                outcomes = await self._append_routed(queue, routes, [prepared[i] for i in pending])
+                outcomes = await self._append_routed(sub, routed)
                 still: list[int] = []
+                rvps = routed.vps
                 for out in outcomes:
-                    for pos, offset in out.done:
-                        r = routes[pos]
-                        results[pending[pos]] = {
-                            "id": encode_message_id(r.pp, offset),
-                            "partition": r.pp,
-                            "offset": offset,
-                            "virtual_partition": r.vp,
-                        }
                     if out.error is None:
+                        base = out.base
+                        pp = out.pp
+                        for k, pos in enumerate(out.positions):
+                            i = pos if pending is None else pending[pos]
+                            pps[i] = pp
+                            offsets[i] = base + k
+                            vps[i] = rvps[pos]
                         continue
-                    still.extend(pending[pos] for pos in out.failed)
+                    still.extend(out.positions if pending is None else [pending[p] for p in out.positions])
                     err = out.error
                     if not err.retryable:
                         self.stats.failures += 1
@@ -290,8 +273,8 @@ class Appender:
                     elif err.code in _FORGET_OWNER:
                         self._locator.invalidate(out.pp)
                 if not still:
-                    self.stats.messages += len(messages)
-                    return results  # type: ignore[return-value]  # every slot is filled
+                    self.stats.messages += n
+                    return ProduceResults(pps, offsets, vps)
                 pending = sorted(still)
             if loop.time() + backoff > deadline:
                 self.stats.failures += 1
@@ -309,89 +292,70 @@ class Appender:
     def _count_retry(self, reason: str) -> None:
         self.stats.retries[reason] = self.stats.retries.get(reason, 0) + 1
 
-    async def _append_routed(
-        self, queue: str, routes: list[Route], outgoing: list[_Outgoing]
-    ) -> list[_PartitionOutcome]:
+    def _chunks(self, batch: OutgoingBatch, positions: list[int]) -> list[list[int]]:
+        """``positions`` (one pp's) cut into runs that fit ``max_batch_bytes`` once encoded."""
+        budget = max(self._policy.max_batch_bytes - HEADER_SIZE, 1)
+        values, keys = batch.values, batch.keys
+        total = FIXED_RECORD_BYTES * len(positions) + sum(len(values[i]) for i in positions)
+        total += sum(len(keys[i]) for i in positions if keys[i] is not None)
+        if batch.headers is not None:
+            total += sum(len(batch.headers[i]) for i in positions)
+        if total <= budget:
+            return [positions]
+        sizes = [FIXED_RECORD_BYTES + len(v) + (0 if k is None else len(k)) for k, v in zip(keys, values)]
+        if batch.headers is not None:
+            sizes = [s + len(h) for s, h in zip(sizes, batch.headers)]
+        return split_chunks(positions, sizes, budget)
+
+    async def _append_routed(self, batch: OutgoingBatch, routed: RoutedBatch) -> list[_PartOutcome]:
         now = self._clock_ms()
-        for r, o in zip(routes, outgoing, strict=True):
-            o.queue_id, o.virtual_partition, o.key_hash, o.context_id = r.queue_id, r.vp, r.key_hash, r.ctx_id
-        sizes = [o.estimated_size for o in outgoing]
-        groups = group_by_partition([r.pp for r in routes])
-        epoch = routes[0].epoch
-        budget = max(self._policy.max_batch_bytes - BATCH_OVERHEAD, 1)
-        outcomes: dict[int, _PartitionOutcome] = {}
-        by_node: dict[str, list[tuple[int, list[int]]]] = {}
+        groups = group_by_partition(routed.pps)
+        whole = len(groups) == 1
+        stamps = batch.timestamps
+        outcomes: list[_PartOutcome] = []
+        by_node: dict[str, tuple[list[PartitionPart], list[_PartOutcome]]] = {}
         for pp, positions in groups.items():
-            out = outcomes[pp] = _PartitionOutcome(pp, [], [], None)
             try:
                 node = await self._locator.owner(pp)
             except VpqError as err:
-                out.error, out.failed = err, list(positions)
+                outcomes.append(_PartOutcome(pp, positions, error=err))
                 continue
-            frames = by_node.setdefault(node.address, [])
-            frames.extend((pp, chunk) for chunk in split_chunks(positions, sizes, budget))
-        tasks = [self._append_node(addr, frames, outgoing, epoch, now, outcomes) for addr, frames in by_node.items()]
-        if len(tasks) == 1:
-            await tasks[0]
-        elif tasks:
-            await asyncio.gather(*tasks)
-        return list(outcomes.values())
+            parts, outs = by_node.setdefault(node.address, ([], []))
+            chunks = self._chunks(batch, positions)
+            for chunk in chunks:
+                cols = _part_columns(batch, routed, chunk, whole and len(chunks) == 1)
+                if stamps is not None:  # records with a time of their own (dead letters keep theirs)
+                    cols = cols._replace(ts_deltas=[0 if stamps[i] is None else stamps[i] - now for i in chunk])
+                size = FIXED_RECORD_BYTES * len(chunk) + sum(map(len, cols.values))
+                parts.append(PartitionPart(pp, now, cols, size))
+                out = _PartOutcome(pp, chunk)
+                outs.append(out)
+                outcomes.append(out)
+        epoch = routed.epoch
+        calls = [self._append_node(addr, parts, outs, epoch) for addr, (parts, outs) in by_node.items()]
+        if len(calls) == 1:
+            await calls[0]
+        elif calls:
+            await asyncio.gather(*calls)
+        return outcomes
 
-    async def _append_node(
-        self,
-        address: str,
-        frames: list[tuple[int, list[int]]],
-        records: list[_Outgoing],
-        epoch: int,
-        now_ms: int,
-        outcomes: dict[int, _PartitionOutcome],
-    ) -> None:
-        """Every frame bound for one write node, in as few requests as fit
-        ``max_request_bytes``, sent one after the other so a partition's frames stay in
-        order; a partition stops at its first refused frame."""
-        built = [(pp, chunk, build_batch(0, [records[i] for i in chunk], now_ms)) for pp, chunk in frames]
-        for request in _requests(built, self._policy.max_request_bytes):
-            items: list[tuple[int, list[int], bytes]] = []
-            for pp, chunk, batch in request:
-                out = outcomes[pp]
-                if out.error is not None:
-                    out.failed.extend(chunk)
-                else:
-                    items.append((pp, chunk, batch))
-            if not items:
+    async def _append_node(self, address: str, parts: list[PartitionPart], outs: list[_PartOutcome], epoch: int) -> None:
+        """Every part bound for one write node, in one accumulator call (the node refuses
+        every later part of a partition once one is refused: one chain per partition)."""
+        try:
+            answers = await self._parts.append(address, parts, epoch)
+        except VpqError as err:
+            for out in outs:
+                out.error = err
+            return
+        for part, out, answer in zip(parts, outs, answers, strict=True):
+            if isinstance(answer, VpqError):
+                out.error = answer
                 continue
-            sent: set[int] = set()
-            body: list[Frame] = []
-            for pp, _, b in items:  # a pp's later chunks continue its chain (kept in order)
-                body.append(Frame(pp, b, pp in sent))
-                sent.add(pp)
-            try:
-                answers = await self._client.append_many(address, body, epoch)
-            except VpqError as err:
-                for pp, chunk, _ in items:
-                    out = outcomes[pp]
-                    out.error = out.error or err
-                    out.failed.extend(chunk)
-                continue
-            for (pp, chunk, _), answer in zip(items, answers, strict=True):
-                out = outcomes[pp]
-                if isinstance(answer, VpqError):
-                    out.error = out.error or answer
-                    out.failed.extend(chunk)
-                    continue
-                base, last = answer
-                if last - base + 1 != len(chunk):
-                    raise InternalError(
-                        "bad_node_answer", f"write node answered {last - base + 1} offsets for {len(chunk)} records"
-                    )
-                self.stats.batches += 1
-                out.done.extend((pos, base + k) for k, pos in enumerate(chunk))
-
-
-def _requests(
-    built: list[tuple[int, list[int], bytes]], max_bytes: int
-) -> list[list[tuple[int, list[int], bytes]]]:
-    """``built`` cut, in order, into runs of at most ``max_bytes`` of frames (a frame
-    larger than that goes alone)."""
-    sizes = [len(batch) + 8 for _, _, batch in built]
-    return [[built[i] for i in run] for run in split_chunks(range(len(built)), sizes, max_bytes)]
+            base, last = answer
+            if last - base + 1 != len(part.cols.values):
+                raise InternalError(
+                    "bad_node_answer", f"write node answered {last - base + 1} offsets for {len(part.cols.values)} records"
+                )
+            self.stats.batches += 1
+            out.base = base

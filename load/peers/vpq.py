@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-import orjson
 
 from load.peers.vpq_process import VpqProcess, VpqProcessError
 from load.procmem import pid_listening_on, rss_bytes, topmost_ancestor_matching
@@ -157,13 +156,10 @@ class Vpq:
 
     async def produce(self, queue: str, batch: Sequence[tuple[str, bytes]], *, lanes: int = 1) -> None:
         if lanes > 1:
-            encoded = [
-                orjson.dumps({"key": k, "value": p.decode("ascii"), "lane": lane_name(shard_of(k, lanes))})
-                for k, p in batch
-            ]
+            messages = [{"key": k, "value": p.decode("ascii"), "lane": lane_name(shard_of(k, lanes))} for k, p in batch]
         else:
-            encoded = [orjson.dumps({"key": k, "value": p.decode("ascii")}) for k, p in batch]
-        await self._api().produce_encoded(self._queue(queue), encoded)
+            messages = [{"key": k, "value": p.decode("ascii")} for k, p in batch]
+        await self._api().produce(self._queue(queue), messages)
 
     async def count(self, queue: str) -> int | None:
         info = await self._api().get_queue(self._queue(queue))

@@ -34,7 +34,6 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import orjson
 
 from load.checks import DeliveryChecker
 from load.payload import make_payload, parse_payload
@@ -90,11 +89,8 @@ async def produce_backlog(client: AsyncClient, queue: str, cfg: DrainConfig, che
     async def worker(indices: list[int]) -> None:
         for lo in range(0, len(indices), cfg.produce_batch):
             idents = [message_identity(i, cfg.keys) for i in indices[lo : lo + cfg.produce_batch]]
-            encoded = [
-                orjson.dumps({"key": k, "value": make_payload(k, s, size=cfg.message_bytes).decode("ascii")})
-                for k, s in idents
-            ]
-            await client.produce_encoded(queue, encoded)
+            messages = [{"key": k, "value": make_payload(k, s, size=cfg.message_bytes).decode("ascii")} for k, s in idents]
+            await client.produce(queue, messages)
             for k, s in idents:
                 checker.expect(k, s)
 

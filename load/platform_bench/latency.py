@@ -24,7 +24,6 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import orjson
 
 from load.checks import DeliveryChecker
 from load.payload import make_payload, parse_payload
@@ -132,14 +131,12 @@ async def run_latency(client: AsyncClient, cfg: LatencyConfig, echo: Echo = lamb
         async def send(i: int, due: float) -> None:
             idents = [message_identity(i * cfg.batch + j, cfg.keys) for j in range(cfg.batch)]
             sched_us = int((due - collector.base) * 1e6)
-            encoded = [
-                orjson.dumps(
-                    {"key": key, "value": make_payload(key, seq, sched_us, size=cfg.message_bytes).decode("ascii")}
-                )
+            messages = [
+                {"key": key, "value": make_payload(key, seq, sched_us, size=cfg.message_bytes).decode("ascii")}
                 for key, seq in idents
             ]
             try:
-                await client.produce_encoded(name, encoded)
+                await client.produce(name, messages)
             except VpqClientError as exc:
                 error_count[0] += 1
                 if len(send_errors) < 5:

@@ -5,8 +5,8 @@ requests are always outstanding), every request a batch of ``batch`` messages of
 ``message_bytes`` bytes of JSON string value, with keys cycling over ``keys`` keys.
 The gateway answers 200 only once the batch is fsynced (the platform's default
 ``fsync_policy = "group"``). Requests go through the SDK's
-:meth:`sdk.client.AsyncClient.produce_encoded` (each batch is serialised right before
-its request, as a user's code would). After ``warmup_s`` seconds, ``seconds`` seconds
+:meth:`sdk.client.AsyncClient.produce` (each batch is serialised right before its request,
+in one call, as a user's code would). After ``warmup_s`` seconds, ``seconds`` seconds
 are measured: messages of the requests answered in the window (per second and MB/s,
 MB = 10**6 bytes of message value) and the latency of the requests sent and answered
 in it. The client process's CPU use is reported too, to show whether the client
@@ -21,7 +21,6 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import orjson
 
 from load.payload import make_payload
 from load.platform_bench.measure import RequestRecord, message_identity, requests_in_window
@@ -64,14 +63,13 @@ async def run_produce(client: AsyncClient, cfg: ProduceConfig, echo: Echo = lamb
         measure_from = loop_start + cfg.warmup_s
         measure_to = measure_from + cfg.seconds
 
-        def next_batch() -> list[bytes]:
+        def next_batch() -> list[dict[str, Any]]:
             first = counter[0]
             counter[0] += cfg.batch
             out = []
             for i in range(first, first + cfg.batch):
                 key, seq = message_identity(i, cfg.keys)
-                value = make_payload(key, seq, size=cfg.message_bytes).decode("ascii")
-                out.append(orjson.dumps({"key": key, "value": value}))
+                out.append({"key": key, "value": make_payload(key, seq, size=cfg.message_bytes).decode("ascii")})
             return out
 
         async def sender() -> None:
@@ -79,7 +77,7 @@ async def run_produce(client: AsyncClient, cfg: ProduceConfig, echo: Echo = lamb
                 encoded = next_batch()
                 started = time.monotonic()
                 try:
-                    await client.produce_encoded(name, encoded)
+                    await client.produce(name, encoded)
                     ok = True
                 except VpqClientError as exc:
                     ok = False

@@ -16,7 +16,8 @@ import mmh3
 import orjson
 
 from common.errors import Conflict, NotFound, PayloadTooLarge
-from gateway.backend import JoinSpec, ResolvedMessage
+from gateway.backend import JoinSpec
+from write_nodes.outgoing import MessageView, OutgoingBatch
 
 DEFAULTS: dict[str, Any] = {
     "virtual_partitions": 16,
@@ -34,7 +35,7 @@ class Stored:
     offset: int
     partition: int
     vp: int
-    message: ResolvedMessage
+    message: MessageView
     timestamp_ms: int
 
     @property
@@ -144,13 +145,15 @@ class MemoryBackend:
         self._queue(name)
         del self.queues[name]
 
-    async def produce(self, queue: str, messages: list[ResolvedMessage]) -> list[dict[str, Any]]:
+    async def produce(self, queue: str, batch: OutgoingBatch) -> list[dict[str, Any]]:
+        messages = list(batch.messages())
         self._record("produce", queue, messages)
         q = self._queue(queue)
         limit = q.config["max_message_bytes"]
-        for i, m in enumerate(messages):
-            if m.size_bytes > limit:
-                raise PayloadTooLarge("message_too_large", f"messages[{i}] is {m.size_bytes} bytes, over {limit}", index=i)
+        over = batch.first_over(limit)
+        if over is not None:
+            i, size = over
+            raise PayloadTooLarge("message_too_large", f"messages[{i}] is {size} bytes, over {limit}", index=i)
         v = q.config["virtual_partitions"]
         results = []
         for m in messages:

@@ -15,6 +15,7 @@ from common.errors import NotFound, PayloadTooLarge, Unavailable
 from config.settings import ClusterSettings, RedisSettings, Settings
 from gateway.app import create_app
 from gateway.backend import JoinSpec, ResolvedMessage
+from write_nodes.outgoing import OutgoingBatch
 from gateway.cluster_backend import ClusterBackend
 from gateway.node_directory import group_key, rendezvous_pick
 from isolation.context import IsolationContext
@@ -68,6 +69,10 @@ def msg(key: str | None, value: object, size: int = 0) -> ResolvedMessage:
     return ResolvedMessage(key, data, True, {}, IsolationContext())
 
 
+def batch(*messages: ResolvedMessage) -> OutgoingBatch:
+    return OutgoingBatch.from_messages(messages)
+
+
 async def test_ready_needs_nodes_and_owned_partitions(cluster: Cluster) -> None:
     b = cluster.backend
     assert not await b.ready()
@@ -111,7 +116,7 @@ async def test_produce_appends_durably_through_the_write_node(cluster: Cluster) 
     b = cluster.backend
     info, created = await b.put_queue("orders", {"virtual_partitions": 4})
     assert created and sorted(set(info["placement"])) == [0, 1]
-    results = await b.produce("orders", [msg("a", 1), msg("b", 2), msg(None, 3)])
+    results = (await b.produce("orders", batch(msg("a", 1), msg("b", 2), msg(None, 3)))).dicts()
     assert [r["id"] for r in results] == [f"{r['partition']}-{r['offset']}" for r in results]
     stored = {(pp, rec.offset): rec for pp in range(K) for rec in cluster.writer.records(pp)}
     qid = info["id"]
@@ -132,7 +137,7 @@ async def test_oversize_message_is_413_and_nothing_is_appended(cluster: Cluster)
     b = cluster.backend
     await b.put_queue("small", {"max_message_bytes": 100})
     with pytest.raises(PayloadTooLarge) as info:
-        await b.produce("small", [msg("a", 1), msg("b", None, size=200), msg("c", None, size=300)])
+        await b.produce("small", batch(msg("a", 1), msg("b", None, size=200), msg("c", None, size=300)))
     assert info.value.code == "message_too_large" and info.value.details["index"] == 1
     assert cluster.writer.requests == []
 
@@ -142,7 +147,7 @@ async def test_unknown_queue_is_404(cluster: Cluster) -> None:
     await cluster.add_reader(cluster.readers[0])
     b = cluster.backend
     with pytest.raises(NotFound) as info:
-        await b.produce("ghost", [msg("a", 1)])
+        await b.produce("ghost", batch(msg("a", 1)))
     assert info.value.code == "queue_not_found"
     with pytest.raises(NotFound):
         await b.join("ghost", "g", JoinSpec(None))
@@ -159,7 +164,7 @@ async def test_produce_to_a_queue_created_elsewhere(cluster: Cluster) -> None:
         await other.put_queue("elsewhere", {"virtual_partitions": 1})
     finally:
         await other.stop()
-    results = await cluster.backend.produce("elsewhere", [msg("k", 1)])
+    results = (await cluster.backend.produce("elsewhere", batch(msg("k", 1)))).dicts()
     assert results[0]["offset"] == 0
 
 
@@ -218,7 +223,7 @@ async def test_cluster_and_map_views(cluster: Cluster) -> None:
     await cluster.add_reader(cluster.readers[0])
     b = cluster.backend
     await b.put_queue("q", {"virtual_partitions": 2})
-    await b.produce("q", [msg("a", 1), msg("b", 2), msg("c", 3)])
+    await b.produce("q", batch(msg("a", 1), msg("b", 2), msg("c", 3)))
     view = await b.cluster()
     assert [n["id"] for n in view["write_nodes"]] == ["w1"] and view["write_nodes"][0]["reachable"]
     assert [n["id"] for n in view["read_nodes"]] == ["r1"]

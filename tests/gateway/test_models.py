@@ -27,6 +27,7 @@ from gateway.models import (
     is_valid_name,
 )
 from read_nodes.message_id import MAX_OFFSET, MAX_PP, MessageIdError, decode_message_id
+from write_nodes.outgoing import OutgoingBatch
 from isolation.context import IsolationContext, PartialContext
 
 NAME = re.compile(r"[A-Za-z0-9._-]{1,128}")
@@ -157,7 +158,7 @@ def test_resolve_message_encodes_json_compactly() -> None:
     r = resolve_message(0, m, PartialContext(lane="feat-a"))
     assert r.value == b'{"a":[1,2]}' and r.value_is_json
     assert r.context == IsolationContext("prod", "eu", "feat-a")
-    assert r.size_bytes == len(b'{"a":[1,2]}') + 1 + 2
+    assert OutgoingBatch.from_messages([r]).sizes() == [len(b'{"a":[1,2]}') + 1 + 2]  # value + key + header
 
 
 _good = st.fixed_dictionaries({"value": st.integers()})

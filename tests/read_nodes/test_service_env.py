@@ -34,6 +34,7 @@ from read_nodes.client import ReadNodeClient
 from read_nodes.node_parts import ReadNodeOptions
 from read_nodes.service import ReadNodeService
 from virtual_partitions.router import ProduceRouter
+from write_nodes.append_accumulator import AppendAccumulator
 from write_nodes.append_frames import decode_frames
 from write_nodes.client import WriteNodeClient
 from write_nodes.log import PartitionLog
@@ -161,7 +162,7 @@ class Env:
         self.session = aiohttp.ClientSession()
         self.admin = QueueAdmin(md, lambda: self.pps, TrafficMeter(), on_change=self.cache.refresh)
         writers = WriteNodeDirectory(md.nodes, md.leases, len(self.pps))
-        self.appender = Appender(self.cache, ProduceRouter(self.cache, md.contexts), writers, WriteNodeClient(self.session))
+        self.appender = Appender(self.cache, ProduceRouter(self.cache, md.contexts), writers, AppendAccumulator(WriteNodeClient(self.session)))
         self.client = ReadNodeClient(self.session, timeout_s=10.0)
 
     async def stop(self) -> None:
@@ -193,7 +194,7 @@ class Env:
         return info
 
     async def produce(self, queue: str, messages: Sequence[PlainMessage]) -> list[dict[str, Any]]:
-        return await self.appender.append(queue, list(messages))
+        return (await self.appender.append(queue, list(messages))).dicts()
 
     async def produce_json(
         self, queue: str, items: Sequence[tuple[str | None, Any]], ctx: IsolationContext | None = None

@@ -23,6 +23,7 @@ from metadata.store import MetadataStore
 from read_nodes.message_id import encode_message_id
 from virtual_partitions.hashing import key_hash, vp_of_hash
 from virtual_partitions.router import ProduceRouter
+from write_nodes.append_accumulator import AppendAccumulator
 from write_nodes.append_frames import ChainGate, Frame
 from write_nodes.produce import Appender, AppendPolicy, PlainMessage, group_by_partition, split_chunks
 from write_nodes.records import VALUE_JSON, VALUE_RAW, Record, decode_batches
@@ -169,9 +170,9 @@ async def rig(md: MetadataStore) -> AsyncIterator[Callable[..., Any]]:
         await cache.start()
         caches.append(cache)
         nodes, locator = MemoryWriteNodes(), Locator()
-        appender = Appender(
-            cache, ProduceRouter(cache, md.contexts), locator, nodes, policy or AppendPolicy(budget_s=2.0), clock_ms=lambda: 5000
-        )
+        policy = policy or AppendPolicy(budget_s=2.0)
+        parts = AppendAccumulator(nodes, max_batch_bytes=policy.max_batch_bytes)
+        appender = Appender(cache, ProduceRouter(cache, md.contexts), locator, parts, policy, clock_ms=lambda: 5000)
         return Rig(md, cache, nodes, locator, appender)
 
     yield make
@@ -192,7 +193,7 @@ async def test_one_batch_per_partition_results_in_request_order(md, rig) -> None
     qid = await place(md, "orders", [0, 1, 2, 3])
     r = await rig()
     keys = [f"k{i}" for i in range(40)]
-    results = await r.appender.append("orders", [msg(k, {"n": i}) for i, k in enumerate(keys)])
+    results = (await r.appender.append("orders", [msg(k, {"n": i}) for i, k in enumerate(keys)])).dicts()
     assert len(r.nodes.appends) == len({vp_of_hash(key_hash(k), 4) for k in keys})  # one append per pp
     assert r.nodes.max_in_flight > 1  # the partitions were appended in parallel
     seen: dict[str, dict[str, Any]] = {}
@@ -229,7 +230,7 @@ async def test_fields_of_records(md, rig) -> None:
 async def test_keyless_messages_spread_round_robin(md, rig) -> None:
     await place(md, "spread", [0, 1, 0, 1])
     r = await rig()
-    results = await r.appender.append("spread", [msg(None, i) for i in range(8)])
+    results = (await r.appender.append("spread", [msg(None, i) for i in range(8)])).dicts()
     vps = [res["virtual_partition"] for res in results]
     assert sorted(vps) == [0, 0, 1, 1, 2, 2, 3, 3]
     hashes = [r.nodes.stored(res["partition"])[res["offset"]].key_hash for res in results]
@@ -240,7 +241,7 @@ async def test_keyless_messages_spread_round_robin(md, rig) -> None:
 async def test_large_partition_batches_are_split_in_order(md, rig) -> None:
     await place(md, "big", [0])
     r = await rig(AppendPolicy(max_batch_bytes=2000))
-    results = await r.appender.append("big", [msg("same-key", raw=bytes([i]) * 300) for i in range(10)])
+    results = (await r.appender.append("big", [msg("same-key", raw=bytes([i]) * 300) for i in range(10)])).dicts()
     assert len(r.nodes.appends) >= 2
     assert all(a.size <= 2000 for a in r.nodes.appends)
     assert [res["offset"] for res in results] == list(range(10))
@@ -255,7 +256,7 @@ async def test_stale_map_refreshes_the_cache_and_reroutes(md, rig) -> None:
     await md.maps.update(lambda m: {"queues": {**m["queues"], "moving": {"virtual_partitions": 2, "placement": [0, 5]}}})
     r.nodes.placement = lambda queue_id, vp: [0, 5][vp] if queue_id == qid else -1
     keys = [f"k{i}" for i in range(20)]
-    results = await r.appender.append("moving", [msg(k, 1) for k in keys])
+    results = (await r.appender.append("moving", [msg(k, 1) for k in keys])).dicts()
     assert r.cache.epoch == old_epoch + 1
     for k, res in zip(keys, results, strict=True):
         assert res["partition"] == [0, 5][vp_of_hash(key_hash(k), 2)]
@@ -266,7 +267,7 @@ async def test_not_owner_forgets_the_owner_and_retries(md, rig) -> None:
     await place(md, "q", [0, 1])
     r = await rig()
     r.nodes.fail[1] = [Unavailable("not_owner", "moved away"), Unavailable("node_unreachable", "down")]
-    results = await r.appender.append("q", [msg(f"k{i}", i) for i in range(10)])
+    results = (await r.appender.append("q", [msg(f"k{i}", i) for i in range(10)])).dicts()
     assert r.locator.invalidated == [1, 1]
     assert len(results) == 10 and all(res is not None for res in results)
     assert len(r.nodes.stored(0)) + len(r.nodes.stored(1)) == 10  # nothing duplicated
@@ -301,7 +302,7 @@ async def test_unknown_queue_is_looked_up_once_then_404(md, rig) -> None:
         await r.appender.append("ghost", [msg("k", 1)])
     assert info.value.code == "queue_not_found"
     await place(md, "late", [0])  # created after the cache loaded
-    results = await r.appender.append("late", [msg("k", 1)])
+    results = (await r.appender.append("late", [msg("k", 1)])).dicts()
     assert results[0]["partition"] == 0
 
 
@@ -314,7 +315,7 @@ async def test_registered_but_unplaced_queue_is_retried_until_placed(md, rig) ->
         await md.maps.update(lambda m: {"queues": {**m["queues"], "pending": {"virtual_partitions": 1, "placement": [2]}}})
 
     placer = asyncio.create_task(place_later())
-    results = await r.appender.append("pending", [msg("k", 1)])
+    results = (await r.appender.append("pending", [msg("k", 1)])).dicts()
     await placer
     assert results[0]["partition"] == 2
 
@@ -343,7 +344,7 @@ async def test_partitions_of_one_node_share_one_request(md, rig) -> None:
     r = await rig()
     r.locator.nodes = 2  # pps 0,2,4,6 on node-0 and 1,3,5,7 on node-1
     keys = [f"k{i}" for i in range(200)]
-    results = await r.appender.append("q", [msg(k, i) for i, k in enumerate(keys)])
+    results = (await r.appender.append("q", [msg(k, i) for i, k in enumerate(keys)])).dicts()
     assert sorted(addr for addr, _ in r.nodes.requests) == ["node-0", "node-1"]
     for addr, pps in r.nodes.requests:
         assert sorted(pps) == [pp for pp in range(8) if f"node-{pp % 2}" == addr]
@@ -357,7 +358,7 @@ async def test_a_refused_partition_does_not_fail_its_neighbours_in_the_request(m
     r = await rig()
     r.locator.nodes = 1
     r.nodes.fail[2] = [Unavailable("not_owner", "moved away")]
-    results = await r.appender.append("q", [msg(f"k{i}", i) for i in range(40)])
+    results = (await r.appender.append("q", [msg(f"k{i}", i) for i in range(40)])).dicts()
     assert r.locator.invalidated == [2]
     assert len(r.nodes.requests) == 2
     assert sorted(r.nodes.requests[0][1]) == [0, 1, 2, 3] and r.nodes.requests[1][1] == [2]  # only pp 2 again
@@ -370,21 +371,23 @@ async def test_a_failed_request_retries_every_partition_it_carried(md, rig) -> N
     r = await rig()
     r.locator.nodes = 2
     r.nodes.fail_request.append(Unavailable("node_unreachable", "reset"))
-    results = await r.appender.append("q", [msg(f"k{i}", i) for i in range(40)])
+    results = (await r.appender.append("q", [msg(f"k{i}", i) for i in range(40)])).dicts()
     failed_node = r.nodes.requests[0][1]
     assert sorted(r.locator.invalidated) == sorted(failed_node)  # every pp of the failed request
     assert len(results) == 40 and sum(len(r.nodes.stored(pp)) for pp in range(4)) == 40
 
 
-async def test_requests_past_the_size_limit_go_one_after_the_other_in_order(md, rig) -> None:
+async def test_a_partition_past_the_batch_limit_is_one_chain_and_keeps_request_order(md, rig) -> None:
     await place(md, "q", [0, 1])
-    r = await rig(AppendPolicy(budget_s=2.0, max_batch_bytes=1500, max_request_bytes=3000))
+    r = await rig(AppendPolicy(budget_s=2.0, max_batch_bytes=1500))
     r.locator.nodes = 1
-    r.nodes.fail[1] = [VpqError.from_dict({}, 503)]  # pp 1's first frame is refused: its later frames must wait
+    r.nodes.fail[1] = [VpqError.from_dict({}, 503)]  # pp 1's first batch is refused: its later batches must wait
     values = [b"x" * 400 + str(i).encode() for i in range(30)]
-    results = await r.appender.append("q", [msg("same-key" if i % 2 else f"k{i}", raw=v) for i, v in enumerate(values)])
-    assert len(r.nodes.requests) >= 3
+    results = (await r.appender.append("q", [msg("same-key" if i % 2 else f"k{i}", raw=v) for i, v in enumerate(values)])).dicts()
+    first = r.nodes.requests[0][1]
+    assert len(first) > 2 and len(set(first)) == 2  # several batches per partition in one request
     assert r.nodes.max_in_flight == 1  # one node: its requests never overlap
+    assert all(a.size <= 1500 for a in r.nodes.appends)
     for pp in (0, 1):  # each partition holds its messages in request order, once
         stored = [rec.value for rec in r.nodes.stored(pp)]
         assert stored == sorted(stored, key=values.index) and len(stored) == len(set(stored))
