@@ -38,7 +38,7 @@ def make_payload(key: str, seq: int, sched_us: int = 0, size: int = MESSAGE_BYTE
     head = f"{key}|{seq}|{sched_us}|".encode("ascii")
     if len(head) > size:
         raise ValueError(f"payload header of {len(head)} bytes does not fit in {size}")
-    return head + b"x" * (size - len(head))
+    return head.ljust(size, b"x")
 
 
 def parse_payload(data: bytes | str) -> Stamp:

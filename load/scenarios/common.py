@@ -104,18 +104,21 @@ async def produce_closed(
         seqs = KeySequencer()
         key_cursor = 0
         q_cursor = queue_offset
+        names: dict[str, list[str]] = {}  # queue -> this task's key names, made once
+
         while time.monotonic() < deadline:
             n = reserve()
             if n == 0:
                 return
             queue = mine[q_cursor % len(mine)]
             q_cursor += 1
-            qi = index[queue]
-            items: list[tuple[str, int]] = []
-            for _ in range(n):
-                key = f"{key_tag}q{qi}-p{j}-k{key_cursor % keys_per_producer}"
-                key_cursor += 1
-                items.append((key, seqs.next(key)))
+            keys = names.get(queue)
+            if keys is None:
+                qi = index[queue]
+                keys = names[queue] = [f"{key_tag}q{qi}-p{j}-k{c}" for c in range(keys_per_producer)]
+            nxt = seqs.next
+            items = [(key, nxt(key)) for key in (keys[(key_cursor + i) % keys_per_producer] for i in range(n))]
+            key_cursor += n
             batch_msgs = [(k, make_payload(k, s, size=message_bytes)) for k, s in items]
             run.requests += 1
             try:
