@@ -73,6 +73,9 @@ def _isolation_headers(lane: str | None, env: str | None, set_: str | None) -> d
     return headers
 
 
+_JSON_HEADERS = {"Content-Type": "application/json"}
+
+
 def _list_of(body: Any, key: str) -> list[Any]:
     """A list answer, whether sent bare or wrapped as ``{key: [...]}``."""
     if isinstance(body, list):
@@ -107,6 +110,7 @@ class AsyncClient:
         self._sleep = sleep
         self._session: aiohttp.ClientSession | None = None
         self._closed = False
+        self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -144,18 +148,21 @@ class AsyncClient:
         self, method: str, path: str, data: bytes | None, headers: Mapping[str, str] | None, extra_timeout: float
     ) -> tuple[int, Any]:
         session = self._get_session()
-        send_headers = dict(headers or {})
-        if data is not None:
-            send_headers["Content-Type"] = "application/json"
+        if data is None:
+            send_headers = headers
+        elif headers:
+            send_headers = {**headers, "Content-Type": "application/json"}
+        else:
+            send_headers = _JSON_HEADERS
         url = self.base_url + path
+        total = self.timeout + extra_timeout
+        timeout = self._timeouts.get(total)
+        if timeout is None:
+            timeout = aiohttp.ClientTimeout(total=total)
+            if len(self._timeouts) < 64:
+                self._timeouts[total] = timeout
         try:
-            async with session.request(
-                method,
-                url,
-                data=data,
-                headers=send_headers,
-                timeout=aiohttp.ClientTimeout(total=self.timeout + extra_timeout),
-            ) as resp:
+            async with session.request(method, url, data=data, headers=send_headers, timeout=timeout) as resp:
                 raw = await resp.read()
                 if resp.status >= 400:
                     raise error_from_response(resp.status, raw, parse_retry_after(resp.headers.get("Retry-After")))

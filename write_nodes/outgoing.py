@@ -78,7 +78,9 @@ class OutgoingBatch:
     * ``timestamps``: each message's own timestamp in ms (None: the append time), or None.
     """
 
-    __slots__ = ("keys", "values", "encodings", "headers", "header_bytes", "context", "contexts", "timestamps")
+    __slots__ = (
+        "keys", "values", "encodings", "headers", "header_bytes", "context", "contexts", "timestamps", "_value_bytes"
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -112,6 +114,7 @@ class OutgoingBatch:
         self.headers = headers
         self.header_bytes = header_bytes
         self.timestamps = timestamps
+        self._value_bytes = -1
 
     def __len__(self) -> int:
         return len(self.values)
@@ -180,7 +183,12 @@ class OutgoingBatch:
     def first_over(self, limit: int) -> tuple[int, int] | None:
         """``(index, size)`` of the first message larger than ``limit`` bytes, or None.
         Cheap when nothing is close to the limit (a bound from the largest fields)."""
-        bound = max(map(len, self.values)) + max((len(k) for k in self.keys if k is not None), default=0)
+        keys = self.keys
+        if None in keys:
+            key_max = max((len(k) for k in keys if k is not None), default=0)
+        else:
+            key_max = max(map(len, keys))  # type: ignore[arg-type]
+        bound = max(map(len, self.values)) + key_max
         if self.header_bytes is not None:
             bound += max(self.header_bytes)
         if bound <= limit:
@@ -191,7 +199,10 @@ class OutgoingBatch:
         return None
 
     def value_bytes(self) -> int:
-        return sum(map(len, self.values))
+        """Bytes of all the values (computed once)."""
+        if self._value_bytes < 0:
+            self._value_bytes = sum(map(len, self.values))
+        return self._value_bytes
 
     def context_at(self, i: int) -> Any:
         return self.context if self.contexts is None else self.contexts[i]
