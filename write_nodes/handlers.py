@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Iterable, Sequence
 from typing import Protocol
 
 import orjson
@@ -45,7 +45,7 @@ from common.errors import (
     VpqError,
 )
 from metadata.map_cache import MapCache
-from write_nodes.append_frames import ChainGate, FrameError, decode_frames, error_entry, ok_entry
+from write_nodes.append_frames import ChainGate, Frame, FrameError, decode_frames, error_entry, ok_entry
 from write_nodes.batch_scan import TrafficKey, summarize_batch
 from write_nodes.errors import CorruptBatchError, LogIOError, OffsetOutOfRangeError
 from write_nodes.fence import FenceView
@@ -266,16 +266,23 @@ class WriteNodeHandlers:
     async def append_many(self, request: web.Request) -> web.Response:
         """``POST /internal/v1/append``: the frames of ``write_nodes.append_frames``, each
         checked and appended as by the one-partition append, in body order; one answer
-        entry per frame. A frame that continues a chain whose earlier frame was refused
-        gets the same error and is not appended, so a chain never lands out of order."""
-        own = self._ownership
+        entry per frame (``append_frames``)."""
         sender_epoch = _epoch(request)
-        with own.track():
+        with self._ownership.track():
             body = await request.read()
             try:
                 raw = decode_frames(body)
             except FrameError as exc:
                 raise BadRequest(CORRUPT_BATCH, f"malformed append frames: {exc}") from None
+            entries = await self.append_frames(raw, sender_epoch)
+        return json_response({"results": entries})
+
+    async def append_frames(self, raw: Sequence[Frame], sender_epoch: int) -> list[dict[str, object]]:
+        """Check and append ``raw`` in order; one answer entry per frame. A frame that
+        continues a chain whose earlier frame was refused gets the same error and is not
+        appended, so a chain never lands out of order."""
+        own = self._ownership
+        with own.track():
             frames: list[_Frame | VpqError] = []
             for pp, batch, _ in raw:
                 try:
@@ -319,7 +326,7 @@ class WriteNodeHandlers:
                     continue
                 self._count(f, time.perf_counter() - started)
                 entries.append(ok_entry(base, last))
-        return json_response({"results": entries})
+        return entries
 
     def _admit(self, frame: _Frame) -> Awaitable[tuple[int, int]]:
         """Check ``frame`` against the map and the fence and submit it to its log, without
