@@ -62,8 +62,9 @@ class PartitionPart(NamedTuple):
 
 def part_size(cols: ColumnarRecords) -> int:
     """The bytes ``cols`` take in a magic-2 batch (columns and data areas)."""
+    keys = cols.keys
     size = FIXED_RECORD_BYTES * len(cols.values) + sum(map(len, cols.values))
-    size += sum(len(k) for k in cols.keys if k is not None)
+    size += sum(len(k) for k in keys if k is not None) if None in keys else sum(map(len, keys))  # type: ignore[arg-type]
     if cols.headers is not None:
         size += sum(map(len, cols.headers))
     return size

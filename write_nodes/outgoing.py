@@ -180,6 +180,24 @@ class OutgoingBatch:
             out = [a + b for a, b in zip(out, self.header_bytes)]
         return out
 
+    def encoded_bytes(self, per_record: int) -> int:
+        """``sum(encoded_sizes(per_record))``, from whole columns."""
+        keys = self.keys
+        key_bytes = sum(len(k) for k in keys if k is not None) if None in keys else sum(map(len, keys))  # type: ignore[arg-type]
+        header_bytes = 0 if self.headers is None else sum(map(len, self.headers))
+        return per_record * len(self.values) + self.value_bytes() + key_bytes + header_bytes
+
+    def encoded_sizes(self, per_record: int) -> list[int]:
+        """Each message's bytes in a batch: ``per_record`` fixed bytes, key, value, header block."""
+        values, keys = self.values, self.keys
+        if None in keys:
+            out = [per_record + len(v) + (0 if k is None else len(k)) for k, v in zip(keys, values)]
+        else:
+            out = [per_record + len(v) + len(k) for k, v in zip(keys, values)]  # type: ignore[arg-type]
+        if self.headers is not None:
+            out = [s + len(h) for s, h in zip(out, self.headers)]
+        return out
+
     def first_over(self, limit: int) -> tuple[int, int] | None:
         """``(index, size)`` of the first message larger than ``limit`` bytes, or None.
         Cheap when nothing is close to the limit (a bound from the largest fields)."""

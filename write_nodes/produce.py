@@ -48,7 +48,7 @@ from typing import Any, Protocol
 from common.errors import InternalError, NotFound, Unavailable, VpqError
 from metadata.errors import QueueNotFoundError
 from virtual_partitions.router import QueueNotPlacedError, RoutedBatch
-from write_nodes.append_accumulator import PartitionPart
+from write_nodes.append_accumulator import PartitionPart, part_size
 from write_nodes.client import NODE_UNREACHABLE
 from write_nodes.columnar import FIXED_RECORD_BYTES, ColumnarRecords
 from write_nodes.outgoing import OutgoingBatch, OutgoingMessage, ProduceResults
@@ -292,26 +292,22 @@ class Appender:
     def _count_retry(self, reason: str) -> None:
         self.stats.retries[reason] = self.stats.retries.get(reason, 0) + 1
 
-    def _chunks(self, batch: OutgoingBatch, positions: list[int]) -> list[list[int]]:
-        """``positions`` (one pp's) cut into runs that fit ``max_batch_bytes`` once encoded."""
+    def _cutter(self, batch: OutgoingBatch) -> Callable[[list[int]], list[list[int]]] | None:
+        """None when the whole batch fits ``max_batch_bytes`` once encoded (then no
+        partition's share needs cutting), else a function cutting one pp's positions into
+        runs that fit."""
         budget = max(self._policy.max_batch_bytes - HEADER_SIZE, 1)
-        values, keys = batch.values, batch.keys
-        total = FIXED_RECORD_BYTES * len(positions) + sum(len(values[i]) for i in positions)
-        total += sum(len(keys[i]) for i in positions if keys[i] is not None)
-        if batch.headers is not None:
-            total += sum(len(batch.headers[i]) for i in positions)
-        if total <= budget:
-            return [positions]
-        sizes = [FIXED_RECORD_BYTES + len(v) + (0 if k is None else len(k)) for k, v in zip(keys, values)]
-        if batch.headers is not None:
-            sizes = [s + len(h) for s, h in zip(sizes, batch.headers)]
-        return split_chunks(positions, sizes, budget)
+        if batch.encoded_bytes(FIXED_RECORD_BYTES) <= budget:
+            return None
+        sizes = batch.encoded_sizes(FIXED_RECORD_BYTES)
+        return lambda positions: split_chunks(positions, sizes, budget)
 
     async def _append_routed(self, batch: OutgoingBatch, routed: RoutedBatch) -> list[_PartOutcome]:
         now = self._clock_ms()
         groups = group_by_partition(routed.pps)
         whole = len(groups) == 1
         stamps = batch.timestamps
+        cut = self._cutter(batch)
         outcomes: list[_PartOutcome] = []
         by_node: dict[str, tuple[list[PartitionPart], list[_PartOutcome]]] = {}
         for pp, positions in groups.items():
@@ -321,13 +317,12 @@ class Appender:
                 outcomes.append(_PartOutcome(pp, positions, error=err))
                 continue
             parts, outs = by_node.setdefault(node.address, ([], []))
-            chunks = self._chunks(batch, positions)
+            chunks = [positions] if cut is None else cut(positions)
             for chunk in chunks:
                 cols = _part_columns(batch, routed, chunk, whole and len(chunks) == 1)
                 if stamps is not None:  # records with a time of their own (dead letters keep theirs)
                     cols = cols._replace(ts_deltas=[0 if stamps[i] is None else stamps[i] - now for i in chunk])
-                size = FIXED_RECORD_BYTES * len(chunk) + sum(map(len, cols.values))
-                parts.append(PartitionPart(pp, now, cols, size))
+                parts.append(PartitionPart(pp, now, cols, part_size(cols)))
                 out = _PartOutcome(pp, chunk)
                 outs.append(out)
                 outcomes.append(out)
