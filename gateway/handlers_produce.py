@@ -103,14 +103,7 @@ async def produce(request: web.Request) -> web.Response:
     queue = request.match_info["queue"]
     headers = isolation_headers(request)
     raw = await read_json_body(request, app[SETTINGS_KEY].max_request_bytes)
-    batch = None
-    if raw:
-        try:
-            context = resolve(PartialContext(), headers)
-        except IsolationError:
-            context = None
-        if context is not None:
-            batch = decode_plain(raw, context)
+    batch = decode_plain(raw, headers) if raw else None
     if batch is None:
         batch = model_batch(raw, headers)
     results = await app[BACKEND_KEY].produce(queue, batch)

@@ -21,6 +21,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from common.counter_table import CounterTable
+
 UNMATCHED_ROUTE = "unmatched"
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
@@ -45,12 +47,11 @@ class GatewayMetrics:
             registry=r,
         )
         self.in_flight = Gauge("vpq_gateway_in_flight_requests", "requests being answered", registry=r)
-        self.produced_messages = Counter(
-            "vpq_gateway_produced_messages", "messages durably produced", ["queue"], registry=r
-        )
-        self.produced_bytes = Counter(
-            "vpq_gateway_produced_bytes", "value bytes durably produced", ["queue"], registry=r
-        )
+        # one series per queue: thousands of them, kept in plain dicts (common.counter_table)
+        self.produced_messages = CounterTable("vpq_gateway_produced_messages", "messages durably produced", ["queue"])
+        self.produced_bytes = CounterTable("vpq_gateway_produced_bytes", "value bytes durably produced", ["queue"])
+        r.register(self.produced_messages)  # type: ignore[arg-type]
+        r.register(self.produced_bytes)  # type: ignore[arg-type]
         self.delivered = Counter(
             "vpq_gateway_delivered_messages", "messages delivered to consumers", ["queue", "group"], registry=r
         )
@@ -59,7 +60,6 @@ class GatewayMetrics:
         # label children of the per-request series (``labels()`` takes a lock and builds a
         # tuple on every call; routes are templates, so these stay small)
         self._by_request: dict[tuple[str, str, int], tuple[Any, Any]] = {}
-        self._by_queue: dict[str, tuple[Any, Any]] = {}
 
     def observe_request(self, method: str, route: str, status: int, seconds: float) -> None:
         key = (method, route, status)
@@ -73,11 +73,9 @@ class GatewayMetrics:
         kids[1].observe(seconds)
 
     def produced(self, queue: str, messages: int, value_bytes: int) -> None:
-        kids = self._by_queue.get(queue)
-        if kids is None:
-            kids = self._by_queue[queue] = (self.produced_messages.labels(queue), self.produced_bytes.labels(queue))
-        kids[0].inc(messages)
-        kids[1].inc(value_bytes)
+        key = (queue,)
+        self.produced_messages.inc(key, messages)
+        self.produced_bytes.inc(key, value_bytes)
 
     def delivered_to(self, queue: str, group: str, messages: int) -> None:
         self.delivered.labels(queue, group).inc(messages)

@@ -3,15 +3,16 @@
 Most produce requests are *plain*::
 
     {"messages": [{"value": <any JSON>, "key": <str or null, optional>,
-                   "headers": <object of strings, optional>}, ...]}   # 1..MAX_BATCH_MESSAGES
+                   "headers": <object of strings, optional>,
+                   "lane"/"env"/"set": <isolation name or null, optional>}, ...]}   # 1..MAX_BATCH_MESSAGES
 
 ``decode_plain`` decodes such a body with msgspec in one C pass (types checked, unknown
 fields refused) into an ``OutgoingBatch`` (``write_nodes.outgoing``) without building a
 model, a dict or a ``str`` per message: each value stays the exact JSON text the producer
 sent (``msgspec.Raw``, no copy until the batch is encoded), so nothing is parsed into
 Python objects only to be serialised again. It answers ``None`` for anything else (a
-``value_b64``, isolation fields, a missing or extra field, a wrong type, a bad length,
-malformed JSON), which then goes through orjson and the pydantic models, so every error
+``value_b64``, a missing or extra field, a wrong type, an invalid isolation name, a bad
+length, malformed JSON), which then goes through orjson and the pydantic models, so every error
 and every unusual message is handled in one place, the models. The property test in
 ``tests/gateway/test_produce_decode.py`` holds the two paths to the same messages.
 
@@ -34,15 +35,22 @@ from typing import Annotated, Any
 import msgspec
 import orjson
 
-from gateway.models import MAX_BATCH_MESSAGES
+from gateway.models import ISOLATION_PATTERN, MAX_BATCH_MESSAGES
+from isolation.context import IsolationError, PartialContext, resolve
 from write_nodes.outgoing import OutgoingBatch
 from write_nodes.records import VALUE_JSON, encode_headers
+
+
+IsolationName = Annotated[str, msgspec.Meta(pattern=ISOLATION_PATTERN)]
 
 
 class PlainMessage(msgspec.Struct, forbid_unknown_fields=True):
     value: msgspec.Raw
     key: str | None = None
     headers: dict[str, str] = msgspec.field(default_factory=dict)
+    lane: IsolationName | None = None
+    env: IsolationName | None = None
+    set_: IsolationName | None = msgspec.field(default=None, name="set")
 
 
 class PlainBody(msgspec.Struct, forbid_unknown_fields=True):
@@ -53,9 +61,10 @@ _DECODER = msgspec.json.Decoder(PlainBody)
 _SAFE_FIRST_BYTES = frozenset(b'"tfn')  # strings, true, false, null: no number inside
 
 
-def decode_plain(raw: bytes, context: Any) -> OutgoingBatch | None:
-    """The columns of a plain body, every message in ``context``; None when ``raw`` is
-    not a plain body (see the module docstring)."""
+def decode_plain(raw: bytes, request_context: PartialContext) -> OutgoingBatch | None:
+    """The columns of a plain body, each message's isolation context resolved from its own
+    fields, else the request's isolation headers (``request_context``), else the defaults;
+    None when ``raw`` is not a plain body (see the module docstring)."""
     try:
         body = _DECODER.decode(raw)
         if not raw.isascii():
@@ -89,12 +98,31 @@ def decode_plain(raw: bytes, context: Any) -> OutgoingBatch | None:
                 blocks.append(b"")
                 sizes.append(0)
     n = len(messages)
+    try:
+        context, contexts = _contexts(messages, request_context)
+    except IsolationError:
+        return None
     return OutgoingBatch(
         key_bytes,
         values,
         bytes([VALUE_JSON]) * n,
         context=context,
+        contexts=contexts,
         headers=blocks,
         header_bytes=sizes,
     )
+
+
+def _contexts(messages: list[PlainMessage], request_context: PartialContext) -> tuple[Any, list[Any] | None]:
+    """One context for every message, or one per message (resolved once per distinct
+    combination of fields)."""
+    fields = [(m.env, m.set_, m.lane) for m in messages]
+    first = fields[0]
+    if fields.count(first) == len(fields):
+        return resolve(PartialContext(*first), request_context), None
+    seen: dict[tuple[str | None, str | None, str | None], Any] = {}
+    for f in fields:
+        if f not in seen:
+            seen[f] = resolve(PartialContext(*f), request_context)
+    return None, [seen[f] for f in fields]
 

@@ -133,6 +133,15 @@ class TrafficRow:
     messages: int = 0
     bytes: int = 0
 
+    @classmethod
+    def counted(cls, queue: str, vp: int, virtual_partitions: int, lane: str, env: str, messages: int, nbytes: int) -> TrafficRow:
+        """A row whose fields were validated already (``TrafficCounter`` checks each key the
+        first time it sees it): built without checking them again."""
+        row = object.__new__(cls)
+        for name, value in zip(_ROW_FIELDS, (queue, vp, virtual_partitions, lane, env, messages, nbytes)):
+            object.__setattr__(row, name, value)
+        return row
+
     def __post_init__(self) -> None:
         check_queue_name(self.queue)
         check_virtual_partitions(self.virtual_partitions)
@@ -144,6 +153,9 @@ class TrafficRow:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise ValueError(f"{name} must be an int >= 0, got {v!r}")
+
+
+_ROW_FIELDS = ("queue", "vp", "virtual_partitions", "lane", "env", "messages", "bytes")
 
 
 def to_arrow_table(window_start_ms: int, window_ms: int, node_id: str, rows: list[TrafficRow]) -> pa.Table:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from spark_rebalance.stats_schema import TrafficRow
 
 _Key = tuple[str, int, int, str, str]
+MAX_CHECKED_KEYS = 200_000
 
 
 class TrafficCounter:
@@ -30,6 +31,9 @@ class TrafficCounter:
         self.window_ms = window_ms
         self._open_from = start_ms - start_ms % window_ms
         self._windows: dict[int, dict[_Key, list[int]]] = {}
+        # keys already validated (names and ranges never change validity): a key is checked
+        # the first time it is seen, not in every window; bounded, then started over
+        self._checked: set[_Key] = set()
 
     def _window_of(self, t_ms: int) -> int:
         return max(t_ms - t_ms % self.window_ms, self._open_from)
@@ -49,10 +53,15 @@ class TrafficCounter:
         if messages < 0 or nbytes < 0:
             raise ValueError("messages and bytes must be >= 0")
         w = self._windows.setdefault(self._window_of(t_ms), {})
-        c = w.get((queue, vp, virtual_partitions, lane, env))
+        key = (queue, vp, virtual_partitions, lane, env)
+        c = w.get(key)
         if c is None:
-            TrafficRow(queue, vp, virtual_partitions, lane, env)  # validates the key once per window
-            w[(queue, vp, virtual_partitions, lane, env)] = [messages, nbytes]
+            if key not in self._checked:
+                TrafficRow(queue, vp, virtual_partitions, lane, env)  # validates the key
+                if len(self._checked) >= MAX_CHECKED_KEYS:
+                    self._checked.clear()
+                self._checked.add(key)
+            w[key] = [messages, nbytes]
         else:
             c[0] += messages
             c[1] += nbytes
@@ -65,7 +74,7 @@ class TrafficCounter:
             start = self._open_from
             counts = self._windows.pop(start, {})
             rows = [
-                TrafficRow(q, vp, v, lane, env, c[0], c[1])
+                TrafficRow.counted(q, vp, v, lane, env, c[0], c[1])  # every key was checked by record()
                 for (q, vp, v, lane, env), c in sorted(counts.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][3], kv[0][4], kv[0][2]))
             ]
             out.append((start, rows))

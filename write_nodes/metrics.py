@@ -38,6 +38,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 
+from common.counter_table import CounterTable
 from config.settings import LogSettings
 from write_nodes.group_commit import FsyncFn, default_fsync
 from write_nodes.log import PartitionLog
@@ -105,8 +106,12 @@ class WriteNodeMetrics:
         self.registry = CollectorRegistry()
         r = self.registry
         qp = ["queue", "partition"]
-        self.produced_messages = Counter("vpq_produced_messages", "Messages appended durably.", qp, registry=r)
-        self.produced_bytes = Counter("vpq_produced_bytes", "Value bytes appended durably.", qp, registry=r)
+        # per (queue, partition): thousands of queues make tens of thousands of series, kept
+        # in plain dicts (common.counter_table) rather than one Counter child each
+        self.produced_messages = CounterTable("vpq_produced_messages", "Messages appended durably.", qp)
+        self.produced_bytes = CounterTable("vpq_produced_bytes", "Value bytes appended durably.", qp)
+        r.register(self.produced_messages)  # type: ignore[arg-type]
+        r.register(self.produced_bytes)  # type: ignore[arg-type]
         self.appended_records = Counter(
             "vpq_partition_appended_records", "Records appended durably to the partition.", ["partition"], registry=r
         )
@@ -139,10 +144,9 @@ class WriteNodeMetrics:
         )
         self._gauges = _PartitionGauges()
         r.register(self._gauges)  # type: ignore[arg-type]
-        # label children by partition / (queue, partition): ``labels()`` costs a lock and a
-        # tuple per call, several calls per appended batch (the series are never removed)
+        # label children by partition: ``labels()`` costs a lock and a tuple per call,
+        # several calls per appended batch (the series are never removed)
         self._by_partition: dict[int, tuple[Any, Any, Any, Any]] = {}
-        self._by_queue: dict[tuple[str, int], tuple[Any, Any]] = {}
 
     # ---------------------------------------------------------------- observing
     def appended(
@@ -163,16 +167,11 @@ class WriteNodeMetrics:
                 self.appended_batches.labels(p),
                 self.append_seconds.labels(p),
             )
-        by_queue = self._by_queue
+        p = str(pp)
+        messages, value_bytes = self.produced_messages.inc, self.produced_bytes.inc
         for name, (n, nbytes) in per_queue(summary, queues).items():
-            pair = by_queue.get((name, pp))
-            if pair is None:
-                pair = by_queue[(name, pp)] = (
-                    self.produced_messages.labels(name, str(pp)),
-                    self.produced_bytes.labels(name, str(pp)),
-                )
-            pair[0].inc(n)
-            pair[1].inc(nbytes)
+            messages((name, p), n)
+            value_bytes((name, p), nbytes)
         kids[0].inc(sum(c[0] for c in summary.values()))
         kids[1].inc(batch_bytes)
         kids[2].inc()

@@ -34,9 +34,16 @@ messages = st.dictionaries(
     ),
     max_size=4,
 ) | st.builds(lambda k, v: {"key": k, "value": v}, st.none() | st.text(max_size=8), json_values) | anything
+isolation = st.none() | st.sampled_from(["", "feat-a", "test", "eu-1"])
 plain_message = st.fixed_dictionaries(
     {"value": json_values},
-    optional={"key": st.none() | st.text(max_size=8), "headers": st.dictionaries(st.text(max_size=4), st.text(max_size=4))},
+    optional={
+        "key": st.none() | st.text(max_size=8),
+        "headers": st.dictionaries(st.text(max_size=4), st.text(max_size=4)),
+        "lane": isolation,
+        "env": isolation,
+        "set": isolation,
+    },
 )
 plain_bodies = st.builds(lambda ms: {"messages": ms}, st.lists(plain_message, min_size=1, max_size=4))
 bodies = plain_bodies | st.builds(lambda ms: {"messages": ms}, st.lists(messages, max_size=4)) | st.dictionaries(
@@ -66,7 +73,7 @@ def same_messages(a: OutgoingBatch, b: OutgoingBatch) -> bool:
 @given(bodies, HEADERS, st.booleans())
 def test_the_short_path_gives_what_the_models_give(body: dict[str, Any], headers: PartialContext, pretty: bool) -> None:
     raw = orjson.dumps(body, option=orjson.OPT_INDENT_2 if pretty else 0)
-    fast = decode_plain(raw, resolve(PartialContext(), headers))
+    fast = decode_plain(raw, headers)
     if fast is None:
         return
     slow = by_models(raw, headers)
@@ -77,15 +84,16 @@ def test_the_short_path_gives_what_the_models_give(body: dict[str, Any], headers
 @settings(max_examples=100, deadline=None)
 @given(plain_bodies)
 def test_every_plain_body_takes_the_short_path(body: dict[str, Any]) -> None:
-    assert decode_plain(orjson.dumps(body), IsolationContext()) is not None
+    assert decode_plain(orjson.dumps(body), PartialContext()) is not None
 
 
 def test_values_are_kept_as_sent_and_other_bodies_go_to_the_models() -> None:
     raw = b'{"messages": [{"key": "k", "value": {"a": 1}, "headers": {"h": "v"}}, {"value": null}, {"key": null, "value": 3}]}'
-    batch = decode_plain(raw, IsolationContext())
+    batch = decode_plain(raw, PartialContext())
     assert batch is not None
     assert [bytes(v) for v in batch.values] == [b'{"a": 1}', b"null", b"3"]
     assert batch.keys == [b"k", None, None] and batch.encodings == b"\x00\x00\x00"
+    assert batch.context == IsolationContext() and batch.contexts is None
     assert [m.headers for m in batch.messages()] == [{"h": "v"}, {}, {}]
     assert batch.sizes() == [1 + 8 + 2, 4, 1]
     for body in (
@@ -93,7 +101,9 @@ def test_values_are_kept_as_sent_and_other_bodies_go_to_the_models() -> None:
         {"messages": [{"value": 1}] * (MAX_BATCH_MESSAGES + 1)},
         {"messages": [{"value": 1}], "extra": 1},
         {"messages": [{"value_b64": "aGk="}]},
-        {"messages": [{"value": 1, "lane": "feat-a"}]},
+        {"messages": [{"value": 1, "lane": "UP"}]},
+        {"messages": [{"value": 1, "env": 5}]},
+        {"messages": [{"value": 1, "set": "x" * 64}]},
         {"messages": [{"value": 1, "key": 5}]},
         {"messages": [{"value": 1, "headers": None}]},
         {"messages": [{"value": 1, "headers": {"h": 1}}]},
@@ -101,9 +111,9 @@ def test_values_are_kept_as_sent_and_other_bodies_go_to_the_models() -> None:
         {"messages": ["nope"]},
         {"messages": {"value": 1}},
     ):
-        assert decode_plain(orjson.dumps(body), IsolationContext()) is None, body
+        assert decode_plain(orjson.dumps(body), PartialContext()) is None, body
     for raw in (b"", b"{", b"[1]", b'{"messages": [{"value": 1}]} x', b'{"messages": [{"value": 01}]}'):
-        assert decode_plain(raw, IsolationContext()) is None, raw
+        assert decode_plain(raw, PartialContext()) is None, raw
 
 
 TOKENS = [
@@ -117,13 +127,25 @@ TOKENS = [
 def test_the_short_path_accepts_no_value_orjson_refuses(tokens: list[bytes]) -> None:
     value = b"".join(tokens)
     raw = b'{"messages": [{"key": "k", "value": ' + value + b"}]}"
-    if decode_plain(raw, IsolationContext()) is not None:
+    if decode_plain(raw, PartialContext()) is not None:
         orjson.loads(raw)  # raises if the short path let through what the rest of the platform cannot parse
 
 
 def test_values_beyond_a_double_and_bad_utf8_go_to_the_models() -> None:
     for value in (b"1e400", b"-1E400", b"1" + b"0" * 400, b'{"a": [1e999]}', b'"\xff"', b'"\xed\xa0\x80"', b'["\xff"]'):
         raw = b'{"messages": [{"value": ' + value + b"}]}"
-        assert decode_plain(raw, IsolationContext()) is None, value
-    ok = decode_plain('{"messages": [{"value": "h\u00e9", "key": "cl\u00e9"}, {"value": 1.5e308}]}'.encode(), IsolationContext())
+        assert decode_plain(raw, PartialContext()) is None, value
+    ok = decode_plain('{"messages": [{"value": "h\u00e9", "key": "cl\u00e9"}, {"value": 1.5e308}]}'.encode(), PartialContext())
     assert ok is not None and ok.keys[0] == "cl\u00e9".encode()
+
+
+def test_isolation_fields_take_the_short_path_and_fall_back_to_the_headers() -> None:
+    raw = orjson.dumps({"messages": [{"value": 1, "lane": "feat-a"}, {"value": 2}, {"value": 3, "env": "test", "lane": ""}]})
+    batch = decode_plain(raw, PartialContext(env="dev", lane="feat-b"))
+    assert batch is not None and batch.context is None
+    assert batch.contexts == [
+        IsolationContext("dev", "", "feat-a"),
+        IsolationContext("dev", "", "feat-b"),
+        IsolationContext("test", "", ""),  # a message's own empty lane is the backbone
+    ]
+    assert same_messages(batch, model_batch(raw, PartialContext(env="dev", lane="feat-b")))
