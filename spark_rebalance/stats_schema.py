@@ -138,8 +138,14 @@ class TrafficRow:
         """A row whose fields were validated already (``TrafficCounter`` checks each key the
         first time it sees it): built without checking them again."""
         row = object.__new__(cls)
-        for name, value in zip(_ROW_FIELDS, (queue, vp, virtual_partitions, lane, env, messages, nbytes)):
-            object.__setattr__(row, name, value)
+        sq, svp, sv, sl, se, sm, sb = _ROW_SETTERS
+        sq(row, queue)
+        svp(row, vp)
+        sv(row, virtual_partitions)
+        sl(row, lane)
+        se(row, env)
+        sm(row, messages)
+        sb(row, nbytes)
         return row
 
     def __post_init__(self) -> None:
@@ -156,6 +162,8 @@ class TrafficRow:
 
 
 _ROW_FIELDS = ("queue", "vp", "virtual_partitions", "lane", "env", "messages", "bytes")
+# the slots' own setters: a frozen dataclass refuses setattr, its slot descriptors do not
+_ROW_SETTERS = tuple(getattr(TrafficRow, name).__set__ for name in _ROW_FIELDS)
 
 
 def to_arrow_table(window_start_ms: int, window_ms: int, node_id: str, rows: list[TrafficRow]) -> pa.Table:

@@ -43,3 +43,15 @@ def test_bad_records_are_rejected_at_once() -> None:
     with pytest.raises(ValueError):
         c.record(0, "q", 0, 1, -1, 1)
     assert c.drain(1_000) == [(0, [])]
+
+
+def test_keys_are_checked_with_names_seen_before() -> None:
+    c = TrafficCounter(W, start_ms=0)
+    c.record(0, "q", 0, 4, 1, 1, lane="feat-a")
+    for bad in ((0, "q", 4, 4), (0, "q", -1, 4), (0, "q", 0, 3), (0, "q", 1.0, 4)):
+        with pytest.raises(ValueError):
+            c.record(bad[0], bad[1], bad[2], bad[3], 1, 1, lane="feat-a")
+    with pytest.raises(ValueError):
+        c.record(0, "q", 0, 4, 1, 1, lane="Bad Lane")
+    c.record(0, "q", 3, 4, 2, 2, lane="feat-a")
+    assert c.drain(1_000) == [(0, [TrafficRow("q", 0, 4, "feat-a", "prod", 1, 1), TrafficRow("q", 3, 4, "feat-a", "prod", 2, 2)])]
