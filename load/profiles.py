@@ -40,6 +40,10 @@ class Profile:
     s3_batch: int = 10
     s3_lanes: int = 4
     s3_rounds: int = 3  # a step's rate is the median of its rounds' rates
+    # the last step and its paired 1-queue reference alternate this many rounds each (more
+    # than the other steps: their ratio is the scenario's headline, and single rounds of a
+    # second on a shared machine spread by +-20 %)
+    s3_paired_rounds: int = 7
     s3_count_sample: int = 50
     s3_drain_sample: int = 3
     s4_work_ms: float = 10.0
@@ -60,6 +64,7 @@ QUICK = Profile(
     s3_steps=(1, 100, 1_000),
     s3_messages=1_000,
     s3_rounds=1,
+    s3_paired_rounds=1,
     s3_create_budget_s=5.0,
     s3_delete_budget_s=5.0,
     s4_steps=(1, 16, 64),

@@ -21,7 +21,8 @@ Paired reference: the steps run one after the other, minutes apart on a shared m
 so the ratio of the last step's rate to the first's also measures the machine's drift.
 One more queue (``s3-ref``) lives through the whole scenario; at the last step a round on
 it goes before each of the step's rounds, back to back, with the same producers, batch
-and lanes. ``paired_1q`` of that step holds the reference's median rate and ``ratio`` =
+and lanes, for ``s3_paired_rounds`` rounds each (7 in the full run: more than the other
+steps' ``s3_rounds``, as this ratio is the scenario's headline). ``paired_1q`` of that step holds the reference's median rate and ``ratio`` =
 the step's median / the reference's median: "many queues against one, at the same time".
 Its stored count is checked at the end (it is never drained: reading it back would add
 tens of seconds for the slow peers).
@@ -206,7 +207,7 @@ async def _steps(
             rounds: list[ProduceRun] = []
             ref_rounds: list[ProduceRun] = []
             paired = n > 1 and n == max(p.s3_steps)
-            for r in range(max(1, p.s3_rounds)):
+            for r in range(max(1, p.s3_paired_rounds if paired else p.s3_rounds)):
                 if paired:
                     ref_rounds.append(await _round(ctx, reference, r, "ref", 0, lambda q, k, s: ref_expected.append((k, s))))
                 record = lambda q, k, s: expected[q].append((k, s))  # noqa: E731

@@ -158,7 +158,7 @@ async def _run_s3(system: _Counting) -> dict[str, Any]:
     from load.profiles import QUICK
     from load.scenarios.common import Context
 
-    profile = replace(QUICK, s3_steps=(1, 6), s3_messages=60, s3_rounds=3, producers=2, s3_drain_sample=0)
+    profile = replace(QUICK, s3_steps=(1, 6), s3_messages=60, s3_rounds=2, s3_paired_rounds=3, producers=2, s3_drain_sample=0)
     return await s3_queues.run(Context(system, profile, echo=lambda _line: None))  # type: ignore[arg-type]
 
 
@@ -172,6 +172,7 @@ async def test_the_last_step_alternates_with_a_paired_one_queue_reference() -> N
     assert len(paired["round_msgs_per_s"]) == 3 and paired["ratio"] > 0
     assert paired["count_check"]["expected"] == 3 * 60 and paired["count_check"]["ok"]
     assert "paired_1q" not in result["steps"][0]  # only the last step is paired
+    assert len(result["steps"][0]["round_msgs_per_s"]) == 2 and len(last["round_msgs_per_s"]) == 3
     # reference rounds go before each of the step's rounds
     runs = [q == s3_queues.REFERENCE_QUEUE for q in system.produced_to if not q.startswith("s3-n1-")]
     starts = [i for i in range(len(runs)) if runs[i] and (i == 0 or not runs[i - 1])]
