@@ -43,7 +43,7 @@ class Profile:
     # the last step and its paired 1-queue reference alternate this many rounds each (more
     # than the other steps: their ratio is the scenario's headline, and single rounds of a
     # second on a shared machine spread by +-20 %)
-    s3_paired_rounds: int = 7
+    s3_paired_rounds: int = 5
     s3_count_sample: int = 50
     s3_drain_sample: int = 3
     s4_work_ms: float = 10.0

@@ -21,7 +21,7 @@ Paired reference: the steps run one after the other, minutes apart on a shared m
 so the ratio of the last step's rate to the first's also measures the machine's drift.
 One more queue (``s3-ref``) lives through the whole scenario; at the last step a round on
 it goes before each of the step's rounds, back to back, with the same producers, batch
-and lanes, for ``s3_paired_rounds`` rounds each (7 in the full run: more than the other
+and lanes, for ``s3_paired_rounds`` rounds each (5 in the full run: more than the other
 steps' ``s3_rounds``, as this ratio is the scenario's headline). ``paired_1q`` of that step holds the reference's median rate and ``ratio`` =
 the step's median / the reference's median: "many queues against one, at the same time".
 Its stored count is checked at the end (it is never drained: reading it back would add
