@@ -36,7 +36,9 @@ class ReadNodeOptions:
     - ``fetch_max_bytes``: size of a read that refills the cache after a miss;
     - ``max_unacked``: per group, messages held in the delivery state (ingested,
       not done) before ingestion pauses; also bounds a persisted ack state;
-    - ``ingest_batch``: index entries looked at per pp per ingestion pass;
+    - ``ingest_batch``: index entries looked at per pp per ingestion pass (small: joins and
+      polls wait for the step in progress; 512 made 64 concurrent joins on a group with a
+      12,800-message backlog take 0.4 to 0.5 s, 128 makes it 0.2 to 0.3 s);
     - ``tick_ms``: period of a group's housekeeping (timeouts, idle consumers,
       dead letters, config and map changes);
     - ``persist_interval_ms``: ack state saved at most this often when it changed;
@@ -56,7 +58,7 @@ class ReadNodeOptions:
     index_keep_offsets: int = 1_000_000
     fetch_max_bytes: int = 1024 * 1024
     max_unacked: int = 20_000
-    ingest_batch: int = 512
+    ingest_batch: int = 128
     tick_ms: int = 100
     persist_interval_ms: int = 100
     heartbeat_interval_ms: int = 1000

@@ -89,8 +89,9 @@ Listener = Callable[[int], None]
 
 RecordKey = tuple[int, int]
 
-_DECODE_SLICE = 512
-"""``decode`` yields to the event loop between batches once it decoded this many records."""
+_DECODE_SLICE = 128
+"""``decode`` yields to the event loop between batches once it decoded this many records
+(small, like ``ReadNodeOptions.ingest_batch``: requests wait for the slice in progress)."""
 
 
 class RecordSource:
