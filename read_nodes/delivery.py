@@ -24,8 +24,12 @@ Delivery rule (``poll``)
   who owns ``key_hash mod V`` there. Redeliveries come before first deliveries,
   then ingestion order. With ``steal_when_idle``, a consumer with nothing ready in
   its own vps takes what is ready in the others' (same routing): owned vps steer
-  work, they never decide order, which the per-key rule alone keeps. Each delivery increments ``delivery_count`` and sets a
-  visibility deadline ``now_ms + visibility_timeout_ms``.
+  work, they never decide order, which the per-key rule alone keeps; and when work
+  is scarce (every member of the context already holds a message, and fewer are
+  ready than a full poll for each) a poll takes only its fair share,
+  ``ceil(ready / members)``, so the end of a backlog is spread over the members.
+  Each delivery increments ``delivery_count`` and sets a visibility deadline
+  ``now_ms + visibility_timeout_ms``.
 
 Failure paths
   A delivery not acked by its deadline (``expire``), nacked (``nack``, optional
@@ -138,6 +142,8 @@ class GroupDelivery:
         self._dead_untaken: dict[Pos, DeadLetter] = {}
         self._dead_taken: dict[Pos, DeadLetter] = {}
         self._seq = 0
+        self._members_by_ctx: dict[IsolationContext, int] = {}
+        self._inflight_by_ctx: dict[IsolationContext, int] = {}
 
     # ------------------------------------------------------------------ config
     @property
@@ -179,6 +185,10 @@ class GroupDelivery:
 
     def _reroute(self) -> None:
         self._routes.rebuild((c.ctx for c in self._consumers.values()), self._ctx_count)
+        members: dict[IsolationContext, int] = {}
+        for c in self._consumers.values():
+            members[c.ctx] = members.get(c.ctx, 0) + 1
+        self._members_by_ctx = members
 
     def _release_all(self, consumer_id: str, now_ms: int) -> int:
         c = self._consumers[consumer_id]
@@ -339,6 +349,8 @@ class GroupDelivery:
         if max_messages <= 0 or not (c.vps or steal):
             return []
         sources = self._routes.sources(c.ctx)
+        if steal:
+            max_messages = self._fair_share(c.ctx, sources, max_messages)
         taken = self._ready.take(sources, c.vps, max_messages) if c.vps else []
         if not taken and steal:
             taken = self._ready.take(sources, None, max_messages)
@@ -359,7 +371,25 @@ class GroupDelivery:
                     e.timestamp_ms, msg.count, deadline,
                 )
             )
+        if out:
+            self._inflight_by_ctx[c.ctx] = self._inflight_by_ctx.get(c.ctx, 0) + len(out)
         return out
+
+    def _fair_share(self, ctx: IsolationContext, sources: Iterable[IsolationContext], max_messages: int) -> int:
+        """How many messages a poll of a member of ``ctx`` may take: ``max_messages``,
+        unless work is scarce: the members of ``ctx`` already hold at least one message
+        each in flight (they are busy, not keeping up with a trickle) and what they can
+        see ready is less than a full poll for each of them. Then a poll takes its fair
+        share, ``ceil(ready / members)`` (at least 1), so the end of a backlog is spread
+        over the members instead of going, a whole poll at a time, to whoever asks first
+        while the others run dry."""
+        members = self._members_by_ctx.get(ctx, 0)
+        if members < 2 or self._inflight_by_ctx.get(ctx, 0) < members:
+            return max_messages
+        ready = self._ready.count_for(sources, None)
+        if ready >= members * max_messages:
+            return max_messages
+        return max(1, -(-ready // members))
 
     def has_ready(self, consumer_id: str) -> bool:
         """True when ``poll`` would return something now (before new timeouts): for
@@ -375,7 +405,11 @@ class GroupDelivery:
             self._timers.remove((msg.due, msg.seq, e.pp, e.offset))
             msg.due = None
         if msg.holder is not None:
-            self._consumers[msg.holder].inflight.discard((msg.entry.pp, msg.entry.offset))
+            holder = self._consumers[msg.holder]
+            pos = (msg.entry.pp, msg.entry.offset)
+            if pos in holder.inflight:
+                holder.inflight.remove(pos)
+                self._inflight_by_ctx[holder.ctx] -= 1
             msg.holder = None
 
     def _finish(self, msg: _Msg, dead: DeadLetter | None) -> None:
@@ -535,6 +569,10 @@ class GroupDelivery:
             by_env[ctx.env] = by_env.get(ctx.env, 0) + n
             by_set[ctx.set] = by_set.get(ctx.set, 0) + n
         return LagReport(len(self._msgs), by_lane, by_env, by_set)
+
+    def in_flight_by_context(self) -> dict[IsolationContext, int]:
+        """Messages in flight per member context (kept incrementally for ``poll``)."""
+        return {ctx: n for ctx, n in self._inflight_by_ctx.items() if n}
 
     def inflight_count(self, consumer_id: str) -> int:
         return len(self._consumer(consumer_id).inflight)

@@ -142,8 +142,13 @@ class Harness:
         self.check_watermarks()
         outstanding = [m for m in self.msgs if m.status not in DONE]
         assert self.gd.lag().total == len(outstanding)
-        for cid in self.consumers:
-            assert self.gd.inflight_count(cid) == sum(1 for m in outstanding if m.status == INFLIGHT and m.holder == cid)
+        by_ctx: dict[IsolationContext, int] = {}
+        for cid, ctx in self.consumers.items():
+            held = sum(1 for m in outstanding if m.status == INFLIGHT and m.holder == cid)
+            assert self.gd.inflight_count(cid) == held
+            if held:
+                by_ctx[ctx] = by_ctx.get(ctx, 0) + held
+        assert self.gd.in_flight_by_context() == by_ctx  # the counts the fair share reads
 
     # ------------------------------------------------------------- operations
     def ingest(self, rng: random.Random, n: int) -> None:
