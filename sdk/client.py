@@ -23,6 +23,7 @@ from urllib.parse import quote
 
 import aiohttp
 import orjson
+from yarl import URL
 
 from sdk.errors import (
     ClientClosedError,
@@ -48,6 +49,8 @@ from sdk.retry import NO_RETRY, RetryPolicy, parse_retry_after
 log = logging.getLogger(__name__)
 
 DEFAULT_URL = "http://127.0.0.1:8080"
+URL_CACHE_SIZE = 4096
+"""Parsed request URLs an ``AsyncClient`` keeps (one per queue, group or consumer path)."""
 USER_AGENT = "vpq-sdk/0.1"
 
 Sleep = Callable[[float], Awaitable[None]]
@@ -111,6 +114,7 @@ class AsyncClient:
         self._session: aiohttp.ClientSession | None = None
         self._closed = False
         self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
+        self._urls: dict[str, URL] = {}
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -144,6 +148,19 @@ class AsyncClient:
 
     # -- transport ---------------------------------------------------------------------
 
+    def _url(self, path: str) -> URL:
+        """The parsed URL of ``path``, kept per path (up to ``URL_CACHE_SIZE``, then the
+        cache starts again). aiohttp parses a ``str`` URL on every request, and yarl's own
+        cache holds 128 of them: a producer writing round-robin to more queues than that
+        parsed its URL afresh, with every derived part, on each request."""
+        url = self._urls.get(path)
+        if url is None:
+            url = URL(self.base_url + path)
+            if len(self._urls) >= URL_CACHE_SIZE:
+                self._urls.clear()
+            self._urls[path] = url
+        return url
+
     async def _once(
         self, method: str, path: str, data: bytes | None, headers: Mapping[str, str] | None, extra_timeout: float
     ) -> tuple[int, Any]:
@@ -154,7 +171,7 @@ class AsyncClient:
             send_headers = {**headers, "Content-Type": "application/json"}
         else:
             send_headers = _JSON_HEADERS
-        url = self.base_url + path
+        url = self._url(path)
         total = self.timeout + extra_timeout
         timeout = self._timeouts.get(total)
         if timeout is None:

@@ -173,3 +173,23 @@ async def test_closed_client_refuses_calls(client: AsyncClient) -> None:
     await client.close()
     with pytest.raises(ClientClosedError):
         await client.list_queues()
+
+
+async def test_request_urls_are_parsed_once_per_path_and_the_cache_is_bounded(
+    client: AsyncClient, gateway: FakeGateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sdk.client as client_module
+
+    monkeypatch.setattr(client_module, "URL_CACHE_SIZE", 3)
+    names = ["q.1", "q_2", "e", "f"]
+    for name in names:
+        await client.put_queue(name)
+    for name in names:
+        await client.produce(name, [ProduceMessage(value=1)])
+        await client.produce(name, [ProduceMessage(value=2)])
+    assert [gateway.values(name) for name in names] == [[1, 2]] * 4
+    posted = [r.path for r in gateway.requests if r.method == "POST"]
+    assert posted == [p for name in names for p in [f"/v1/queues/{name}/messages"] * 2]
+    first = client._url("/v1/queues/e/messages")
+    assert client._url("/v1/queues/e/messages") is first  # parsed once, kept
+    assert len(client._urls) <= 3
