@@ -297,7 +297,11 @@ class PollRequest(BaseModel):
         extra="forbid", strict=True, json_schema_extra={"examples": [{"max_messages": 100, "wait_ms": 5000}]}
     )
 
-    max_messages: PollMessages = Field(DEFAULT_POLL_MESSAGES)
+    max_messages: PollMessages = Field(
+        DEFAULT_POLL_MESSAGES,
+        description="at most this many messages: fewer when fewer are ready, and only a fair share "
+        "(ready / members) when every member of the group already holds work and the backlog is short",
+    )
     wait_ms: WaitMs = Field(0, description="long poll: wait up to this for a first message")
 
 
