@@ -13,6 +13,8 @@ is counted in the oldest open window. Pure logic, no I/O, not thread-safe.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from spark_rebalance.stats_schema import TrafficRow
 
 _Key = tuple[str, int, int, str, str]
@@ -64,6 +66,30 @@ class TrafficCounter:
         else:
             c[0] += messages
             c[1] += nbytes
+
+    def record_many(self, t_ms: int, rows: Iterable[tuple[str, int, int, str, str, int, int]]) -> list[str]:
+        """``record`` for every ``(queue, vp, V, lane, env, messages, nbytes)`` of ``rows``,
+        all appended at ``t_ms`` (one window lookup for the lot: a write node counts a
+        whole batch at once). A row ``record`` would refuse is skipped, the others are
+        counted; the answer holds one message per skipped row."""
+        w = self._windows.setdefault(self._window_of(t_ms), {})
+        refused: list[str] = []
+        for queue, vp, v, lane, env, messages, nbytes in rows:
+            key = (queue, vp, v, lane, env)
+            c = w.get(key)
+            try:
+                if messages < 0 or nbytes < 0:
+                    raise ValueError("messages and bytes must be >= 0")
+                if c is None:
+                    self._check(queue, vp, v, lane, env)
+                    w[key] = [messages, nbytes]
+                    continue
+            except ValueError as exc:
+                refused.append(f"{queue} vp {vp}: {exc}")
+                continue
+            c[0] += messages
+            c[1] += nbytes
+        return refused
 
     def _check(self, queue: str, vp: int, virtual_partitions: int, lane: str, env: str) -> None:
         """What ``TrafficRow`` checks, names once each (``ValueError``)."""

@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Iterable, Sequence
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from typing import Protocol
 
 import orjson
@@ -67,8 +67,9 @@ CORRUPT_BATCH = "corrupt_batch"
 
 
 class TrafficSink(Protocol):
-    def count(self, queue: str, vp: int, virtual_partitions: int, context_id: int, messages: int, nbytes: int) -> None:
-        """Count ``messages`` appended messages of ``nbytes`` value bytes."""
+    def count_batch(self, summary: Mapping[TrafficKey, Sequence[int]], queues: Mapping[int, tuple[str, int]]) -> None:
+        """Count one appended batch: its summary ((queue id, vp, context id) -> [messages,
+        value bytes]) with ``queues`` (id -> (name, V)) as ``PlacementGuard.check`` answers."""
 
 
 # ------------------------------------------------------------------ pure helpers
@@ -344,13 +345,9 @@ class WriteNodeHandlers:
             raise BadRequest(CORRUPT_BATCH, f"corrupt record batch: {exc}") from None
 
     def _count(self, frame: _Frame, elapsed_s: float) -> None:
-        queues = frame.queues
-        traffic = self._traffic
-        if traffic is not None:
-            for (qid, vp, ctx), (n, nbytes) in frame.summary.items():
-                name, v = queues[qid]
-                traffic.count(name, vp, v, ctx, n, nbytes)
-        self._metrics.appended(frame.pp, len(frame.batch), frame.summary, queues, elapsed_s)
+        if self._traffic is not None:
+            self._traffic.count_batch(frame.summary, frame.queues)
+        self._metrics.appended(frame.pp, len(frame.batch), frame.summary, frame.queues, elapsed_s)
 
     async def read(self, request: web.Request) -> web.Response:
         pp = _pp(request)

@@ -27,6 +27,7 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -43,6 +44,7 @@ from metadata.store import MetadataStore
 from spark_rebalance.fences import FenceStore
 from spark_rebalance.stats_writer import StatsWriter
 from spark_rebalance.traffic_counter import TrafficCounter
+from write_nodes.batch_scan import TrafficKey
 from write_nodes.cluster_meta import get_or_init_partition_count
 from write_nodes.fence import FenceView, wire_fence
 from write_nodes.handlers import PlacementGuard, WriteNodeHandlers, build_app
@@ -81,7 +83,7 @@ def stats_dir(settings: Settings) -> Path:
 
 
 class TrafficExporter:
-    """Counts appended traffic (``count``: no I/O) and writes every finished window
+    """Counts appended traffic (``count_batch``: no I/O) and writes every finished window
     through a ``StatsWriter`` (``flush``, called every second by the background task).
     Context ids are resolved to (env, lane) in ``flush``, off the append path; an id
     Redis does not know is counted as the default context (``prod``, backbone)."""
@@ -111,13 +113,24 @@ class TrafficExporter:
             log.warning("could not write the last traffic window: %s", exc)
         self._writer.stop()
 
-    def count(self, queue: str, vp: int, virtual_partitions: int, context_id: int, messages: int, nbytes: int) -> None:
+    def count_batch(self, summary: Mapping[TrafficKey, Sequence[int]], queues: Mapping[int, tuple[str, int]]) -> None:
+        """``count`` for every (queue id, vp, context id) of one appended batch's summary
+        (``queues``: id -> (name, V), as ``PlacementGuard.check`` answers; ids missing there
+        are left out), with one clock read and one window lookup for the whole batch."""
         now = wall_ms()
-        names = self._names.get(context_id)
-        if names is None:
-            self._pending.append((now, queue, vp, virtual_partitions, context_id, messages, nbytes))
-        else:
-            self._record(now, queue, vp, virtual_partitions, names, messages, nbytes)
+        names_of = self._names
+        rows: list[tuple[str, int, int, str, str, int, int]] = []
+        for (qid, vp, ctx), counts in summary.items():
+            named = queues.get(qid)
+            if named is None:
+                continue
+            names = names_of.get(ctx)
+            if names is None:
+                self._pending.append((now, named[0], vp, named[1], ctx, counts[0], counts[1]))
+            else:
+                rows.append((named[0], vp, named[1], names[1], names[0], counts[0], counts[1]))
+        for why in self._counter.record_many(now, rows):
+            log.warning("traffic not counted: %s", why)
 
     def _record(self, t: int, queue: str, vp: int, v: int, names: tuple[str, str], n: int, nbytes: int) -> None:
         try:

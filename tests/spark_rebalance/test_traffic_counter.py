@@ -55,3 +55,21 @@ def test_keys_are_checked_with_names_seen_before() -> None:
         c.record(0, "q", 0, 4, 1, 1, lane="Bad Lane")
     c.record(0, "q", 3, 4, 2, 2, lane="feat-a")
     assert c.drain(1_000) == [(0, [TrafficRow("q", 0, 4, "feat-a", "prod", 1, 1), TrafficRow("q", 3, 4, "feat-a", "prod", 2, 2)])]
+
+
+def test_record_many_counts_like_record_and_skips_only_the_bad_rows() -> None:
+    one, many = TrafficCounter(W, start_ms=0), TrafficCounter(W, start_ms=0)
+    rows = [
+        ("q", 1, 4, "", "prod", 2, 200),
+        ("q", 1, 4, "feat-a", "test", 1, 10),
+        ("q", 1, 4, "", "prod", 3, 300),  # same key again in one call: summed
+        ("r", 0, 1, "", "prod", 5, 50),
+    ]
+    for q, vp, v, lane, env, n, b in rows:
+        one.record(500, q, vp, v, n, b, lane=lane, env=env)
+    assert many.record_many(500, rows) == []
+    bad = [("bad name", 0, 1, "", "prod", 1, 1), ("q", 4, 4, "", "prod", 1, 1), ("q", 0, 4, "", "prod", -1, 1)]
+    refused = many.record_many(600, [bad[0], ("q", 1, 4, "", "prod", 1, 1), bad[1], bad[2]])
+    one.record(600, "q", 1, 4, 1, 1)
+    assert len(refused) == 3 and "bad name" in refused[0] and "vp 4" in refused[1]
+    assert many.drain(1_000) == one.drain(1_000)
