@@ -75,7 +75,8 @@ def _s3(res: Mapping[str, Mapping[str, Any]]) -> list[str]:
                 cells.append("-")
                 continue
             made = "" if s.get("creation_complete", True) else f" ({s.get('created')} created)"
-            cells.append(_n(s.get("msgs_per_s")) + made)
+            unread = ", read-back refused" if s.get("readback_error") else ""
+            cells.append(_n(s.get("msgs_per_s")) + made + unread)
         last = by.get(steps_all[-1], {}) if steps_all else {}
         created = last.get("created") or 0
         deleted = last.get("deleted") or 0

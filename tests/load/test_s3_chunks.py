@@ -83,41 +83,51 @@ async def test_with_an_error_list_the_chunks_in_flight_finish_and_none_starts(
     assert done == names[:CREATE_CHUNK] + names[2 * CREATE_CHUNK : 3 * CREATE_CHUNK]
 
 
-async def test_a_failing_step_deletes_its_queues_before_the_error_ends_the_scenario() -> None:
+async def test_a_refused_read_back_ends_the_read_back_not_the_scenario() -> None:
     # NATS at ~10,000 streams: the stream creations succeed, then creating a consumer for
-    # the read-back fails; the streams must not stay for scenarios 4 and 5
+    # the read-back fails (out of file descriptors). The step keeps its figures and says
+    # why it read nothing back, the scenario goes on, and its streams do not stay for
+    # scenarios 4 and 5
+    from dataclasses import replace
+
+    from load.profiles import QUICK
+    from load.report import check_totals
+    from load.scenarios.common import Context
+
+    class Refusing(_Counting):
+        async def consume(self, *args: object, **kwargs: object) -> object:
+            raise RuntimeError("error creating store for consumer")
+
+    system = Refusing()
+    lines: list[str] = []
+    profile = replace(QUICK, s3_steps=(1, 3), s3_messages=30, producers=2, s3_drain_sample=2)
+    result = await s3_queues.run(Context(system, profile, echo=lines.append))  # type: ignore[arg-type]
+    assert [s["queues"] for s in result["steps"]] == [1, 3]
+    for step in result["steps"]:
+        assert step["readback_error"] == "RuntimeError: error creating store for consumer"
+        assert step["queues_read_back"] == 0 and step["check"]["expected"] == 0
+        assert step["counts_checked"] >= 1 and step["count_mismatches"] == 0  # what could be checked was
+    assert result["steps"][-1]["paired_1q"]["ratio"] > 0
+    assert check_totals(result)["failed"] == 0
+    assert any("read-back stopped by an error" in line for line in lines)
+    assert system.stored == {}
+
+
+async def test_a_failing_step_deletes_its_queues_before_the_error_ends_the_scenario() -> None:
     from dataclasses import replace
 
     from load.profiles import QUICK
     from load.scenarios.common import Context
 
-    class Failing:
-        def __init__(self) -> None:
-            self.live: set[str] = set()
-
-        async def server_memory(self) -> dict[str, int]:
-            return {}
-
-        async def setup(self, queues: Sequence[str], *, ordered: bool = True, shards: int = 1) -> None:
-            self.live.update(queues)
-
-        async def produce(self, queue: str, batch: Sequence[tuple[str, bytes]], *, lanes: int = 1) -> None:
-            await asyncio.sleep(0)
-
+    class Failing(_Counting):
         async def count(self, queue: str) -> int | None:
-            return None
-
-        async def consume(self, *args: object, **kwargs: object) -> object:
-            raise RuntimeError("error creating store for consumer")
-
-        async def delete(self, queues: Sequence[str]) -> None:
-            self.live.difference_update(queues)
+            raise RuntimeError("connection lost")
 
     system = Failing()
     profile = replace(QUICK, s3_steps=(3,), s3_messages=30, producers=2)
-    with pytest.raises(RuntimeError, match="creating store"):
+    with pytest.raises(RuntimeError, match="connection lost"):
         await s3_queues.run(Context(system, profile, echo=lambda _line: None))  # type: ignore[arg-type]
-    assert system.live == set()
+    assert system.stored == {}
 
 
 class _Counting:
