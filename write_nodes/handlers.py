@@ -192,22 +192,30 @@ class PlacementGuard:
             finally:
                 self._generation += 1
 
-    def check(self, pp: int, pairs: Iterable[tuple[int, int]]) -> dict[int, tuple[str, int]]:
-        """queue id -> (queue name, V of the map) when every (queue id, vp) is placed on
-        ``pp``; ``Unavailable`` (``stale_map``, detail ``epoch``) otherwise. No I/O."""
+    def check(self, pp: int, keys: Iterable[Sequence[int]]) -> dict[int, tuple[str, int]]:
+        """queue id -> (queue name, V of the map) when every key's (queue id, vp), its
+        first two items (a summary's (queue id, vp, context id) keys will do), is placed
+        on ``pp``; ``Unavailable`` (``stale_map``, detail ``epoch``) otherwise. A queue's
+        placement is looked up once however many of its keys there are. No I/O."""
         cache = self._cache
         queues: dict[int, tuple[str, int]] = {}
-        for qid, vp in pairs:
-            rec = cache.queue_by_id(qid)
-            entry = cache.entry(rec.name) if rec is not None else None
-            placement = entry.placement if entry is not None else None
-            if rec is None or placement is None or entry is None:
-                what = f"queue id {qid} is unknown" if rec is None else f"queue {rec.name!r} is not placed"
-                raise self._stale(f"{what} in map epoch {cache.epoch}")
+        placements: dict[int, Sequence[int]] = {}
+        for key in keys:
+            qid, vp = key[0], key[1]
+            placement = placements.get(qid)
+            if placement is None:
+                rec = cache.queue_by_id(qid)
+                entry = cache.entry(rec.name) if rec is not None else None
+                if rec is None or entry is None or entry.placement is None:
+                    what = f"queue id {qid} is unknown" if rec is None else f"queue {rec.name!r} is not placed"
+                    raise self._stale(f"{what} in map epoch {cache.epoch}")
+                placement = placements[qid] = entry.placement
+                queues[qid] = (rec.name, entry.virtual_partitions)
             if vp >= len(placement) or placement[vp] != pp:
                 where = f"on partition {placement[vp]}" if vp < len(placement) else f"out of range (V={len(placement)})"
-                raise self._stale(f"queue {rec.name!r} vp {vp} is {where}, not {pp}, in map epoch {cache.epoch}")
-            queues[qid] = (rec.name, entry.virtual_partitions)
+                raise self._stale(
+                    f"queue {queues[qid][0]!r} vp {vp} is {where}, not {pp}, in map epoch {cache.epoch}"
+                )
         return queues
 
     def _stale(self, why: str) -> Unavailable:
@@ -333,9 +341,9 @@ class WriteNodeHandlers:
         """Check ``frame`` against the map and the fence and submit it to its log, without
         yielding; await the result for its offsets once durable."""
         pp, summary = frame.pp, frame.summary
-        queues = self._guard.check(pp, {(k[0], k[1]) for k in summary})
+        queues = self._guard.check(pp, summary)
         if self._fence is not None:  # vps being moved by a remap take no writes (retryable)
-            self._fence.check(self._guard.epoch, [(queues[k[0]][0], k[1]) for k in summary])
+            self._fence.check(self._guard.epoch, ((queues[k[0]][0], k[1]) for k in summary))
         part = self._ownership.serving(pp)
         assert part.log is not None
         frame.part, frame.queues = part, queues
