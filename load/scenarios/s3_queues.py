@@ -53,6 +53,7 @@ TITLE = "throughput as logical queues grow (creation time, server memory)"
 REFERENCE_QUEUE = "s3-ref"
 CREATE_CHUNK = 50  # the budget is checked before each chunk starts
 CHUNKS_IN_FLIGHT = 2
+DELETE_PASSES = 3
 
 
 def _sample(items: list[str], k: int) -> list[str]:
@@ -69,21 +70,23 @@ async def in_chunks(
     budget_s: float,
     *,
     errors: list[BaseException] | None = None,
+    keep_going: bool = False,
 ) -> tuple[list[str], float]:
     """``op`` over ``names`` in chunks of ``CREATE_CHUNK``, ``CHUNKS_IN_FLIGHT`` at once,
     starting no chunk after ``budget_s``; ``(names done, in name order; seconds)``.
 
     Without ``errors``, an error of ``op`` cancels the other chunks and is raised. With
-    it, the error is appended there and no new chunk starts: the chunks in flight
-    finish, and the failed chunk's names are not reported done (a server that runs out
-    of a resource at queue 7,000 still has 7,000 queues to measure)."""
+    it, the error is appended there and no new chunk starts (with ``keep_going``, the
+    other chunks still start): the chunks in flight finish, and the failed chunk's names
+    are not reported done (a server that runs out of a resource at queue 7,000 still has
+    7,000 queues to measure)."""
     t0 = time.monotonic()
     chunks = [names[i : i + CREATE_CHUNK] for i in range(0, len(names), CREATE_CHUNK)]
     running: dict[asyncio.Task[None], int] = {}
     finished: set[int] = set()
     try:
         for index, chunk in enumerate(chunks):
-            if time.monotonic() - t0 > budget_s or errors:
+            if time.monotonic() - t0 > budget_s or (errors and not keep_going):
                 break
             running[asyncio.create_task(op(chunk))] = index
             while len(running) >= CHUNKS_IN_FLIGHT:
@@ -139,8 +142,28 @@ async def _delete_step(
 ) -> tuple[list[str], float]:
     """Delete a step's queues within ``budget_s`` (what is left is removed by the system's
     ``teardown()``); also, ignoring errors, the names whose creation failed (a failed
-    chunk may have made some). Answers what ``in_chunks`` does for ``created``."""
-    removed, delete_s = await in_chunks(system.delete, created, budget_s)
+    chunk may have made some). Answers the names of ``created`` deleted, and the time.
+
+    A server at a resource limit may refuse a deletion until others have freed some
+    (NATS near its file-descriptor limit cannot open a stream's consumer state to
+    delete it): every chunk is tried, then what failed is tried again, up to
+    ``DELETE_PASSES`` passes; an error left after the last pass is raised."""
+    t0 = time.monotonic()
+    removed: list[str] = []
+    remaining = list(created)
+    errors: list[BaseException] = []
+    for _ in range(DELETE_PASSES):
+        errors = []
+        left_s = budget_s - (time.monotonic() - t0)
+        done, _s = await in_chunks(system.delete, remaining, left_s, errors=errors, keep_going=True)
+        removed += done
+        gone = set(done)
+        remaining = [q for q in remaining if q not in gone]
+        if not errors or not remaining:
+            break
+    if errors and remaining:
+        raise errors[0]
+    delete_s = time.monotonic() - t0
     made = set(created)
     failed = [q for q in names if q not in made]
     if failed:

@@ -199,3 +199,36 @@ async def test_a_stored_count_below_the_acknowledged_is_a_failed_check() -> None
     totals = check_totals(result)
     assert totals["lost"] >= 1 and totals["failed"] >= 1
     assert result["steps"][-1]["paired_1q"]["count_check"]["lost"] == 1
+
+
+async def test_a_deletion_refused_at_a_resource_limit_is_tried_again_after_the_others() -> None:
+    # NATS near its file-descriptor limit: deleting the first stream fails until other
+    # streams are gone; the step must still delete everything and the scenario go on
+    class Crowded(_Counting):
+        refusals = 0
+
+        async def delete(self, queues: Sequence[str]) -> None:
+            if "s3-n6-0" in queues and len(self.stored) > 4:
+                Crowded.refusals += 1
+                for q in queues:  # the others of the call go (NATS deletes stream by stream)
+                    if q != "s3-n6-0":
+                        self.stored.pop(q, None)
+                raise RuntimeError("too many open files")
+            await super().delete(queues)
+
+    system = Crowded()
+    result = await _run_s3(system)
+    assert Crowded.refusals >= 1
+    assert [s["deleted"] for s in result["steps"]] == [1, 6]
+    assert system.stored == {}
+
+
+async def test_a_deletion_that_keeps_failing_still_ends_the_scenario() -> None:
+    class Stuck(_Counting):
+        async def delete(self, queues: Sequence[str]) -> None:
+            if "s3-n6-3" in queues:
+                raise RuntimeError("stream is stuck")
+            await super().delete(queues)
+
+    with pytest.raises(RuntimeError, match="stuck"):
+        await _run_s3(Stuck())
