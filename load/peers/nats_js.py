@@ -153,7 +153,10 @@ class NatsJetStream:
                 if self.layout == "streams":
                     name = self._stream(q)
                     if name in self._streams:
-                        await self._js.delete_stream(name)
+                        try:
+                            await self._js.delete_stream(name)
+                        except nats.js.errors.NotFoundError:
+                            pass  # gone already: a deletion that answered an error may still have happened
                         self._streams.discard(name)
                 else:
                     for durable in sorted(self._durables.get(q, ())):
