@@ -12,6 +12,7 @@ import pytest
 from common.redis_server import RedisServer, find_redis_server
 from config.settings import RedisSettings
 from metadata.store import MetadataStore
+from tests.needs import missing
 
 
 @pytest.fixture
@@ -19,7 +20,7 @@ def redis_server(tmp_path):
     """A real redis-server the test owns and may kill or restart (AOF on).
     Skips only when neither a binary nor VPQ_TEST_REDIS_URL is available."""
     if find_redis_server() is None:
-        pytest.skip("needs the redis-server binary (set VPQ_TEST_REDIS_URL to use the redis_url fixture)")
+        missing("needs the redis-server binary (set VPQ_TEST_REDIS_URL to use the redis_url fixture)")
     server = RedisServer(data_dir=tmp_path / "redis", appendonly=True, appendfsync="always")
     server.start()
     yield server

@@ -20,6 +20,8 @@ import requests
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.needs import missing
+
 pytestmark = pytest.mark.integration
 
 API_MD = Path(__file__).resolve().parents[3] / "shared" / "API.md"
@@ -33,7 +35,7 @@ ANNOTATIONS = {"title", "description", "default", "examples"}
 @pytest.fixture(scope="module")
 def api_md() -> str:
     if not API_MD.is_file():
-        pytest.skip(f"{API_MD} not present")
+        missing(f"{API_MD} not present (../shared beside the repository)")
     return API_MD.read_text()
 
 

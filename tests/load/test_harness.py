@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from common.redis_server import find_redis_server
+from tests.needs import needs_redis_binary
 from load.harness import HarnessConfig, parse_scenarios, plan, run_harness, summary
 from load.peers.registry import parse_systems
 from load.profiles import FULL, QUICK, Profile
@@ -41,7 +41,7 @@ TINY = Profile(
     drain_batch=50,
 )
 
-needs_redis = pytest.mark.skipif(find_redis_server() is None, reason="needs the redis-server binary")
+needs_redis = needs_redis_binary
 
 
 def _assert_check(check: dict[str, object]) -> None:

@@ -23,7 +23,6 @@ def gateway() -> Iterator[GatewayThread]:
     thread.stop()
 
 
-@pytest.mark.skipif(not LOCUST.exists(), reason="locust is not installed in this environment")
 def test_produce_and_consume_users_run_without_failures(gateway: GatewayThread) -> None:
     cmd = [
         str(LOCUST), "-f", "load/locustfile_produce.py,load/locustfile_consume.py", "--headless",

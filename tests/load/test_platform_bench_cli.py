@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,11 +15,6 @@ from typer.testing import CliRunner
 from cli.main import app
 from load.platform_bench.target import PlatformTarget
 
-ROOT = Path(__file__).resolve().parents[2]
-MISSING = [p for p in ("write_nodes/service.py", "read_nodes/service.py") if not (ROOT / p).exists()]
-needs_platform = pytest.mark.skipif(
-    bool(MISSING), reason=f"the node services are not written yet ({', '.join(MISSING)} missing)"
-)
 
 runner = CliRunner()
 
@@ -54,7 +48,6 @@ def test_bad_options_are_usage_errors() -> None:
     assert result.exit_code == 2
 
 
-@needs_platform
 def test_produce_two_runs(platform_url: str) -> None:
     result = runner.invoke(
         app,
@@ -72,7 +65,6 @@ def test_produce_two_runs(platform_url: str) -> None:
     assert {"gateway", "write_nodes", "read_nodes"} <= set(last["results"][0]["platform_cores"])
 
 
-@needs_platform
 def test_latency_delivers_every_scheduled_message(platform_url: str) -> None:
     result = runner.invoke(
         app,
@@ -87,7 +79,6 @@ def test_latency_delivers_every_scheduled_message(platform_url: str) -> None:
     assert 0 < last["e2e_p50_ms"] <= last["e2e_p99_ms"] <= last["e2e_max_ms"]
 
 
-@needs_platform
 def test_drain_checks_order_and_loss(platform_url: str) -> None:
     result = runner.invoke(
         app,

@@ -11,9 +11,9 @@ from load.checks import DeliveryChecker
 from load.payload import make_payload, parse_payload
 from load.peers.redis_streams import RedisStreams
 from load.system import SystemUnavailable
-from common.redis_server import find_redis_server
+from tests.needs import needs_redis_binary
 
-pytestmark = pytest.mark.skipif(find_redis_server() is None, reason="needs the redis-server binary")
+pytestmark = needs_redis_binary
 
 
 async def _consume_all(system: RedisStreams, queue: str, checker: DeliveryChecker, ordered: bool, members: int) -> None:

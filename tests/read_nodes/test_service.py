@@ -18,8 +18,6 @@ from write_nodes.produce import PlainMessage
 
 @pytest.fixture(params=["fake-writer", "real-writer"])
 async def env(request, redis_url, key_prefix, tmp_path):
-    if request.param == "real-writer":
-        pytest.importorskip("write_nodes.service", reason="the write-node service is not there yet")
     e = Env(redis_url, key_prefix, tmp_path, real_writer=request.param == "real-writer")
     await e.start()
     yield e

@@ -15,8 +15,6 @@ from tests.read_nodes.test_service_env import FAST_OPTIONS, Env, drain
 
 @pytest.fixture(params=["fake-writer", "real-writer"])
 async def env(request, redis_url, key_prefix, tmp_path):
-    if request.param == "real-writer":
-        pytest.importorskip("write_nodes.service", reason="the write-node service is not there yet")
     e = Env(
         redis_url, key_prefix, tmp_path, lease_ttl_ms=1000, session_timeout_ms=8000,
         real_writer=request.param == "real-writer",
