@@ -54,24 +54,17 @@ class TrafficCounter:
         lane: str = "",
         env: str = "prod",
     ) -> None:
-        """Count ``messages`` messages of ``nbytes`` payload bytes appended at ``t_ms``."""
-        if messages < 0 or nbytes < 0:
-            raise ValueError("messages and bytes must be >= 0")
-        w = self._windows.setdefault(self._window_of(t_ms), {})
-        key = (queue, vp, virtual_partitions, lane, env)
-        c = w.get(key)
-        if c is None:
-            self._check(queue, vp, virtual_partitions, lane, env)
-            w[key] = [messages, nbytes]
-        else:
-            c[0] += messages
-            c[1] += nbytes
+        """Count ``messages`` messages of ``nbytes`` payload bytes appended at ``t_ms``
+        (``ValueError`` for a row ``TrafficRow`` would refuse, nothing counted)."""
+        refused = self.record_many(t_ms, ((queue, vp, virtual_partitions, lane, env, messages, nbytes),))
+        if refused:
+            raise ValueError(refused[0])
 
     def record_many(self, t_ms: int, rows: Iterable[tuple[str, int, int, str, str, int, int]]) -> list[str]:
         """``record`` for every ``(queue, vp, V, lane, env, messages, nbytes)`` of ``rows``,
         all appended at ``t_ms`` (one window lookup for the lot: a write node counts a
         whole batch at once). A row ``record`` would refuse is skipped, the others are
-        counted; the answer holds one message per skipped row."""
+        counted; the answer holds one message per skipped row (queue, vp and why)."""
         w = self._windows.setdefault(self._window_of(t_ms), {})
         refused: list[str] = []
         for queue, vp, v, lane, env, messages, nbytes in rows:

@@ -136,7 +136,7 @@ class TrafficExporter:
         try:
             self._counter.record(t, queue, vp, v, n, nbytes, lane=names[1], env=names[0])
         except ValueError as exc:
-            log.warning("traffic of %s vp %d not counted: %s", queue, vp, exc)
+            log.warning("traffic not counted: %s", exc)
 
     async def flush(self, final: bool = False) -> list[Path]:
         """Resolve pending contexts, write every ended window (with ``final``, the
