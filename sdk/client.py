@@ -115,6 +115,8 @@ class AsyncClient:
         self._closed = False
         self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
         self._urls: dict[str, URL] = {}
+        self._base = URL(self.base_url)
+        self._base_path = self._base.raw_path.rstrip("/")
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -152,10 +154,15 @@ class AsyncClient:
         """The parsed URL of ``path``, kept per path (up to ``URL_CACHE_SIZE``, then the
         cache starts again). aiohttp parses a ``str`` URL on every request, and yarl's own
         cache holds 128 of them: a producer writing round-robin to more queues than that
-        parsed its URL afresh, with every derived part, on each request."""
+        parsed its URL afresh, with every derived part, on each request. A new path is
+        joined to the base URL parsed once (about 1.3 us instead of 3.4 us for a full
+        parse: a producer writing to 10,000 queues makes one per queue)."""
         url = self._urls.get(path)
         if url is None:
-            url = URL(self.base_url + path)
+            if "?" in path or "#" in path:
+                url = URL(self.base_url + path)
+            else:  # the base is parsed once; the path's segments are already quoted (_seg)
+                url = self._base.with_path(self._base_path + path, encoded=True)
             if len(self._urls) >= URL_CACHE_SIZE:
                 self._urls.clear()
             self._urls[path] = url

@@ -10,6 +10,8 @@
   Ordered: member ``i`` of ``n`` reads exactly the shards ``s % n == i`` with one
   XREADGROUP over all of them and handles them one at a time, so a key never has two
   messages in progress. Unordered: every member reads the single stream competitively.
+* Client: redis-py with its C reply parser (``hiredis``, in the ``peers`` extra) when
+  installed; ``describe()`` says which parser ran.
 * ``attach_spec`` lets another process use the same server without owning it.
 """
 
@@ -23,6 +25,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError, ResponseError
+from redis.utils import HIREDIS_AVAILABLE
 
 from common.redis_server import RedisServer, RedisServerError
 from load.peers.fetch_loop import Delivery, FetchLoop
@@ -82,7 +85,12 @@ class RedisStreams:
             server.stop()
 
     def describe(self) -> dict[str, Any]:
-        return {"version": self._version, "url": self._url, "own_server": self._server is not None}
+        return {
+            "version": self._version,
+            "url": self._url,
+            "own_server": self._server is not None,
+            "client_parser": "hiredis" if HIREDIS_AVAILABLE else "python",
+        }
 
     def attach_spec(self) -> dict[str, Any]:
         return {"kind": "redis", "url": self._url}

@@ -39,6 +39,7 @@ async def test_produce_count_consume_delete(tmp_path: Path, ordered: bool) -> No
     await system.start()
     try:
         assert system.describe()["own_server"]
+        assert system.describe()["client_parser"] == "hiredis"  # the peers extra installs it
         await system.setup(["q"], ordered=ordered, shards=8)
         checker = DeliveryChecker(order_required=ordered)
         seq = {f"k{i}": 0 for i in range(12)}

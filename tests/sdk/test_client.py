@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from yarl import URL
 
 from sdk.client import AsyncClient
 from sdk.errors import (
@@ -193,3 +194,16 @@ async def test_request_urls_are_parsed_once_per_path_and_the_cache_is_bounded(
     first = client._url("/v1/queues/e/messages")
     assert client._url("/v1/queues/e/messages") is first  # parsed once, kept
     assert len(client._urls) <= 3
+
+
+@pytest.mark.parametrize("base", ["http://gw.example:8080", "http://gw.example:8080/", "https://gw.example/vpq/api/"])
+async def test_request_urls_join_the_base_as_a_full_parse_would(base: str) -> None:
+    client = AsyncClient(base)
+    try:
+        for path in ("/v1/queues/orders.eu-1/messages", "/v1/queues/a%2Fb%20c/groups/g_1/consumers", "/v1/cluster"):
+            built = client._url(path)
+            assert built == URL(base.rstrip("/") + path)
+            assert str(built) == base.rstrip("/") + path  # quoted segments stay as sent
+        assert client._url("/v1/queues?prefix=x").query == {"prefix": "x"}  # a query still parses
+    finally:
+        await client.close()
