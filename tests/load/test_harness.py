@@ -41,15 +41,13 @@ TINY = Profile(
     drain_batch=50,
 )
 
-needs_redis = needs_redis_binary
-
 
 def _assert_check(check: dict[str, object]) -> None:
     assert set(check) >= {"expected", "delivered", "lost", "duplicates", "reordered", "unexpected", "ok"}
     assert check["ok"] is True, check
 
 
-@needs_redis
+@needs_redis_binary
 async def test_scenario_1_against_redis_writes_results_and_chart(tmp_path: Path) -> None:
     lines: list[str] = []
     cfg = HarnessConfig(systems=["redis"], scenarios=[1], data_dir=tmp_path, profile=TINY)
@@ -79,7 +77,7 @@ async def test_scenario_1_against_redis_writes_results_and_chart(tmp_path: Path)
     json.dumps(short)
 
 
-@needs_redis
+@needs_redis_binary
 async def test_every_scenario_runs_and_checks_in_tiny_sizes(tmp_path: Path) -> None:
     cfg = HarnessConfig(systems=["redis"], scenarios=[2, 3, 4, 5], data_dir=tmp_path, profile=TINY)
     results = await run_harness(cfg, echo=lambda _line: None)
