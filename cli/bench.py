@@ -24,3 +24,7 @@ from cli.bench_platform import bench_drain, bench_latency, bench_produce  # noqa
 bench_app.command("produce")(bench_produce)
 bench_app.command("latency")(bench_latency)
 bench_app.command("drain")(bench_drain)
+
+from cli.bench_ceiling import bench_ceiling  # noqa: E402
+
+bench_app.command("ceiling")(bench_ceiling)

@@ -95,6 +95,11 @@ class RedisStreams:
     def attach_spec(self) -> dict[str, Any]:
         return {"kind": "redis", "url": self._url}
 
+    @property
+    def server_pid(self) -> int | None:
+        """The pid of the redis-server this driver started (None when it uses a URL)."""
+        return self._server.proc.pid if self._server is not None and self._server.proc is not None else None
+
     def _client(self) -> aioredis.Redis:
         if self._redis is None:
             raise SystemUnavailable("redis: not started")

@@ -130,6 +130,11 @@ class Vpq:
     def attach_spec(self) -> dict[str, Any]:
         return {"kind": "vpq", "url": self._url, "tag": self._tag}
 
+    @property
+    def server_pid(self) -> int | None:
+        """The pid of the `vpq up` this driver started (None when it measures another)."""
+        return self._process.pid if self._process is not None else None
+
     def _api(self) -> AsyncClient:
         if self._client is None:
             raise SystemUnavailable("vpq: not started")
