@@ -7,12 +7,13 @@ as JSON; writes every figure to ``DIR/ceiling-<UTC stamp>.json``.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from pathlib import Path
 
 import typer
+
+from common import event_loop
 
 
 def bench_ceiling(
@@ -33,11 +34,7 @@ def bench_ceiling(
     cfg = CeilingConfig(
         systems=chosen, rounds=rounds, seconds=seconds, batch=batch, producers=producers, data_dir=data_dir
     )
-    try:
-        from uvloop import run as run_loop
-    except ImportError:
-        run_loop = asyncio.run
-    result = run_loop(run_ceiling(cfg, echo=typer.echo))
+    result = event_loop.run(run_ceiling(cfg, echo=typer.echo))
     data_dir.mkdir(parents=True, exist_ok=True)
     path = data_dir / f"ceiling-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
     path.write_text(json.dumps(result, indent=1))

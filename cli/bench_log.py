@@ -28,6 +28,7 @@ import orjson
 import typer
 
 from cli.bench import bench_app
+from common import event_loop
 from config.settings import LogSettings
 from write_nodes.group_commit import default_fsync
 from write_nodes.log import PartitionLog
@@ -135,8 +136,8 @@ def bench_log(
     parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="vpq-bench-log-", dir=parent))
     try:
-        result = _runner(use_uvloop)(
-            _run(work, settings, seconds, max(1, rounds), record_bytes, batch, concurrency)
+        result = event_loop.run(
+            _run(work, settings, seconds, max(1, rounds), record_bytes, batch, concurrency), use_uvloop=use_uvloop
         )
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -179,17 +180,6 @@ def bench_log(
     )
     typer.echo(f"ratio log/raw = {summary['ratio']:.3f}")
     typer.echo(orjson.dumps(summary).decode())
-
-
-def _runner(use_uvloop: bool):  # type: ignore[no-untyped-def]
-    if use_uvloop:
-        try:
-            import uvloop
-
-            return uvloop.run
-        except ImportError:
-            pass
-    return asyncio.run
 
 
 bench_app.command("log")(bench_log)

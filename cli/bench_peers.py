@@ -9,11 +9,12 @@ a JSON summary. Exit status 1 when a check found lost, duplicated, unexpected or
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 
 import typer
+
+from common import event_loop
 
 SYSTEMS_DEFAULT = "vpq,redis,nats,rabbitmq"
 
@@ -41,11 +42,7 @@ def bench_peers(
     cfg = HarnessConfig(
         systems=chosen, scenarios=numbers, quick=quick, data_dir=data_dir, vpq_url=vpq_url, start_vpq=start_vpq
     )
-    try:
-        from uvloop import run as run_loop  # leaves the global event loop policy alone
-    except ImportError:
-        run_loop = asyncio.run
-    results = run_loop(run_harness(cfg, echo=typer.echo))
+    results = event_loop.run(run_harness(cfg, echo=typer.echo))
     typer.echo(json.dumps(summary(results)))
     if results["checks"]["failed"]:
         raise typer.Exit(1)

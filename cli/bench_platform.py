@@ -19,7 +19,6 @@ unfinished drain); else 0.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import time
@@ -29,6 +28,7 @@ from typing import Any, Optional
 
 import typer
 
+from common import event_loop
 from load.platform_bench.drain import DrainConfig, run_drain
 from load.platform_bench.latency import LatencyConfig, run_latency
 from load.platform_bench.measure import median_of_runs
@@ -58,14 +58,6 @@ BUSY_LOAD_PER_CPU = 0.5
 _URL_HELP = "measure the platform at this gateway URL; without it the bench starts its own `vpq up`"
 _PP_HELP = "physical partitions of the platform the bench starts"
 _DATA_HELP = "where the bench's own platform keeps its (temporary) data; default: the system temp dir"
-
-
-def _run_loop(coro: Awaitable[Any]) -> Any:
-    try:
-        from uvloop import run as run_loop  # leaves the global event loop policy alone
-    except ImportError:
-        run_loop = asyncio.run
-    return run_loop(coro)  # type: ignore[arg-type]
 
 
 async def _measure(
@@ -102,7 +94,7 @@ def _execute(
         raise typer.BadParameter("--runs must be >= 1")
     host: dict[str, Any] = {"cpus": os.cpu_count(), "load_1m_before": round(os.getloadavg()[0], 2)}
     try:
-        platform, results = _run_loop(_measure(url, physical_partitions, data_dir, runs, runner))
+        platform, results = event_loop.run(_measure(url, physical_partitions, data_dir, runs, runner))
     except TargetUnavailable as exc:
         typer.echo(f"error: {exc}", err=True)
         typer.echo(json.dumps({"bench": name, "error": str(exc)}))

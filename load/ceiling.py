@@ -37,6 +37,7 @@ from typing import Any
 import psutil
 
 from common.redis_server import free_port
+from load.peers import registry
 from load.peers.redis_streams import RedisStreams
 from load.peers.vpq import Vpq
 from load.platform_bench.proc_cpu import cpu_by_role
@@ -269,11 +270,8 @@ def make(name: str, cfg: CeilingConfig, tag: str) -> Any:
 
 
 def parse_systems(text: str) -> tuple[str, ...]:
-    names = [n.strip().lower() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in SYSTEM_NAMES]
-    if unknown or not names:
-        raise ValueError(f"unknown or no system(s) {', '.join(unknown)}; choose from {', '.join(SYSTEM_NAMES)}")
-    return tuple(dict.fromkeys(names))
+    """``--systems`` of ``vpq bench ceiling`` (the harness's rules, this command's names)."""
+    return tuple(registry.parse_systems(text, SYSTEM_NAMES, SYSTEM_NAMES))
 
 
 def _line(r: Round) -> str:

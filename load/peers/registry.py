@@ -9,6 +9,7 @@ imported only when asked for, and their absence makes that system unavailable
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,12 +37,16 @@ class Endpoints:
     tag: str = "run"
 
 
-def parse_systems(text: str) -> list[str]:
-    """``"vpq,redis"`` -> ``["vpq", "redis"]``; ``ValueError`` naming an unknown system."""
+def parse_systems(
+    text: str, choices: Sequence[str] = SYSTEM_NAMES + EXTRA_NAMES, shown: Sequence[str] = SYSTEM_NAMES
+) -> list[str]:
+    """``"vpq,redis"`` -> ``["vpq", "redis"]`` (lower case, duplicates dropped);
+    ``ValueError`` naming an unknown system (one not in ``choices``; the message lists
+    ``shown``) or when none is chosen."""
     names = [n.strip().lower() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in SYSTEM_NAMES + EXTRA_NAMES]
+    unknown = [n for n in names if n not in choices]
     if unknown:
-        raise ValueError(f"unknown system(s) {', '.join(unknown)}; choose from {', '.join(SYSTEM_NAMES)}")
+        raise ValueError(f"unknown system(s) {', '.join(unknown)}; choose from {', '.join(shown)}")
     if not names:
         raise ValueError("no system chosen")
     return list(dict.fromkeys(names))

@@ -20,6 +20,7 @@ import time
 from multiprocessing.connection import Connection
 from typing import Any
 
+from common import event_loop
 from load.payload import parse_payload
 from load.peers.registry import from_spec
 
@@ -71,11 +72,7 @@ async def _read(spec: dict[str, Any], queue: str, batch: int, conn: Connection, 
 def reader_main(spec: dict[str, Any], queue: str, batch: int, conn: Connection, deadline_s: float) -> None:
     """Child-process entry point (see the module docstring)."""
     try:
-        try:
-            from uvloop import run as run_loop
-        except ImportError:
-            run_loop = asyncio.run
-        run_loop(_read(spec, queue, batch, conn, deadline_s))
+        event_loop.run(_read(spec, queue, batch, conn, deadline_s))
     except Exception as exc:  # reported to the parent, which records the scenario as failed
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
     finally:
