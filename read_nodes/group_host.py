@@ -499,7 +499,8 @@ class GroupHost:
             by_env[env] = by_env.get(env, 0) + n
             by_set[set_] = by_set.get(set_, 0) + n
             by_vp[vp] = by_vp.get(vp, 0) + n
-        oldest = await self.oldest_unacked_ms()
+        by_ctx = await self.oldest_unacked_by_context()
+        oldest = min(by_ctx.values()) if by_ctx else None
         return {
             "queue": self.queue,
             "group": self.group,
@@ -511,10 +512,10 @@ class GroupHost:
             },
         }
 
-    async def oldest_unacked_ms(self) -> int | None:
-        """The timestamp of the oldest message of the group not acked nor dead-lettered
-        (held here, or still in the log), None when there is none."""
-        oldest = self.delivery.lag().oldest_ms
+    async def oldest_unacked_by_context(self) -> dict[IsolationContext, int]:
+        """Per message context, the timestamp of the group's oldest message not acked
+        nor dead-lettered (held here, or still in the log)."""
+        oldest = dict(self.delivery.lag().oldest_by_context)
         source = self.parts.source
         for pp, offset in self.ingestor.oldest_backlog():
             tailed = source.cached(pp, offset)
@@ -525,7 +526,8 @@ class GroupHost:
                     continue
             if tailed is not None and tailed.record.timestamp_ms:
                 ts = tailed.record.timestamp_ms
-                oldest = ts if oldest is None else min(oldest, ts)
+                cur = oldest.get(tailed.ctx)
+                oldest[tailed.ctx] = ts if cur is None else min(cur, ts)
         return oldest
 
     def stats(self) -> dict[str, int]:
