@@ -5,35 +5,16 @@ figures themselves are not judged here."""
 
 from __future__ import annotations
 
-import asyncio
-import json
-from collections.abc import Iterator
-from typing import Any
-
 import pytest
 from typer.testing import CliRunner
 
 from cli.bench_delivery import build_config
 from cli.main import app
 from load.platform_bench.hotkey import HotkeyConfig
-from load.platform_bench.target import PlatformTarget
+from tests.load.platform_fixtures import last_json, platform_url  # noqa: F401  (a fixture)
 from tests.needs import needs_redis_binary
 
 runner = CliRunner()
-
-
-def _last_json(output: str) -> dict[str, Any]:
-    return json.loads(output.strip().splitlines()[-1])
-
-
-@pytest.fixture(scope="module")
-def platform_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    target = PlatformTarget(None, physical_partitions=2, data_root=tmp_path_factory.mktemp("bench"))
-    asyncio.run(target.start())
-    try:
-        yield target.url
-    finally:
-        asyncio.run(target.stop())
 
 
 def test_quick_config_with_explicit_options_on_top() -> None:
@@ -51,7 +32,7 @@ def test_hotkey_quick(platform_url: str) -> None:
     result = runner.invoke(app, ["bench", "hotkey", "--url", platform_url, "--quick", "--backlog", "400",
                                  "--spread-keys", "50"])
     assert result.exit_code == 0, result.output
-    last = _last_json(result.output)
+    last = last_json(result.output)
     assert last["bench"] == "hotkey" and last["hot_per_s"] > 0 and last["spread_per_s"] > 0
     assert last["ratio"] == pytest.approx(last["hot_per_s"] / last["spread_per_s"], rel=0.01)
     assert (last["lost"], last["reordered"], last["unexpected"]) == (0, 0, 0)
@@ -61,7 +42,7 @@ def test_hotkey_quick(platform_url: str) -> None:
 def test_catchup_quick(platform_url: str) -> None:
     result = runner.invoke(app, ["bench", "catchup", "--url", platform_url, "--quick", "--backlog", "2000"])
     assert result.exit_code == 0, result.output
-    last = _last_json(result.output)
+    last = last_json(result.output)
     assert last["vpq_per_s"] > 0 and last["redis_per_s"] > 0 and len(last["ratio_per_round"]) == 1
     assert (last["lost"], last["reordered"], last["unexpected"]) == (0, 0, 0)
     assert {"gateway", "read_nodes", "consumer"} <= set(last["cpu_us_per_message"]["vpq"])
@@ -72,7 +53,7 @@ def test_envflood_quick(platform_url: str) -> None:
     result = runner.invoke(app, ["bench", "envflood", "--url", platform_url, "--quick", "--flood", "5000",
                                  "--prod-seconds", "1", "--settle", "10"])
     assert result.exit_code == 0, result.output
-    last = _last_json(result.output)
+    last = last_json(result.output)
     run = last["results"][0]
     assert run["prod_expected"] == run["prod_delivered"] == 100
     assert (last["lost"], last["crossed"], last["send_errors"]) == (0, 0, 0)
