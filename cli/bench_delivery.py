@@ -67,6 +67,7 @@ def _show_hotkey(r: dict[str, Any]) -> list[str]:
         f"one hot key              {r['hot_per_s']:,.1f} msg/s",
         f"{cfg['spread_keys']:,} keys".ljust(25) + f"{r['spread_per_s']:,.1f} msg/s",
         f"ratio hot / spread       {r['ratio']:.4f}   (goal >= 0.5; per round {r['ratio_per_round']})",
+        f"messages per poll        hot {r['messages_per_poll']['hot']}, spread {r['messages_per_poll']['spread']}",
         f"lost / dup / reord / unexp  {_counts(r)}",
     ]
 
@@ -91,7 +92,7 @@ def bench_hotkey(
         return await run_hotkey(client, cfg, echo)
 
     execute("hotkey", url, physical_partitions, data_dir, 1, runner,
-            ("hot_per_s", "spread_per_s", "ratio", "ratio_per_round"), _CHECK_COUNTS, _show_hotkey, _failed)
+            ("hot_per_s", "spread_per_s", "ratio", "ratio_per_round", "messages_per_poll"), _CHECK_COUNTS, _show_hotkey, _failed)
 
 
 # ---------------------------------------------------------------------------- catchup
@@ -101,6 +102,7 @@ def _show_catchup(r: dict[str, Any]) -> list[str]:
         f"vpq (SDK consumer)       {r['vpq_per_s']:,.1f} msg/s",
         f"Redis XREADGROUP+XACK    {r['redis_per_s']:,.1f} msg/s",
         f"ratio vpq / redis        {r['ratio']:.4f}   (goal >= 1.0; per round {r['ratio_per_round']})",
+        f"vpq messages per poll    {r['vpq_messages_per_poll']}",
         "CPU us per message, vpq  " + ", ".join(f"{k} {v:g}" for k, v in cpu.get("vpq", {}).items()),
         "CPU us per message, redis " + ", ".join(f"{k} {v:g}" for k, v in cpu.get("redis", {}).items()),
         f"lost / dup / reord / unexp  {_counts(r)}",
@@ -127,7 +129,8 @@ def bench_catchup(
         return await run_catchup(client.base_url, cfg, echo, cpu, data_root=data_dir)
 
     execute("catchup", url, physical_partitions, data_dir, 1, runner,
-            ("vpq_per_s", "redis_per_s", "ratio", "ratio_per_round", "cpu_us_per_message"), _CHECK_COUNTS,
+            ("vpq_per_s", "redis_per_s", "ratio", "ratio_per_round", "vpq_messages_per_poll", "cpu_us_per_message"),
+            _CHECK_COUNTS,
             _show_catchup, _failed)
 
 

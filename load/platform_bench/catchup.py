@@ -11,12 +11,14 @@ One round, per system: a fresh ordered queue (one stream for Redis); a backlog o
 ``backlog`` payloads of ``message_bytes`` over ``keys`` keys, produced completely with
 per-key order (:func:`load.platform_bench.backlog.produce_ordered`); then ONE member
 consumes with fetches of ``batch`` until every message was handled once. The rate is
-messages / (first delivery of the last message - just before the member started).
+messages / (first delivery of the last message - the moment the member started, vpq's
+after its join).
 Rounds alternate which system goes first. Figures: per system the median msg/s,
 ``ratio`` = median vpq / median redis (the goal is at least 1.0), each round's ratio,
 and CPU per message: the platform's CPU seconds per role during vpq's catch-up
 (``cpu_us_per_message``, :func:`load.platform_bench.proc_cpu.cpu_by_role`), the
-redis-server's, and this process's (the consumer's) for each. Every delivery is
+redis-server's, and this process's (the consumer's) for each; and vpq's messages per
+poll (:mod:`load.platform_bench.poll_counts`). Every delivery is
 checked (lost, duplicates, reordered, unexpected); a catch-up that does not end within
 ``timeout_s`` counts its missing messages as lost.
 """
@@ -27,7 +29,7 @@ import asyncio
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -39,12 +41,15 @@ from load.payload import parse_payload
 from load.peers.redis_streams import RedisStreams
 from load.peers.vpq import Vpq
 from load.platform_bench.backlog import produce_ordered
-from load.platform_bench.measure import median
+from load.platform_bench.measure import median, median_or_none
+from load.platform_bench.poll_counts import messages_per_poll, poll_counts
 from load.platform_bench.proc_cpu import own_cpu_seconds
 from load.system import System
+from sdk.client import AsyncClient
 
 Echo = Callable[[str], None]
 CpuSampler = Callable[[], dict[str, float]]
+PollSampler = Callable[[], Awaitable["tuple[int, int] | None"]]
 SYSTEMS = ("vpq", "redis")
 COUNTS = ("lost", "duplicates", "reordered", "unexpected")
 
@@ -90,8 +95,15 @@ def per_message_us(before: dict[str, float], after: dict[str, float], messages: 
     return {r: round((after[r] - before[r]) * 1e6 / messages, 1) for r in sorted(after) if r in before}
 
 
-async def catch_up_once(system: System, cfg: CatchupConfig, queue: str, cpu: CpuSampler) -> dict[str, Any]:
-    """One system's part of a round (see the module docstring)."""
+async def _no_polls() -> None:
+    return None
+
+
+async def catch_up_once(
+    system: System, cfg: CatchupConfig, queue: str, cpu: CpuSampler, polls: PollSampler = _no_polls
+) -> dict[str, Any]:
+    """One system's part of a round (see the module docstring); ``polls`` samples the
+    gateway's poll counters (:mod:`load.platform_bench.poll_counts`) for vpq."""
     checker = DeliveryChecker(order_required=True)
     await system.setup([queue], ordered=True, shards=1)
     try:
@@ -110,15 +122,17 @@ async def catch_up_once(system: System, cfg: CatchupConfig, queue: str, cpu: Cpu
                 if checker.expected_seen >= cfg.backlog:
                     done.set()
 
+        polls_before = await polls()
         cpu_before, own_before = cpu(), own_cpu_seconds()
-        started = time.monotonic()
         member = await system.consume(queue, handle, ordered=True, batch=cfg.batch)
+        started = time.monotonic()  # vpq's member has joined by now; Redis's has no join
         timed_out = False
         try:
             await asyncio.wait_for(done.wait(), cfg.timeout_s)
         except TimeoutError:
             timed_out = True
         cpu_after, own_after = cpu(), own_cpu_seconds()
+        per_poll = messages_per_poll(polls_before, await polls())
         await member.stop()
     finally:
         await system.delete([queue])
@@ -132,6 +146,7 @@ async def catch_up_once(system: System, cfg: CatchupConfig, queue: str, cpu: Cpu
         "seconds": round(seconds, 3),
         "produce_per_s": round(produce_rate, 1),
         "cpu_us_per_message": cpu_us,
+        "messages_per_poll": per_poll,
         "timed_out": timed_out,
         **{c: getattr(report, c) for c in COUNTS},
     }
@@ -153,6 +168,7 @@ def summarize(rounds: Sequence[dict[str, dict[str, Any]]]) -> dict[str, Any]:
         "ratio_per_round": [round(r["vpq"]["messages_per_s"] / r["redis"]["messages_per_s"], 4)
                             if r["redis"]["messages_per_s"] else 0.0 for r in rounds],
         "cpu_us_per_message": cpu,
+        "vpq_messages_per_poll": median_or_none([r["vpq"].get("messages_per_poll") for r in rounds]),
         "timed_out": any(r[s]["timed_out"] for r in rounds for s in SYSTEMS),
         **{c: sum(r[s][c] for r in rounds for s in SYSTEMS) for c in COUNTS},
     }
@@ -172,6 +188,7 @@ async def run_catchup(
     redis = RedisStreams(data_dir=work / "redis")
     (work / "redis").mkdir(parents=True, exist_ok=True)
     rounds: list[dict[str, dict[str, Any]]] = []
+    metrics_client = AsyncClient(url, timeout=10.0)
     try:
         await vpq.start()
         await redis.start()
@@ -180,17 +197,22 @@ async def run_catchup(
             "redis": lambda: {"redis": _process_cpu(redis.server_pid)},
         }
         drivers: dict[str, System] = {"vpq": vpq, "redis": redis}
+        pollers: dict[str, PollSampler] = {"vpq": lambda: poll_counts(metrics_client), "redis": _no_polls}
         for i in range(cfg.rounds):
             order = SYSTEMS if i % 2 == 0 else SYSTEMS[::-1]
             got: dict[str, dict[str, Any]] = {}
             for name in order:
-                got[name] = f = await catch_up_once(drivers[name], cfg, f"catchup-{i}", samplers[name])
+                got[name] = f = await catch_up_once(drivers[name], cfg, f"catchup-{i}", samplers[name],
+                                                    pollers[name])
+                per_poll = f"{f['messages_per_poll']} msg/poll; " if f.get("messages_per_poll") else ""
                 echo(f"round {i + 1}/{cfg.rounds} {name:<5}: {f['messages_per_s']:,.1f} msg/s in {f['seconds']} s; "
+                     f"{per_poll}"
                      f"CPU us/msg {f['cpu_us_per_message']}; lost/dup/reord {f['lost']}/{f['duplicates']}/"
                      f"{f['reordered']}")
             rounds.append(got)
         redis_info = redis.describe()
     finally:
+        await metrics_client.close()
         await redis.stop()
         await vpq.stop()
         shutil.rmtree(work, ignore_errors=True)

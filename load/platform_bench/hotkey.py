@@ -9,8 +9,9 @@ otherwise):
 * ``spread``: the same number of messages over ``spread_keys`` keys.
 
 A backlog is produced completely (:func:`load.platform_bench.backlog.produce_ordered`,
-per-key order kept) before its consumer joins, so only the drain is timed: from just
-before the join to the first delivery of the last message. Rounds alternate which
+per-key order kept) before its consumer joins, so only the drain is timed: from the
+moment the consumer has joined to the first delivery of the last message. Each drain
+also reports the messages a poll carried (:mod:`load.platform_bench.poll_counts`). Rounds alternate which
 layout drains first (round 0: hot first), so a machine that slows down or speeds up
 during the run weighs on both alike. Figures: per layout the median msg/s over the
 rounds; ``ratio`` = median hot / median spread (the goal is at least 0.5), and each
@@ -30,7 +31,8 @@ from typing import Any
 from load.checks import DeliveryChecker
 from load.payload import parse_payload
 from load.platform_bench.backlog import as_json_values, produce_ordered
-from load.platform_bench.measure import median
+from load.platform_bench.measure import median, median_or_none
+from load.platform_bench.poll_counts import messages_per_poll, poll_counts
 from load.platform_bench.proc_cpu import own_cpu_seconds
 from load.platform_bench.target import scratch_queue
 from sdk.client import AsyncClient
@@ -90,15 +92,17 @@ async def drain_with_one_consumer(
 
     consumer = Consumer(client, queue, group, handle, start="earliest", max_messages=max_messages,
                         wait_ms=500, concurrency=1)
+    polls_before = await poll_counts(client)
     cpu_before = own_cpu_seconds()
-    started = time.monotonic()
     await consumer.start()
+    started = time.monotonic()
     timed_out = False
     try:
         await asyncio.wait_for(done.wait(), timeout_s)
     except TimeoutError:
         timed_out = True
     cpu = own_cpu_seconds() - cpu_before
+    per_poll = messages_per_poll(polls_before, await poll_counts(client))
     await consumer.stop(timeout_s=5.0)
     report = checker.report()
     seconds = (last[0] - started) if last[0] > 0 else time.monotonic() - started
@@ -107,6 +111,7 @@ async def drain_with_one_consumer(
         "seconds": round(seconds, 3),
         "messages_per_s": round(seen / seconds, 1) if seconds > 0 else 0.0,
         "client_cpu_s": round(cpu, 3),
+        "messages_per_poll": per_poll,
         "timed_out": timed_out,
         "lost": report.lost,
         "duplicates": report.duplicates,
@@ -147,6 +152,8 @@ def summarize(rounds: Sequence[dict[str, dict[str, Any]]]) -> dict[str, Any]:
         "spread_per_s": round(spread, 1),
         "ratio": round(hot / spread, 4) if spread else 0.0,
         "ratio_per_round": per_round,
+        "messages_per_poll": {layout: median_or_none([r[layout].get("messages_per_poll") for r in rounds])
+                              for layout in LAYOUTS},
         "timed_out": any(r[layout]["timed_out"] for r in rounds for layout in LAYOUTS),
         **counts,
     }
@@ -162,6 +169,7 @@ async def run_hotkey(client: AsyncClient, cfg: HotkeyConfig, echo: Echo = lambda
             got[layout] = await _one_layout(client, cfg, layout)
             f = got[layout]
             echo(f"round {i + 1}/{cfg.rounds} {layout:<6} ({f['keys']} key(s)): {f['messages_per_s']:,.1f} msg/s "
-                 f"in {f['seconds']} s; lost/dup/reord {f['lost']}/{f['duplicates']}/{f['reordered']}")
+                 f"in {f['seconds']} s, {f['messages_per_poll']} msg/poll; "
+                 f"lost/dup/reord {f['lost']}/{f['duplicates']}/{f['reordered']}")
         rounds.append(got)
     return {"bench": "hotkey", **summarize(rounds), "rounds": rounds, "config": asdict(cfg)}

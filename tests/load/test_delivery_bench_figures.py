@@ -10,6 +10,7 @@ import pytest
 from load.payload import parse_payload
 from load.platform_bench import catchup, hotkey
 from load.platform_bench.backlog import as_json_values, produce_ordered
+from load.platform_bench.poll_counts import messages_per_poll, parse_poll_counts
 
 ZERO = {"lost": 0, "duplicates": 0, "reordered": 0, "unexpected": 0, "timed_out": False}
 
@@ -67,3 +68,20 @@ def test_quick_forms_are_smaller() -> None:
     assert catchup.CatchupConfig.quick().backlog < catchup.CatchupConfig().backlog
     with pytest.raises(ValueError):
         catchup.CatchupConfig(batch=1001)
+
+
+def test_poll_counts_from_the_gateway_metrics_text() -> None:
+    text = "\n".join([
+        "# HELP vpq_gateway_requests_total HTTP requests answered",
+        'vpq_gateway_requests_total{method="POST",route="/v1/queues/{queue}/groups/{group}/consumers/{consumer_id}/poll",'
+        'status="200"} 7.0',
+        'vpq_gateway_requests_total{method="POST",route="/v1/queues/{queue}/groups/{group}/consumers/{consumer_id}/poll",'
+        'status="404"} 2.0',
+        'vpq_gateway_requests_total{method="POST",route="/v1/queues/{queue}/groups/{group}/consumers/{consumer_id}/ack",'
+        'status="200"} 5.0',
+        'vpq_gateway_delivered_messages_total{group="g",queue="a"} 30.0',
+        'vpq_gateway_delivered_messages_total{group="g",queue="b"} 12.0',
+    ])
+    assert parse_poll_counts(text) == (7, 42)
+    assert messages_per_poll((2, 2), (7, 42)) == 8.0
+    assert messages_per_poll(None, (7, 42)) is None and messages_per_poll((7, 1), (7, 42)) is None
