@@ -408,11 +408,13 @@ class GroupHost:
 
     async def _render(self, consumer_id: str, got: list[Delivery]) -> list[dict[str, Any]]:
         source = self.parts.source
+        cached, queue = source.cached, self.queue
         out: list[dict[str, Any]] = []
+        append = out.append
         gone: list[str] = []
         failed: list[str] = []
         for d in got:
-            tailed = source.cached(d.pp, d.offset)
+            tailed = cached(d.pp, d.offset)
             if tailed is None:
                 try:
                     tailed = await source.get(d.pp, d.offset)
@@ -423,7 +425,7 @@ class GroupHost:
                 if tailed is None:
                     gone.append(d.message_id)
                     continue
-            out.append(render_message(self.queue, tailed, d.vp, d.delivery_count))
+            append(render_message(queue, tailed, d.vp, d.delivery_count))
         if gone:
             log.warning("%s/%s: %d messages vanished (retention) before delivery", self.queue, self.group, len(gone))
             self._done_ids(gone)
