@@ -70,10 +70,9 @@ outstanding messages; ``restore`` takes either (see ``read_nodes.ack_tracker``).
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 from collections.abc import Iterable, Mapping
-
-from sortedcontainers import SortedList
 
 from isolation.context import IsolationContext
 from isolation.routing import Router
@@ -104,7 +103,7 @@ ParkKey = tuple[int, int]
 
 
 class _Msg:
-    __slots__ = ("seq", "entry", "chain", "state", "holder", "count", "due")
+    __slots__ = ("seq", "entry", "chain", "state", "holder", "count", "due", "timer")
 
     def __init__(self, seq: int, entry: DeliveryEntry, chain: _Chain | None) -> None:
         self.seq = seq
@@ -114,6 +113,20 @@ class _Msg:
         self.holder: str | None = None
         self.count = 0
         self.due: int | None = None
+        self.timer: _Timer | None = None
+
+
+class _Timer:
+    """One deadline shared by the messages of one poll (or one nack delay). A message
+    leaves it when it is acked, failed or redelivered (``live`` counts those still on
+    it); once none is left the list is dropped, so a stale entry holds nothing."""
+
+    __slots__ = ("due", "msgs", "live")
+
+    def __init__(self, due: int, msgs: list[_Msg]) -> None:
+        self.due = due
+        self.msgs: list[_Msg] | None = msgs
+        self.live = len(msgs)
 
 
 class _Chain:
@@ -128,7 +141,7 @@ class _Chain:
         self.key = key
         self.parked_key = parked_key
         self.pending: deque[_Msg] = deque()
-        self.run: list[_Msg] = []
+        self.run: dict[_Msg, None] = {}  # in flight, in key order (insertion order)
         self.counted = 0
 
 
@@ -169,7 +182,8 @@ class GroupDelivery:
         self._msgs: dict[Pos, _Msg] = {}
         self._chains: dict[ChainKey, _Chain] = {}
         self._ready: ReadyBuckets[IsolationContext, _Msg] = ReadyBuckets()
-        self._timers: SortedList = SortedList()  # (due_ms, seq, pp, offset) of in-flight and delayed
+        self._timers: list[tuple[int, int, _Timer]] = []  # heap of (due_ms, seq, timer): in flight and delayed
+        self._timer_seq = 0
         self._ctx_count: dict[IsolationContext, int] = {}
         self._tracker = AckTracker()
         self._dead_untaken: dict[Pos, DeadLetter] = {}
@@ -522,24 +536,35 @@ class GroupDelivery:
             taken = self._ready.take(sources, None, max_messages, self._run_length)
         deadline = now_ms + self._config.visibility_timeout_ms
         out: list[Delivery] = []
+        delivered: list[_Msg] = []
         room = max_messages
         for head in taken:
             chain = head.chain
             if chain is None:
                 self._deliver(head, consumer_id, c, deadline, out)
+                delivered.append(head)
                 room -= 1
                 continue
             pending = chain.pending
             while room > 0 and pending and (pending[0] is head or pending[0].state == _WAITING):
                 msg = pending.popleft()
-                chain.run.append(msg)
+                chain.run[msg] = None
                 self._deliver(msg, consumer_id, c, deadline, out)
+                delivered.append(msg)
                 room -= 1
             self._recount(chain)
         if out:
             self._inflight_by_ctx[c.ctx] = self._inflight_by_ctx.get(c.ctx, 0) + len(out)
             self._inflight += len(out)
+            self._add_timer(deadline, delivered)
         return out
+
+    def _add_timer(self, due: int, msgs: list[_Msg]) -> None:
+        timer = _Timer(due, msgs)
+        for msg in msgs:
+            msg.timer = timer
+        self._timer_seq += 1
+        heapq.heappush(self._timers, (due, self._timer_seq, timer))
 
     def _run_length(self, head: _Msg, room: int) -> int:
         """How many messages a poll with ``room`` left takes when it takes ``head``."""
@@ -559,7 +584,6 @@ class GroupDelivery:
         msg.holder = consumer_id
         msg.count += 1
         msg.due = deadline
-        self._timers.add((deadline, msg.seq, e.pp, e.offset))
         c.inflight.add((e.pp, e.offset))
         if e.ctx in self._unroutable:
             self._unroutable_held -= 1
@@ -595,10 +619,13 @@ class GroupDelivery:
         return bool(c.vps) and self._ready.any_for(self._routes.sources(c.ctx), c.vps)
 
     def _clear_timer(self, msg: _Msg) -> None:
-        if msg.due is not None:
-            e = msg.entry
-            self._timers.remove((msg.due, msg.seq, e.pp, e.offset))
-            msg.due = None
+        timer = msg.timer
+        if timer is not None:
+            msg.timer = None
+            timer.live -= 1
+            if not timer.live:
+                timer.msgs = None
+        msg.due = None
         if msg.holder is not None:
             holder = self._consumers[msg.holder]
             pos = (msg.entry.pp, msg.entry.offset)
@@ -608,9 +635,11 @@ class GroupDelivery:
                 self._inflight -= 1
             msg.holder = None
 
-    def _finish(self, msg: _Msg, dead: DeadLetter | None) -> None:
+    def _finish(self, msg: _Msg, dead: DeadLetter | None, acked: dict[int, list[int]] | None = None) -> None:
         """Acked (``dead`` None) or dead-lettered: done for delivery and order. Only
-        for a message in flight (or, dead, one just failed out of a run)."""
+        for a message in flight (or, dead, one just failed out of a run). With
+        ``acked``, an ack's offset is collected there per stream for the caller to
+        hand to the tracker at once."""
         was_inflight = msg.state == _INFLIGHT
         self._clear_timer(msg)
         e = msg.entry
@@ -623,15 +652,17 @@ class GroupDelivery:
             del self._ctx_count[e.ctx]
         if not was_inflight and e.ctx in self._unroutable:
             self._unroutable_held -= 1
-        if dead is None:
-            self._tracker.done(e.stream, e.offset)
-        else:
+        if dead is not None:
             self._dead_untaken[pos] = dead
+        elif acked is not None:
+            acked.setdefault(e.stream, []).append(e.offset)
+        else:
+            self._tracker.done(e.stream, e.offset)
         self._released(msg)
         chain = msg.chain
         if chain is not None:
             if msg in chain.run:
-                chain.run.remove(msg)
+                del chain.run[msg]
             elif chain.pending and chain.pending[0] is msg:  # pragma: no branch - a failed run's head
                 chain.pending.popleft()
             else:  # pragma: no cover - invariant: only a run's messages or a key's head finish
@@ -649,9 +680,10 @@ class GroupDelivery:
         listed in ``delayed`` (nacked in the same call) wait ``delay_ms`` too."""
         chain = msg.chain
         if chain is not None:
-            i = chain.run.index(msg)
-            back = chain.run[i:]
-            del chain.run[i:]
+            run = list(chain.run)
+            back = run[run.index(msg):]
+            for m in back:
+                del chain.run[m]
             for m in back:
                 self._clear_timer(m)
                 m.state = _WAITING
@@ -683,8 +715,7 @@ class GroupDelivery:
     def _delay(self, msg: _Msg, due: int) -> None:
         msg.state = _DELAYED
         msg.due = due
-        e = msg.entry
-        self._timers.add((due, msg.seq, e.pp, e.offset))
+        self._add_timer(due, [msg])
 
     def expire(self, now_ms: int) -> int:
         """Apply timeouts due at ``now_ms``: deliveries past their visibility deadline
@@ -694,23 +725,29 @@ class GroupDelivery:
         timers = self._timers
         n = 0
         while timers and timers[0][0] <= now_ms:
-            _, _, pp, offset = timers.pop(0)
-            msg = self._msgs[(pp, offset)]
-            msg.due = None
-            if msg.state == _DELAYED:
-                msg.state = _WAITING
-                if msg.chain is None:
-                    self._make_ready(msg)
+            _, _, timer = heapq.heappop(timers)
+            for msg in timer.msgs or ():
+                if msg.timer is not timer:
+                    continue  # acked, failed or given back since
+                if msg.state == _DELAYED:
+                    self._clear_timer(msg)
+                    msg.state = _WAITING
+                    if msg.chain is None:
+                        self._make_ready(msg)
+                    else:
+                        self._kick(msg.chain)
                 else:
-                    self._kick(msg.chain)
-            else:
-                self._fail(msg, "timeout", 0, now_ms)
-            n += 1
+                    self._fail(msg, "timeout", 0, now_ms)
+                n += 1
         return n
 
     def next_due_ms(self) -> int | None:
-        """The earliest pending visibility deadline or nack delay end, if any."""
-        return self._timers[0][0] if self._timers else None
+        """The earliest pending visibility deadline or nack delay end, if any (it may
+        turn out to have nothing left to do)."""
+        timers = self._timers
+        while timers and not timers[0][2].msgs:
+            heapq.heappop(timers)
+        return timers[0][0] if timers else None
 
     def _held(self, consumer_id: str, positions: Iterable[Pos]) -> list[_Msg]:
         out: list[_Msg] = []
@@ -730,8 +767,11 @@ class GroupDelivery:
         a member."""
         self._consumer(consumer_id)
         held = self._held(consumer_id, decode_message_ids(list(ids)))
+        acked: dict[int, list[int]] = {}
         for msg in held:
-            self._finish(msg, None)
+            self._finish(msg, None, acked)
+        for stream, offsets in acked.items():
+            self._tracker.done_many(stream, offsets)
         return len(held)
 
     def nack(self, consumer_id: str, ids: Iterable[str], delay_ms: int, now_ms: int) -> int:

@@ -145,7 +145,24 @@ class DeliveryEntry:
     @property
     def stream(self) -> int:
         """The (pp, context) stream the record is read and acknowledged in."""
-        return stream_of(self.pp, self.ctx_id)
+        return (self.ctx_id << STREAM_PP_BITS) | self.pp
+
+    @classmethod
+    def trusted(
+        cls, pp: int, offset: int, key_hash: int, key: bytes | None, ctx: IsolationContext, timestamp_ms: int,
+        ctx_id: int,
+    ) -> DeliveryEntry:
+        """Build without the checks, for values read from a verified record batch."""
+        obj = object.__new__(cls)
+        setattr_ = object.__setattr__
+        setattr_(obj, "pp", pp)
+        setattr_(obj, "offset", offset)
+        setattr_(obj, "key_hash", key_hash)
+        setattr_(obj, "key", key)
+        setattr_(obj, "ctx", ctx)
+        setattr_(obj, "timestamp_ms", timestamp_ms)
+        setattr_(obj, "ctx_id", ctx_id)
+        return obj
 
     def __post_init__(self) -> None:
         for name in ("pp", "offset", "timestamp_ms", "ctx_id"):

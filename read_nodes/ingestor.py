@@ -45,7 +45,7 @@ from read_nodes.delivery import GroupDelivery
 from read_nodes.delivery_types import Admission, DeliveryEntry, DeliveryFull, stream_ctx_id, stream_of, stream_pp
 from read_nodes.lineage_order import Decision, LineageOrder
 from read_nodes.parked_keys import ParkedKeys, ParkKey
-from read_nodes.tailer import Listener, unpack_ref
+from read_nodes.tailer import Listener
 from read_nodes.tailer_pool import TailerPool
 
 log = logging.getLogger(__name__)
@@ -192,9 +192,10 @@ class Ingestor:
         order = self._order
         parked = self.parked
         stopped = False
+        plain = order.is_empty()
         for offset, ref in entries:
-            _cid, key_hash = unpack_ref(ref)
-            decision = order.check(
+            key_hash = ref & 0xFFFFFFFF
+            decision = Decision.INGEST if plain else order.check(
                 key_hash & mask, v, pp, offset, lambda p: offset if p == pp else self._cursor_of(p, ctx_id)
             )
             if decision is Decision.UNKNOWN and not self._unknown_expired(pp, offset, now_ms):
@@ -231,7 +232,9 @@ class Ingestor:
             if verdict == Admission.PARK:
                 if not delivery.is_done(stream, offset, key_hash):
                     self._park(pk, stream, offset)
-            elif delivery.ingest(DeliveryEntry(pp, offset, key_hash, r.key, tailed.ctx, r.timestamp_ms or 0, ctx_id)):
+            elif delivery.ingest(
+                DeliveryEntry.trusted(pp, offset, key_hash, r.key, tailed.ctx, r.timestamp_ms or 0, ctx_id)
+            ):
                 result.ingested += 1
             c = offset + 1
         if not stopped and len(entries) < self._batch:
@@ -337,7 +340,9 @@ class Ingestor:
                         return False
                     if tailed is not None:
                         r = tailed.record
-                        entry = DeliveryEntry(pp, offset, key_hash, r.key, tailed.ctx, r.timestamp_ms or 0, ctx_id)
+                        entry = DeliveryEntry.trusted(
+                            pp, offset, key_hash, r.key, tailed.ctx, r.timestamp_ms or 0, ctx_id
+                        )
                         try:
                             if delivery.ingest(entry):
                                 result.ingested += 1

@@ -81,6 +81,10 @@ class LineageOrder:
         self._resolved[key] = out
         return out
 
+    def is_empty(self) -> bool:
+        """True when no vp has a lineage (every record may be ingested as it comes)."""
+        return not self._lineage
+
     def pps(self) -> set[int]:
         """Every pp some range of the queue lies in."""
         return {r.pp for ranges in self._lineage.values() for r in ranges}
