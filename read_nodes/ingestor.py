@@ -95,6 +95,7 @@ class Ingestor:
         """per stream: everything of it below has been ingested or parked"""
         self.parked = ParkedKeys()
         self._seen_end: dict[int, int] = {}
+        self._cold: frozenset[int] = frozenset()
         self._wanted: set[ParkKey] = set()
         self._order = LineageOrder({})
         self._lineage_ms = 0
@@ -117,8 +118,19 @@ class Ingestor:
         self._pool.subscribe(pp, self._key, self._listener, start)
 
     async def close(self) -> None:
+        set_cold = getattr(self._pool, "set_cold", None)
+        if set_cold is not None:
+            set_cold(self._key, self.queue_id, None)
         for pp in list(self.starts):
             await self._pool.unsubscribe(pp, self._key)
+
+    def _report_cold(self, cold: set[int]) -> None:
+        frozen = frozenset(cold)
+        if frozen != self._cold:
+            self._cold = frozen
+            set_cold = getattr(self._pool, "set_cold", None)
+            if set_cold is not None:
+                set_cold(self._key, self.queue_id, frozen)
 
     def _streams(self, pp: int, index: object) -> list[int]:
         """The streams of ``pp`` with records of the queue. A stream first seen starts
@@ -149,6 +161,7 @@ class Ingestor:
         if self._wanted:
             await self._refill_all(result)
         progress = True
+        cold: set[int] = set()
         while progress:
             progress = False
             for pp in sorted(self.starts):
@@ -156,12 +169,13 @@ class Ingestor:
                 if tailer is None:
                     continue
                 for stream in self._streams(pp, tailer.index):
-                    if await self._scan(stream, tailer, now_ms, result):
+                    if await self._scan(stream, tailer, now_ms, result, cold):
                         progress = True
                         result.moved = True
                         if budget is not None and result.ingested >= budget:
                             result.more = True
                             return result
+        self._report_cold(cold)
         return result
 
     def _cursor_of(self, pp: int, ctx_id: int) -> int:
@@ -172,7 +186,7 @@ class Ingestor:
             return c
         return max(self.starts.get(pp, 0), self._seen_end.get(pp, 0))
 
-    async def _scan(self, stream: int, tailer: object, now_ms: int, result: StepResult) -> bool:
+    async def _scan(self, stream: int, tailer: object, now_ms: int, result: StepResult, cold: set[int]) -> bool:
         pp = stream_pp(stream)
         ctx_id = stream_ctx_id(stream)
         start = c = self.cursors[stream]
@@ -193,6 +207,7 @@ class Ingestor:
         parked = self.parked
         stopped = False
         plain = order.is_empty()
+        source_context = getattr(self._pool.source, "context", lambda _cid: None)
         for offset, ref in entries:
             key_hash = ref & 0xFFFFFFFF
             decision = Decision.INGEST if plain else order.check(
@@ -212,6 +227,12 @@ class Ingestor:
                     self._park(pk, stream, offset)
                 c = offset + 1
                 continue
+            known = source_context(ctx_id)
+            if known is not None and not delivery.routable(known):  # decided before reading the record
+                result.nobody = True
+                cold.add(ctx_id)
+                stopped = True
+                break
             tailed = await self._record(pp, offset, result)
             if tailed is False:
                 stopped = True
@@ -223,6 +244,7 @@ class Ingestor:
             verdict = delivery.admit(stream, offset, tailed.ctx, ctx_id, key_hash, r.key)
             if verdict == Admission.NOBODY:
                 result.nobody = True
+                cold.add(ctx_id)
                 stopped = True
                 break
             if verdict == Admission.PAUSE:

@@ -39,8 +39,11 @@ from write_nodes.records import VALUE_JSON, Record
 _loads = orjson.loads
 _b64 = base64.b64encode
 
-RECORD_OVERHEAD_BYTES = 200
-"""Approximate Python overhead of one cached record beyond its payload bytes."""
+RECORD_OVERHEAD_BYTES = 480
+"""Python memory of one cached record beyond its payload bytes: the ``Record`` and
+``TailedRecord`` objects, the cache's key tuple and its ordered-dict entry (about 300
+bytes for the objects, measured with tracemalloc, plus the entry), so that the cache's
+byte bound is what the process really holds."""
 
 
 @dataclass(frozen=True, slots=True)

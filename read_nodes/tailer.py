@@ -114,10 +114,17 @@ class RecordSource:
         self._fetch_max_bytes = fetch_max_bytes
         self._locks: dict[int, asyncio.Lock] = {}
         self._contexts: dict[int, IsolationContext] = {}
+        self.cold: dict[int, frozenset[int]] = {}
+        """queue id -> context ids no hosted group of the queue takes now: their records
+        are indexed but not cached (they wait in the log; ``TailerPool.set_cold``)"""
         self.fetches = 0
 
     def cached(self, pp: int, offset: int) -> TailedRecord | None:
         return self.cache.get((pp, offset))
+
+    def context(self, context_id: int) -> IsolationContext | None:
+        """The isolation context of an id already met in a decoded record (no I/O)."""
+        return self._contexts.get(context_id)
 
     async def get(self, pp: int, offset: int) -> TailedRecord | None:
         """The record at ``(pp, offset)``; None when the write node no longer has it
@@ -167,7 +174,9 @@ class RecordSource:
                 if ctx is None:
                     ctx = self._contexts[rec.context_id] = await self._resolve(rec.context_id)
                 tailed = TailedRecord(pp, rec, ctx)
-                self.cache.put((pp, rec.offset), tailed, tailed.size_bytes())
+                cold = self.cold.get(rec.queue_id)
+                if cold is None or rec.context_id not in cold:
+                    self.cache.put((pp, rec.offset), tailed, tailed.size_bytes())
                 out.append(tailed)
         return out, end
 

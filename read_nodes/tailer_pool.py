@@ -4,6 +4,11 @@ A group ``subscribe``s to each pp its queue lives in with a listener and the
 offset it needs from; the first subscriber starts the pp's tailer there, later
 ones make it cover their offset too (``require``). When the last subscriber of
 a pp leaves, its tailer stops (its cached records stay until evicted).
+
+Groups report the contexts of their queue that no live consumer of theirs may
+take (``set_cold``); records of a context cold for every reporting group of its
+queue are indexed but not cached, so traffic nobody consumes does not fill the
+cache (it is read from the write node if someone comes for it).
 """
 
 from __future__ import annotations
@@ -29,6 +34,28 @@ class TailerPool:
         self._truncate_s = truncate_ms / 1000.0
         self._keep = keep_offsets
         self._tailers: dict[int, PartitionTailer] = {}
+        self._cold: dict[int, dict[object, frozenset[int]]] = {}  # queue id -> reader -> cold contexts
+
+    def set_cold(self, key: object, queue_id: int, contexts: frozenset[int] | None) -> None:
+        """Reader ``key`` of ``queue_id`` takes no record of ``contexts`` now (None: it
+        stopped reading the queue)."""
+        readers = self._cold.setdefault(queue_id, {})
+        if contexts is None:
+            readers.pop(key, None)
+        else:
+            readers[key] = contexts
+        if not readers:
+            del self._cold[queue_id]
+            self.source.cold.pop(queue_id, None)
+            return
+        sets = iter(readers.values())
+        common = next(sets)
+        for other in sets:
+            common = common & other
+        if common:
+            self.source.cold[queue_id] = common
+        else:
+            self.source.cold.pop(queue_id, None)
 
     def subscribe(self, pp: int, key: object, listener: Listener, offset: int) -> PartitionTailer:
         """Register ``listener`` (called with the pp after new records were indexed)

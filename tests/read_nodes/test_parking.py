@@ -162,3 +162,37 @@ def test_a_compact_state_with_parked_segments_round_trips_and_old_states_still_r
     assert st.is_done(55, 5)  # past the closed segment's end
     legacy = "1|7|2|100|3:0,4|4"
     assert decode_state(legacy)[2] == PartitionAckState(100, (3, 7), (104,))
+
+
+def test_contexts_cold_for_every_reader_of_a_queue_are_not_cached() -> None:
+    from types import SimpleNamespace
+
+    from read_nodes.tailer_pool import TailerPool
+
+    pool = TailerPool(SimpleNamespace(cold={}))  # type: ignore[arg-type]
+    pool.set_cold("g1", 7, frozenset({TEST_ID, 3}))
+    assert pool.source.cold == {7: {TEST_ID, 3}}
+    pool.set_cold("g2", 7, frozenset({TEST_ID}))  # another group of the queue takes context 3
+    assert pool.source.cold == {7: {TEST_ID}}
+    pool.set_cold("g2", 7, frozenset())
+    assert pool.source.cold == {}
+    pool.set_cold("g2", 7, None)  # g2 stopped reading: g1's view alone
+    assert pool.source.cold == {7: {TEST_ID, 3}}
+    pool.set_cold("g1", 7, None)
+    assert pool.source.cold == {}
+
+
+async def test_the_ingestor_reports_the_contexts_it_cannot_deliver() -> None:
+    pool, log, delivery, ing = group()
+    reports: list[tuple[object, int, frozenset[int] | None]] = []
+    pool.set_cold = lambda key, qid, ctxs: reports.append((key, qid, ctxs))  # type: ignore[attr-defined]
+    log.add(b"t", 1, TEST, TEST_ID)
+    log.add(b"p", 2)
+    delivery.join("p", PROD, [0], 0)
+    await ing.step(0)
+    assert reports == [("g", 7, frozenset({TEST_ID}))]
+    delivery.join("t", TEST, [0], 1)
+    await ing.step(1)
+    assert reports[-1] == ("g", 7, frozenset())
+    await ing.close()
+    assert reports[-1] == ("g", 7, None)
