@@ -28,3 +28,4 @@ bench_app.command("drain")(bench_drain)
 from cli.bench_ceiling import bench_ceiling  # noqa: E402
 
 bench_app.command("ceiling")(bench_ceiling)
+import cli.bench_powerloss  # noqa: E402,F401  (registers "vpq bench powerloss")
