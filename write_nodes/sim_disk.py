@@ -134,6 +134,7 @@ def _write_at(data: bytearray, pos: int, chunk: bytes) -> None:
 
 
 def _error(code: int, path: object = None) -> OSError:
+    """``OSError`` of ``code`` (its subclass for ENOENT, EEXIST, EISDIR, as ``os`` raises)."""
     if path is None:
         return OSError(code, os.strerror(code))
     return OSError(code, os.strerror(code), str(path))
@@ -222,14 +223,17 @@ class SimDisk:
     def _mutate(self, kind: str, path: object) -> None:
         """Called (under the lock) before each mutating call: refuse while down, count
         it, fire an armed trigger."""
-        if self.down:
-            raise _error(errno.EIO, path)
+        self._up(path)
         self.ops += 1
         op = SimOp(kind, str(path))
         if self._trigger is not None and self._trigger(op):
             self._power_loss(self._armed_mode)
             raise _error(errno.EIO, path)
         self.events.append(op)
+
+    def _up(self, path: object) -> None:
+        if self.down:
+            raise _error(errno.EIO, path)
 
     def _parts(self, path: object) -> list[str]:
         p = os.path.normpath(os.fspath(path))  # type: ignore[arg-type]
@@ -247,7 +251,7 @@ class SimDisk:
                 raise _error(errno.ENOTDIR, path)
             child = node.entries.get(part)
             if child is None:
-                raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(path))
+                raise _error(errno.ENOENT, path)
             node = child
         return node
 
@@ -283,20 +287,19 @@ class SimDisk:
     # -------------------------------------------------------------- Storage
     def open(self, path: Path, flags: int, mode: int = 0o644) -> int:
         with self._lock:
-            if self.down:
-                raise _error(errno.EIO, path)
+            self._up(path)
             parent, name = self._parent(path)
             node = parent.entries.get(name)
             if node is None:
                 if not flags & os.O_CREAT:
-                    raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(path))
+                    raise _error(errno.ENOENT, path)
                 self._mutate("create", path)
                 node = _File()
                 parent.set(name, node)
             elif flags & os.O_CREAT and flags & os.O_EXCL:
-                raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(path))
+                raise _error(errno.EEXIST, path)
             if isinstance(node, _Dir):
-                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+                raise _error(errno.EISDIR, path)
             if flags & os.O_TRUNC and node.data:
                 self._mutate("truncate", path)
                 del node.data[:]
@@ -305,8 +308,7 @@ class SimDisk:
 
     def open_dir(self, path: Path) -> int:
         with self._lock:
-            if self.down:
-                raise _error(errno.EIO, path)
+            self._up(path)
             node = self._lookup(path)
             if not isinstance(node, _Dir):
                 raise _error(errno.ENOTDIR, path)
@@ -358,12 +360,11 @@ class SimDisk:
 
     def replace(self, src: Path, dst: Path) -> None:
         with self._lock:
-            if self.down:
-                raise _error(errno.EIO, src)
+            self._up(src)
             src_dir, src_name = self._parent(src)
             node = src_dir.entries.get(src_name)
             if node is None:
-                raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(src))
+                raise _error(errno.ENOENT, src)
             dst_dir, dst_name = self._parent(dst)
             self._mutate("rename", dst)
             src_dir.set(src_name, None)
@@ -371,21 +372,19 @@ class SimDisk:
 
     def unlink(self, path: Path) -> None:
         with self._lock:
-            if self.down:
-                raise _error(errno.EIO, path)
+            self._up(path)
             parent, name = self._parent(path)
             node = parent.entries.get(name)
             if node is None:
-                raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(path))
+                raise _error(errno.ENOENT, path)
             if isinstance(node, _Dir):
-                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+                raise _error(errno.EISDIR, path)
             self._mutate("unlink", path)
             parent.set(name, None)
 
     def listdir(self, path: Path) -> list[str]:
         with self._lock:
-            if self.down:
-                raise _error(errno.EIO, path)
+            self._up(path)
             node = self._lookup(path)
             if not isinstance(node, _Dir):
                 raise _error(errno.ENOTDIR, path)
@@ -395,8 +394,7 @@ class SimDisk:
         """Create the missing directories, each made durable in its parent (as the
         real storage does: mkdir, then fsync of the parent)."""
         with self._lock:
-            if self.down:
-                raise _error(errno.EIO, path)
+            self._up(path)
             node: _File | _Dir = self._root
             current = self.root
             for part in self._parts(path):
@@ -414,16 +412,14 @@ class SimDisk:
 
     def read_file(self, path: Path) -> bytes:
         with self._lock:
-            if self.down:
-                raise _error(errno.EIO, path)
+            self._up(path)
             node = self._lookup(path)
             if isinstance(node, _Dir):
-                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+                raise _error(errno.EISDIR, path)
             return bytes(node.data)
 
     def file_size(self, path: Path) -> int:
         with self._lock:
-            if self.down:
-                raise _error(errno.EIO, path)
+            self._up(path)
             node = self._lookup(path)
             return len(node.data) if isinstance(node, _File) else 0
