@@ -71,7 +71,7 @@ class _File:
             keep = rng.randint(0, len(self.pending))
             for i, (kind, pos, chunk) in enumerate(self.pending[:keep]):
                 if kind == "t":
-                    del data[pos:]
+                    _resize(data, pos)
                     continue
                 if i == keep - 1:
                     chunk = chunk[: rng.randint(0, len(chunk))]
@@ -131,6 +131,13 @@ def _write_at(data: bytearray, pos: int, chunk: bytes) -> None:
     if pos > len(data):
         data.extend(b"\0" * (pos - len(data)))
     data[pos : pos + len(chunk)] = chunk
+
+
+def _resize(data: bytearray, size: int) -> None:
+    if size <= len(data):
+        del data[size:]
+    else:
+        data.extend(bytes(size - len(data)))
 
 
 def _error(code: int, path: object = None) -> OSError:
@@ -344,10 +351,7 @@ class SimDisk:
         with self._lock:
             handle, node = self._file(fd)
             self._mutate("truncate", handle.path)
-            if size <= len(node.data):
-                del node.data[size:]
-            else:
-                node.data.extend(b"\0" * (size - len(node.data)))
+            _resize(node.data, size)
             node.pending.append(("t", size, b""))
 
     def fsync(self, fd: int) -> None:

@@ -121,3 +121,21 @@ def test_an_armed_crash_fires_before_the_call_it_accepts() -> None:
 def test_paths_outside_the_root_are_refused() -> None:
     with pytest.raises(OSError):
         _disk().open(Path("/elsewhere/f"), NEW)
+
+
+def test_makedirs_makes_every_new_directory_durable() -> None:
+    disk = SimDisk(ROOT)
+    disk.makedirs(ROOT / "a" / "b" / "c")
+    _reboot(disk)
+    assert disk.listdir(ROOT / "a" / "b") == ["c"]
+
+
+def test_a_truncate_that_grows_the_file_survives_as_zeros_once_synced() -> None:
+    disk = _disk()
+    fd = disk.open(ROOT / "d" / "f", NEW)
+    fsync_directory(disk, ROOT / "d")
+    disk.write_all(fd, [b"ab"])
+    disk.truncate(fd, 5)
+    disk.fsync(fd)
+    _reboot(disk)
+    assert disk.read_file(ROOT / "d" / "f") == b"ab\0\0\0"
