@@ -28,4 +28,11 @@ bench_app.command("drain")(bench_drain)
 from cli.bench_ceiling import bench_ceiling  # noqa: E402
 
 bench_app.command("ceiling")(bench_ceiling)
+
+from cli.bench_delivery import bench_catchup, bench_envflood, bench_hotkey  # noqa: E402
+
+bench_app.command("hotkey")(bench_hotkey)
+bench_app.command("catchup")(bench_catchup)
+bench_app.command("envflood")(bench_envflood)
+
 import cli.bench_powerloss  # noqa: E402,F401  (registers "vpq bench powerloss")

@@ -55,9 +55,9 @@ DRAIN_COUNTS = ("lost", "duplicates", "reordered", "unexpected")
 # the load average (before the bench's own processes start) above which the machine is called busy
 BUSY_LOAD_PER_CPU = 0.5
 
-_URL_HELP = "measure the platform at this gateway URL; without it the bench starts its own `vpq up`"
-_PP_HELP = "physical partitions of the platform the bench starts"
-_DATA_HELP = "where the bench's own platform keeps its (temporary) data; default: the system temp dir"
+URL_HELP = "measure the platform at this gateway URL; without it the bench starts its own `vpq up`"
+PP_HELP = "physical partitions of the platform the bench starts"
+DATA_HELP = "where the bench's own platform keeps its (temporary) data; default: the system temp dir"
 
 
 async def _measure(
@@ -85,7 +85,7 @@ async def _measure(
         return platform, results
 
 
-def _execute(
+def execute(
     name: str, url: Optional[str], physical_partitions: int, data_dir: Optional[Path], runs: int,
     runner: Runner, fields: Sequence[str], counts: Sequence[str], show: Callable[[dict[str, Any]], list[str]],
     failed: Callable[[dict[str, Any]], bool],
@@ -124,7 +124,7 @@ def _execute(
         raise typer.Exit(1)
 
 
-def _ms(value: Any) -> str:
+def fmt_ms(value: Any) -> str:
     return f"{value:,.1f} ms" if isinstance(value, (int, float)) else "-"
 
 
@@ -134,14 +134,14 @@ def _show_produce(r: dict[str, Any]) -> list[str]:
     return [
         f"messages/s          {r['messages_per_s']:,.0f}",
         f"MB/s                {r['mb_per_s']:,.2f}   (10^6 bytes of message value)",
-        f"request p50 / p99   {_ms(r['request_p50_ms'])} / {_ms(r['request_p99_ms'])}",
+        f"request p50 / p99   {fmt_ms(r['request_p50_ms'])} / {fmt_ms(r['request_p99_ms'])}",
         f"errors              {r['errors']}",
         f"client CPU          {cpu * 100:.0f} % of one core" if isinstance(cpu, (int, float)) else "client CPU  -",
     ]
 
 
 def bench_produce(
-    url: Optional[str] = typer.Option(None, "--url", help=_URL_HELP),
+    url: Optional[str] = typer.Option(None, "--url", help=URL_HELP),
     seconds: float = typer.Option(10.0, help="measured seconds"),
     warmup: float = typer.Option(3.0, help="warm-up seconds before measuring"),
     batch: int = typer.Option(100, help="messages per produce request"),
@@ -149,9 +149,9 @@ def bench_produce(
     message_bytes: int = typer.Option(1024, help="bytes of message value"),
     keys: int = typer.Option(1024, help="distinct keys"),
     virtual_partitions: int = typer.Option(16, help="virtual partitions of the benchmark queue"),
-    physical_partitions: int = typer.Option(4, help=_PP_HELP),
+    physical_partitions: int = typer.Option(4, help=PP_HELP),
     runs: int = typer.Option(1, help="repeat the measurement; headline figures are medians"),
-    data_dir: Optional[Path] = typer.Option(None, help=_DATA_HELP),
+    data_dir: Optional[Path] = typer.Option(None, help=DATA_HELP),
 ) -> None:
     """Produce throughput through the gateway (acknowledged after fsync): msg/s, MB/s, p50/p99."""
     try:
@@ -163,23 +163,23 @@ def bench_produce(
     async def runner(client: AsyncClient, echo: Callable[[str], None], _cpu: Any) -> dict[str, Any]:
         return await run_produce(client, cfg, echo)
 
-    _execute("produce", url, physical_partitions, data_dir, runs, runner, PRODUCE_FIELDS, PRODUCE_COUNTS, _show_produce,
+    execute("produce", url, physical_partitions, data_dir, runs, runner, PRODUCE_FIELDS, PRODUCE_COUNTS, _show_produce,
              lambda r: r["errors"] > 0 or r["messages"] == 0)
 
 
 # --------------------------------------------------------------------------- latency
 def _show_latency(r: dict[str, Any]) -> list[str]:
     return [
-        f"end-to-end p50 / p99 / p99.9   {_ms(r['e2e_p50_ms'])} / {_ms(r['e2e_p99_ms'])} / {_ms(r['e2e_p999_ms'])}",
-        f"end-to-end max                 {_ms(r['e2e_max_ms'])}",
-        f"produce ack p50 / p99          {_ms(r['produce_ack_p50_ms'])} / {_ms(r['produce_ack_p99_ms'])}",
+        f"end-to-end p50 / p99 / p99.9   {fmt_ms(r['e2e_p50_ms'])} / {fmt_ms(r['e2e_p99_ms'])} / {fmt_ms(r['e2e_p999_ms'])}",
+        f"end-to-end max                 {fmt_ms(r['e2e_max_ms'])}",
+        f"produce ack p50 / p99          {fmt_ms(r['produce_ack_p50_ms'])} / {fmt_ms(r['produce_ack_p99_ms'])}",
         f"measured messages              {r['measured_messages']:,} of {r['scheduled_measured_messages']:,} scheduled",
         f"lost / duplicates / errors     {r['lost']} / {r['duplicates']} / {r['send_errors']}",
     ]
 
 
 def bench_latency(
-    url: Optional[str] = typer.Option(None, "--url", help=_URL_HELP),
+    url: Optional[str] = typer.Option(None, "--url", help=URL_HELP),
     rate: float = typer.Option(1000.0, help="offered messages per second (open loop)"),
     seconds: float = typer.Option(10.0, help="measured seconds"),
     warmup: float = typer.Option(2.0, help="warm-up seconds at the same rate, not measured"),
@@ -189,9 +189,9 @@ def bench_latency(
     keys: int = typer.Option(256, help="distinct keys"),
     wait_ms: int = typer.Option(1000, help="consumers' long-poll wait"),
     settle: float = typer.Option(10.0, help="seconds to wait for the last deliveries"),
-    physical_partitions: int = typer.Option(4, help=_PP_HELP),
+    physical_partitions: int = typer.Option(4, help=PP_HELP),
     runs: int = typer.Option(1, help="repeat the measurement; headline figures are medians"),
-    data_dir: Optional[Path] = typer.Option(None, help=_DATA_HELP),
+    data_dir: Optional[Path] = typer.Option(None, help=DATA_HELP),
 ) -> None:
     """End-to-end latency (scheduled send -> consumer receives) at a fixed rate, open loop."""
     try:
@@ -203,7 +203,7 @@ def bench_latency(
     async def runner(client: AsyncClient, echo: Callable[[str], None], _cpu: Any) -> dict[str, Any]:
         return await run_latency(client, cfg, echo)
 
-    _execute("latency", url, physical_partitions, data_dir, runs, runner, LATENCY_FIELDS, LATENCY_COUNTS, _show_latency,
+    execute("latency", url, physical_partitions, data_dir, runs, runner, LATENCY_FIELDS, LATENCY_COUNTS, _show_latency,
              lambda r: r["lost"] > 0 or r["measured_messages"] == 0)
 
 
@@ -231,7 +231,7 @@ def _show_drain(r: dict[str, Any]) -> list[str]:
 
 
 def bench_drain(
-    url: Optional[str] = typer.Option(None, "--url", help=_URL_HELP),
+    url: Optional[str] = typer.Option(None, "--url", help=URL_HELP),
     consumers: int = typer.Option(64, help="consumers of the scaled group"),
     backlog: int = typer.Option(40_000, help="messages produced before the drain"),
     work_ms: float = typer.Option(10.0, help="work per message (asyncio.sleep), handled sequentially"),
@@ -243,9 +243,9 @@ def bench_drain(
     message_bytes: int = typer.Option(256, help="bytes of message value"),
     max_messages: int = typer.Option(20, help="messages per poll"),
     timeout: float = typer.Option(30.0, help="bound on the drain, seconds"),
-    physical_partitions: int = typer.Option(4, help=_PP_HELP),
+    physical_partitions: int = typer.Option(4, help=PP_HELP),
     runs: int = typer.Option(1, help="repeat the measurement; headline figures are medians"),
-    data_dir: Optional[Path] = typer.Option(None, help=_DATA_HELP),
+    data_dir: Optional[Path] = typer.Option(None, help=DATA_HELP),
 ) -> None:
     """Drain rate of N consumers against 1 (10 ms of work per message); order and loss checked."""
     try:
@@ -258,5 +258,5 @@ def bench_drain(
     async def runner(client: AsyncClient, echo: Callable[[str], None], cpu: Any) -> dict[str, Any]:
         return await run_drain(client, cfg, echo, cpu)
 
-    _execute("drain", url, physical_partitions, data_dir, runs, runner, DRAIN_FIELDS, DRAIN_COUNTS, _show_drain,
+    execute("drain", url, physical_partitions, data_dir, runs, runner, DRAIN_FIELDS, DRAIN_COUNTS, _show_drain,
              lambda r: not r["order_and_loss_ok"] or r["timed_out"])

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
 from isolation.context import IsolationContext
+from read_nodes.client import PolledBody
 from write_nodes.outgoing import OutgoingBatch, ProduceResults
 
 
@@ -120,9 +121,11 @@ class Backend(Protocol):
 
     async def poll(
         self, queue: str, group: str, consumer_id: str, max_messages: int, wait_ms: int
-    ) -> list[dict[str, Any]]:
+    ) -> list[dict[str, Any]] | PolledBody:
         """Heartbeat, then deliver up to ``max_messages`` (1..1000) ``DeliveredMessage`` dicts,
         waiting up to ``wait_ms`` (0..30000) for the first one; an empty list when none came.
+        Or, already encoded, a ``PolledBody``: the whole answer ``{"messages": [...]}`` as
+        JSON bytes and its message count, sent to the client as it is.
         NotFound for an unknown queue, group or consumer."""
         ...
 

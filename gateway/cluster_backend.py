@@ -47,7 +47,7 @@ from metadata.events import EventListener
 from metadata.map_cache import MapCache
 from metadata.queues import QueueRecord
 from metadata.store import MetadataStore
-from read_nodes.client import ReadNodeClient
+from read_nodes.client import PolledBody, ReadNodeClient
 from virtual_partitions.router import ProduceRouter
 from write_nodes.append_accumulator import AppendAccumulator
 from write_nodes.client import WriteNodeClient
@@ -235,8 +235,11 @@ class ClusterBackend:
 
     async def poll(
         self, queue: str, group: str, consumer_id: str, max_messages: int, wait_ms: int
-    ) -> list[dict[str, Any]]:
-        return await self._group_call(queue, group, lambda c, a: c.poll(a, queue, group, consumer_id, max_messages, wait_ms))
+    ) -> PolledBody:
+        """The read node's answer passed through encoded (its body is the public answer)."""
+        return await self._group_call(
+            queue, group, lambda c, a: c.poll_body(a, queue, group, consumer_id, max_messages, wait_ms)
+        )
 
     async def ack(self, queue: str, group: str, consumer_id: str, ids: list[str]) -> int:
         return await self._group_call(queue, group, lambda c, a: c.ack(a, queue, group, consumer_id, ids))

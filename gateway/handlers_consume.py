@@ -7,10 +7,11 @@ from aiohttp import web
 
 from common.errors import BadRequest
 from gateway.backend import JoinSpec
-from gateway.http import isolation_headers, json_response, read_json_object, validate
+from gateway.http import JSON_CONTENT_TYPE, isolation_headers, json_response, read_json_object, validate
 from gateway.keys import BACKEND_KEY, METRICS_KEY, SETTINGS_KEY
 from gateway.models import AckRequest, JoinRequest, NackRequest, PollRequest
 from isolation.context import IsolationError, PartialContext, resolve
+from read_nodes.client import PolledBody
 
 
 async def join(request: web.Request) -> web.Response:
@@ -35,10 +36,16 @@ async def poll(request: web.Request) -> web.Response:
     mi = request.match_info
     body = await read_json_object(request, app[SETTINGS_KEY].max_request_bytes, required=False)
     req = validate(PollRequest, body)
-    messages = await app[BACKEND_KEY].poll(mi["queue"], mi["group"], mi["consumer_id"], req.max_messages, req.wait_ms)
-    if messages:
-        app[METRICS_KEY].delivered_to(mi["queue"], mi["group"], len(messages))
-    return json_response({"messages": messages})
+    got = await app[BACKEND_KEY].poll(mi["queue"], mi["group"], mi["consumer_id"], req.max_messages, req.wait_ms)
+    if isinstance(got, PolledBody):  # the read node's encoded answer, passed through
+        count = got.count
+        response = web.Response(body=got.body, content_type=JSON_CONTENT_TYPE)
+    else:
+        count = len(got)
+        response = json_response({"messages": got})
+    if count:
+        app[METRICS_KEY].delivered_to(mi["queue"], mi["group"], count)
+    return response
 
 
 async def ack(request: web.Request) -> web.Response:

@@ -34,7 +34,7 @@ from pydantic import (
 )
 
 from metadata import queue_config
-from read_nodes.message_id import MAX_OFFSET, MAX_PP, decode_message_id
+from read_nodes.message_id import MAX_OFFSET, MAX_PP, check_message_id
 
 NAME_PATTERN = (
     r"^(?:[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}|\.[A-Za-z0-9_-][A-Za-z0-9._-]{0,126}|\.\.[A-Za-z0-9._-]{1,126})$"
@@ -133,8 +133,7 @@ Clients still treat ids as opaque; the pattern documents what the server accepts
 
 
 def _message_id(value: str) -> str:
-    decode_message_id(value)  # MessageIdError (a ValueError) names what is wrong
-    return value
+    return check_message_id(value)  # MessageIdError (a ValueError) names what is wrong
 
 
 MessageId = Annotated[

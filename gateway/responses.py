@@ -197,7 +197,8 @@ class GroupMember(BaseModel):
 
 
 class GroupLag(BaseModel):
-    """Messages not yet acked by the group: total, and split by lane, env and set."""
+    """Messages not yet acked by the group: total, split by lane, env, set and virtual
+    partition, and the age of the oldest one."""
 
     model_config = _OPEN
 
@@ -205,6 +206,12 @@ class GroupLag(BaseModel):
     by_lane: dict[str, int]
     by_env: dict[str, int]
     by_set: dict[str, int]
+    by_virtual_partition: dict[str, int] = Field(
+        default_factory=dict, description="by virtual partition (its number as the key) under the queue's current V"
+    )
+    oldest_unacked_age_ms: int | None = Field(
+        None, description="age of the oldest message not yet acked nor dead-lettered; null when there is none"
+    )
 
 
 class GroupInfo(BaseModel):

@@ -23,10 +23,14 @@ bound of the highest done offset (the caller records every offset it asked to
 ack or dead-lettered), and ``floor`` is the ``scanned_to`` of the state the
 group was restored from (done offsets below it are implied, not listed).
 
-Storage: one hash per group, ``{prefix}:ackstate:{queue}:{group}``, field pp ->
-``"1|queue_id|token|scanned_to|pending|acked"`` (``pending``: first offset then
-successive differences; ``acked``: differences from ``scanned_to``; both comma
-separated, possibly empty). ``save`` is one Lua script that writes only while
+Storage: one hash per group, ``{prefix}:ackstate:{queue}:{group}``, field
+stream (``read_nodes.delivery_types.stream_of``: a context of a pp) ->
+``"2|queue_id|token|scanned_to|pending|acked|parked"`` (``pending``: first
+offset then successive differences; ``acked``: differences from
+``scanned_to``; both comma separated, possibly empty; ``parked``: segments
+``key_hash:from_offset:until`` separated by commas, ``until`` empty when open).
+Version 1 (field pp, no ``parked``) is still read: such a state holds for every
+context of its pp. ``save`` is one Lua script that writes only while
 ``token`` is the live token of the group lease ``group:{queue}:{group}``
 (``metadata.leases``): a node that lost the group can never overwrite its
 successor's state. ``load`` ignores states written for another queue id (a
@@ -46,7 +50,8 @@ from metadata.keys import Keys
 from metadata.leases import group_resource
 from read_nodes.ack_tracker import PartitionAckState
 
-FORMAT_VERSION = "1"
+FORMAT_VERSION = "2"
+LEGACY_VERSION = "1"  # per pp, no parked keys: still read
 DEFAULT_MAX_LISTED = 1000
 """Outstanding offsets above the highest done one listed before a state is cut there."""
 
@@ -83,21 +88,32 @@ def encode_state(queue_id: int, token: int, state: PartitionAckState) -> str:
     pending = state.pending_below
     pending_s = f"{pending[0]}:{_deltas(pending, pending[0])}" if pending else ""
     fields = (str(int(queue_id)), str(int(token)), str(state.scanned_to), pending_s)
-    return "|".join((FORMAT_VERSION, *fields, _deltas(state.acked_above, state.scanned_to)))
+    parked = ",".join(f"{h}:{start}:{'' if until is None else until}" for h, start, until in state.parked)
+    return "|".join((FORMAT_VERSION, *fields, _deltas(state.acked_above, state.scanned_to), parked))
 
 
 def decode_state(raw: str) -> tuple[int, int, PartitionAckState]:
     """``(queue_id, token, state)``; ValueError on anything malformed."""
     try:
-        version, qid, token, scanned, pending_s, acked_s = raw.split("|")
-        if version != FORMAT_VERSION:
+        parts = raw.split("|")
+        version = parts[0]
+        if version == LEGACY_VERSION and len(parts) == 6:
+            parked_s = ""
+            _, qid, token, scanned, pending_s, acked_s = parts
+        elif version == FORMAT_VERSION and len(parts) == 7:
+            _, qid, token, scanned, pending_s, acked_s, parked_s = parts
+        else:
             raise ValueError(f"unknown ack state format {version!r}")
+        parked: list[tuple[int, int, int | None]] = []
+        for seg in parked_s.split(",") if parked_s else ():
+            h, start, until = seg.split(":")
+            parked.append((int(h), int(start), int(until) if until else None))
         scanned_to = int(scanned)
         pending: list[int] = []
         if pending_s:
             first_s, rest = pending_s.split(":", 1)
             pending = _undeltas(rest, int(first_s))
-        state = PartitionAckState(scanned_to, tuple(pending), tuple(_undeltas(acked_s, scanned_to)))
+        state = PartitionAckState(scanned_to, tuple(pending), tuple(_undeltas(acked_s, scanned_to)), tuple(parked))
         return int(qid), int(token), state
     except (ValueError, TypeError) as exc:
         raise ValueError(f"malformed ack state {raw[:80]!r}: {exc}") from None
@@ -124,7 +140,8 @@ def trim_state(
     first_above = bisect_left(pending, cut)
     if len(pending) - first_above <= max_listed:
         return state
-    return PartitionAckState(cut, pending[:first_above], ())
+    parked = tuple(seg for seg in state.parked if seg[1] < cut)  # at or above the cut all is "not done"
+    return PartitionAckState(cut, pending[:first_above], (), parked)
 
 
 class AckSnapshots:

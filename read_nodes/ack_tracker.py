@@ -24,6 +24,19 @@ Its size is bounded by the outstanding messages, whatever is stuck.
 ``low_watermark`` is ``min(pending_below[0], scanned_to)`` in both forms, and
 ``PartitionAckState.from_pair`` reads a pair.
 
+**Parked keys.** A key whose read-ahead is full is *parked*: its later records
+stay in the log, and the scan goes on past them. A parked segment
+``(key_hash, from_offset, until)`` says that the records with that key hash at
+offsets ``>= from_offset`` (and ``< until`` when set, else ``< scanned_to``) are
+not done and were not ingested. The compact form lists the segments, so its
+size is the number of parked keys, not their backlog. A segment lowers
+``low_watermark`` (a successor re-reads from there) but not the point below
+which done offsets are forgotten: below ``scanned_to`` "done" is implied by
+neither being pending nor matching a segment.
+
+The tracker is keyed by *stream* (``read_nodes.delivery_types.stream_of``: one
+context of one pp); a plain pp is the stream of context id 0.
+
 Pure logic: no I/O.
 """
 
@@ -58,8 +71,17 @@ class PartitionAckState:
     scanned_to: int
     pending_below: tuple[int, ...] = ()
     acked_above: tuple[int, ...] = ()
+    parked: tuple[tuple[int, int, int | None], ...] = ()
 
     def __post_init__(self) -> None:
+        for seg in self.parked:
+            if len(seg) != 3:
+                raise ValueError(f"a parked segment is (key_hash, from_offset, until), got {seg!r}")
+            h, start, until = seg
+            _offset(h, "parked key hash")
+            _offset(start, "parked from_offset")
+            if until is not None and _offset(until, "parked until") < start:
+                raise ValueError(f"parked segment {seg!r} ends before it starts")
         _offset(self.scanned_to, "scanned_to")
         pending = _strictly_increasing(self.pending_below, "pending_below")
         acked = _strictly_increasing(self.acked_above, "acked_above")
@@ -71,7 +93,10 @@ class PartitionAckState:
         object.__setattr__(self, "acked_above", acked)
 
     @classmethod
-    def trusted(cls, scanned_to: int, pending_below: tuple[int, ...], acked_above: tuple[int, ...]) -> PartitionAckState:
+    def trusted(
+        cls, scanned_to: int, pending_below: tuple[int, ...], acked_above: tuple[int, ...],
+        parked: tuple[tuple[int, int, int | None], ...] = (),
+    ) -> PartitionAckState:
         """Build without re-validating: for states derived from an ``AckTracker``, whose
         sorted sets already guarantee the invariants (validating costs O(n) per save,
         which stalled the event loop for milliseconds on every persist of a big backlog)."""
@@ -79,17 +104,28 @@ class PartitionAckState:
         object.__setattr__(obj, "scanned_to", scanned_to)
         object.__setattr__(obj, "pending_below", pending_below)
         object.__setattr__(obj, "acked_above", acked_above)
+        object.__setattr__(obj, "parked", parked)
         return obj
 
     @property
     def low_watermark(self) -> int:
         """Every offset of the queue below this one is done."""
-        return self.pending_below[0] if self.pending_below else self.scanned_to
+        lw = self.pending_below[0] if self.pending_below else self.scanned_to
+        for _h, start, _until in self.parked:
+            lw = min(lw, start)
+        return lw
 
-    def is_done(self, offset: int) -> bool:
-        """True when the record of this queue at ``offset`` is acked or dead-lettered."""
+    def is_done(self, offset: int, key_hash: int | None = None) -> bool:
+        """True when the record of this queue at ``offset`` is acked or dead-lettered
+        (``key_hash``: the record's, needed when keys are parked; None counts any
+        parked segment covering the offset)."""
         if offset < self.scanned_to:
-            return not _contains(self.pending_below, offset)
+            if _contains(self.pending_below, offset):
+                return False
+            return not any(
+                (key_hash is None or h == key_hash) and start <= offset and (until is None or offset < until)
+                for h, start, until in self.parked
+            )
         return _contains(self.acked_above, offset)
 
     @classmethod
@@ -100,13 +136,18 @@ class PartitionAckState:
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready dict; ``from_json`` is its inverse."""
-        return {"scanned_to": self.scanned_to, "pending_below": list(self.pending_below), "acked_above": list(self.acked_above)}
+        return {
+            "scanned_to": self.scanned_to, "pending_below": list(self.pending_below),
+            "acked_above": list(self.acked_above), "parked": [list(seg) for seg in self.parked],
+        }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> PartitionAckState:
         """Inverse of ``to_json``; ValueError on malformed input."""
         try:
-            return cls(data["scanned_to"], tuple(data.get("pending_below", ())), tuple(data.get("acked_above", ())))
+            parked = tuple(tuple(seg) for seg in data.get("parked", ()))
+            return cls(data["scanned_to"], tuple(data.get("pending_below", ())), tuple(data.get("acked_above", ())),
+                       parked)  # type: ignore[arg-type]
         except (KeyError, TypeError, AttributeError) as e:
             raise ValueError(f"malformed ack state: {e!r}") from None
 
@@ -136,11 +177,20 @@ def as_partition_state(state: AckStateLike) -> PartitionAckState:
     return PartitionAckState.from_pair(lw, sorted(set(above)))
 
 
+_STREAM_CTX = 1 << 32
+"""Streams at or above this carry a context id (``read_nodes.delivery_types.stream_of``)."""
+
+
 class _Partition:
-    __slots__ = ("scanned", "unfinished", "done", "unlisted_below")
+    __slots__ = ("scanned", "unfinished", "done", "unlisted_below", "parked", "restored_parked", "restored_to")
 
     def __init__(self, scanned: int = 0) -> None:
         self.scanned = scanned
+        # live parked segments: id -> [key_hash, from_offset, until or None]
+        self.parked: dict[int, list] = {}
+        # segments of a restored state: kept (for is_done) until the scan passes restored_to
+        self.restored_parked: tuple[tuple[int, int, int | None], ...] = ()
+        self.restored_to = 0
         self.unfinished: SortedList = SortedList()  # outstanding offsets (ingested or restored pending)
         self.done: SortedList = SortedList()  # done offsets >= the low watermark
         # after restoring a compact state with pending offsets, the done offsets between
@@ -148,13 +198,31 @@ class _Partition:
         # watermark has passed that point
         self.unlisted_below = 0
 
-    def low_watermark(self) -> int:
+    def done_below(self) -> int:
+        """Every offset below this one that is neither pending nor parked is done."""
         return min(self.unfinished[0], self.scanned) if self.unfinished else self.scanned
+
+    def low_watermark(self) -> int:
+        lw = self.done_below()
+        for _h, start, _until in self.segments():
+            lw = min(lw, start)
+        return lw
+
+    def segments(self) -> list[tuple[int, int, int | None]]:
+        out = [(h, start, until) for h, start, until in self.parked.values()]
+        out.extend(self.restored_parked)
+        return out
+
+    def parked_covers(self, offset: int, key_hash: int | None) -> bool:
+        for h, start, until in self.segments():
+            if (key_hash is None or h == key_hash) and start <= offset and (until is None or offset < until):
+                return True
+        return False
 
     def trim(self) -> None:
         done = self.done
         if done:
-            lw = self.low_watermark()
+            lw = self.done_below()
             if done[0] < lw:
                 del done[: done.bisect_left(lw)]
 
@@ -173,10 +241,28 @@ class AckTracker:
         self._parts: dict[int, _Partition] = {}
 
     def _part(self, pp: int) -> _Partition:
-        part = self._parts.get(pp)
+        part = self._get(pp)
         if part is None:
             _offset(pp, "pp")
             part = self._parts[pp] = _Partition()
+        return part
+
+    def _get(self, stream: int) -> _Partition | None:
+        """The state of ``stream``; a stream of a context (id >= 1) first seen takes a
+        copy of its pp's own state when there is one (a state kept per pp alone, as
+        older versions persisted it, holds for every context of the pp)."""
+        part = self._parts.get(stream)
+        if part is not None or stream < _STREAM_CTX:
+            return part
+        legacy = self._parts.get(stream & (_STREAM_CTX - 1))
+        if legacy is None:
+            return None
+        part = self._parts[stream] = _Partition(legacy.scanned)
+        part.unfinished.update(legacy.unfinished)
+        part.done.update(legacy.done)
+        part.unlisted_below = legacy.unlisted_below
+        part.restored_parked = legacy.restored_parked
+        part.restored_to = legacy.restored_to
         return part
 
     def restore(self, states: Mapping[int, AckStateLike]) -> None:
@@ -193,27 +279,32 @@ class AckTracker:
             part = self._parts[pp] = _Partition(st.scanned_to)
             part.unfinished.update(st.pending_below)
             part.done.update(st.acked_above)
-            part.unlisted_below = st.scanned_to if st.pending_below else 0
+            part.unlisted_below = st.scanned_to if st.pending_below or st.parked else 0
+            part.restored_parked = st.parked
+            part.restored_to = st.scanned_to if st.parked else 0
 
-    def is_done(self, pp: int, offset: int) -> bool:
-        """True when ``offset`` of ``pp`` is known to be done (ingest must skip it)."""
-        part = self._parts.get(pp)
+    def is_done(self, pp: int, offset: int, key_hash: int | None = None) -> bool:
+        """True when ``offset`` of stream ``pp`` is known to be done (ingest must skip
+        it). ``key_hash``: the record's (None: any parked segment covering it counts)."""
+        part = self._get(pp)
         if part is None:
             return False
         if offset < part.scanned:
-            return offset not in part.unfinished
+            return offset not in part.unfinished and not part.parked_covers(offset, key_hash)
         return offset in part.done
 
     def is_tracked(self, pp: int, offset: int) -> bool:
         """True when ``offset`` is tracked as not done (ingested, or pending from a restore)."""
-        part = self._parts.get(pp)
+        part = self._get(pp)
         return part is not None and offset in part.unfinished
 
     def track(self, pp: int, offset: int) -> None:
         """Record that the message at ``offset`` is outstanding (idempotent)."""
         _offset(offset, "offset")
         part = self._part(pp)
-        if offset in part.done or (offset < part.scanned and offset not in part.unfinished):
+        if offset in part.done or (
+            offset < part.scanned and offset not in part.unfinished and not part.parked_covers(offset, None)
+        ):
             raise ValueError(f"offset {offset} of pp {pp} is already done")
         if offset not in part.unfinished:
             part.unfinished.add(offset)
@@ -222,7 +313,7 @@ class AckTracker:
         """Record that the message at ``offset`` is acked or dead-lettered for good."""
         part = self._part(pp)
         part.unfinished.discard(offset)
-        if offset >= part.low_watermark() and offset not in part.done:
+        if offset >= part.done_below() and offset not in part.done:
             part.done.add(offset)
         part.trim()
 
@@ -234,13 +325,38 @@ class AckTracker:
         if offset > part.scanned:
             part.scanned = offset
             part.trim()
+        if part.restored_parked and offset >= part.restored_to:
+            part.restored_parked = ()  # every record they covered was ingested or parked again since
+
+    # ------------------------------------------------------------- parked keys
+    def park(self, pp: int, segment_id: int, key_hash: int, from_offset: int) -> None:
+        """Records of ``key_hash`` in stream ``pp`` from ``from_offset`` on are left in
+        the log (not ingested, not done) until ``unpark``; ``segment_id`` names it."""
+        _offset(from_offset, "from_offset")
+        self._part(pp).parked[segment_id] = [key_hash, from_offset, None]
+
+    def park_from(self, pp: int, segment_id: int, from_offset: int) -> None:
+        """The segment's records below ``from_offset`` were ingested (a refill)."""
+        self._parts[pp].parked[segment_id][1] = from_offset
+
+    def park_until(self, pp: int, segment_id: int, until: int) -> None:
+        """The segment ends below ``until`` (later records of its key in this stream
+        belong to a later segment)."""
+        self._parts[pp].parked[segment_id][2] = until
+
+    def unpark(self, pp: int, segment_id: int) -> None:
+        part = self._parts.get(pp)
+        if part is not None:
+            part.parked.pop(segment_id, None)
 
     def scanned_to(self, pp: int) -> int:
-        part = self._parts.get(pp)
+        part = self._get(pp)
         return 0 if part is None else part.scanned
 
     def low_watermark(self, pp: int) -> int:
-        part = self._parts.get(pp)
+        """Everything of stream ``pp`` below this offset is done (parked keys included:
+        a successor re-reads from here)."""
+        part = self._get(pp)
         return 0 if part is None else part.low_watermark()
 
     def window(self, pp: int) -> int:
@@ -265,7 +381,7 @@ class AckTracker:
         for pp, part in self._parts.items():
             below = tuple(part.unfinished.irange(maximum=part.scanned, inclusive=(True, False)))
             above = tuple(part.done.irange(minimum=part.scanned))
-            out[pp] = PartitionAckState.trusted(part.scanned, below, above)
+            out[pp] = PartitionAckState.trusted(part.scanned, below, above, tuple(part.segments()))
         return out
 
     def pair_state(self) -> dict[int, tuple[int, list[int]]]:
@@ -274,6 +390,8 @@ class AckTracker:
         pair form cannot express that: keep persisting such a group compactly)."""
         out: dict[int, tuple[int, list[int]]] = {}
         for pp, part in self._parts.items():
+            if part.parked:
+                raise ValueError(f"pp {pp} has parked keys: use the compact form")
             if part.low_watermark() < part.unlisted_below:
                 raise ValueError(f"pp {pp} was restored from a compact state: use the compact form")
             out[pp] = (part.low_watermark(), list(part.done))

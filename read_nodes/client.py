@@ -11,12 +11,14 @@ other call by ``timeout_s``.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 from urllib.parse import quote
 
 import aiohttp
+import orjson
 
 from common.errors import InternalError
+from read_nodes.handlers import MESSAGE_COUNT_HEADER
 from write_nodes.client import BAD_NODE_ANSWER, MAX_WAIT_MS, call_node
 
 
@@ -26,6 +28,14 @@ def _seg(name: str) -> str:
 
 def _group_path(queue: str, group: str) -> str:
     return f"/internal/v1/queues/{_seg(queue)}/groups/{_seg(group)}"
+
+
+def orjson_loads_answer(body: bytes, address: str) -> Any:
+    """A node's answer body as JSON (``bad_node_answer`` when it is not JSON)."""
+    try:
+        return orjson.loads(body) if body else None
+    except orjson.JSONDecodeError:
+        raise InternalError(BAD_NODE_ANSWER, f"read node {address} answered with a body that is not JSON") from None
 
 
 def _dict(obj: Any, address: str, what: str) -> dict[str, Any]:
@@ -39,6 +49,20 @@ def _count(obj: Any, name: str, address: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
         raise InternalError(BAD_NODE_ANSWER, f"read node {address} answered without the integer {name!r}")
     return value
+
+
+class PolledBody(NamedTuple):
+    """A poll answer as the read node encoded it: ``body`` is the JSON object
+    ``{"messages": [...]}`` of the public API, ``count`` how many messages it holds."""
+
+    body: bytes
+    count: int
+
+
+def _message_count(raw: str | None) -> int | None:
+    if raw is None or not raw.isascii() or not raw.isdigit():
+        return None
+    return int(raw)
 
 
 class ReadNodeClient:
@@ -86,14 +110,40 @@ class ReadNodeClient:
         self, address: str, queue: str, group: str, consumer_id: str, max_messages: int, wait_ms: int
     ) -> list[dict[str, Any]]:
         """Heartbeat and deliver up to ``max_messages`` messages (public message objects)."""
+        polled = await self._poll(address, queue, group, consumer_id, max_messages, wait_ms)
+        return self._messages(orjson_loads_answer(polled.body, address), address)
+
+    async def poll_body(
+        self, address: str, queue: str, group: str, consumer_id: str, max_messages: int, wait_ms: int
+    ) -> PolledBody:
+        """``poll``, its answer left encoded: the read node's body as it came (it is the
+        public answer) and its message count, from the node's ``X-Vpq-Messages`` header;
+        parsed and checked only when a node answers without that header."""
+        polled = await self._poll(address, queue, group, consumer_id, max_messages, wait_ms)
+        if polled.count >= 0:
+            return polled
+        messages = self._messages(orjson_loads_answer(polled.body, address), address)
+        return PolledBody(polled.body, len(messages))
+
+    async def _poll(
+        self, address: str, queue: str, group: str, consumer_id: str, max_messages: int, wait_ms: int
+    ) -> PolledBody:
+        """The raw poll answer; ``count`` -1 when the node sent no usable count header."""
         wait = max(0, min(int(wait_ms), MAX_WAIT_MS))
-        obj = await self._call(
+        answer = await call_node(
+            self._session,
             "POST",
             address,
             f"{_group_path(queue, group)}/consumers/{_seg(consumer_id)}/poll",
-            {"max_messages": int(max_messages), "wait_ms": wait},
+            role=self.ROLE,
             timeout_s=wait / 1000.0 + self._poll_margin_s,
+            json_body={"max_messages": int(max_messages), "wait_ms": wait},
         )
+        count = _message_count(answer.headers.get(MESSAGE_COUNT_HEADER))
+        return PolledBody(answer.body, -1 if count is None else count)
+
+    @staticmethod
+    def _messages(obj: Any, address: str) -> list[dict[str, Any]]:
         messages = obj.get("messages") if isinstance(obj, dict) else None
         if not isinstance(messages, list):
             raise InternalError(BAD_NODE_ANSWER, f"read node {address} answered poll without a message list")

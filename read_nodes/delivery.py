@@ -17,16 +17,21 @@ Inputs
 
 Delivery rule (``poll``)
   A message is deliverable when it is not in flight, not delayed by a nack, and
-  (``ordering == "key"``, keyed message) every earlier message with the same
-  (key, isolation context) is acked or dead-lettered. It goes to the consumer
-  whose context is ``route(message context)`` over the contexts of the live
-  consumers *now* (env strict; lane, then backbone; set, then default set) and
-  who owns ``key_hash mod V`` there. Redeliveries come before first deliveries,
-  then ingestion order. With ``steal_when_idle``, a consumer with nothing ready in
-  its own vps takes what is ready in the others' (same routing): owned vps steer
-  work, they never decide order, which the per-key rule alone keeps; and when work
-  is scarce (every member of the context already holds a message, and fewer are
-  ready than a full poll for each) a poll takes only its fair share,
+  (``ordering == "key"``, keyed message) no message of its (key, isolation
+  context) is in flight and every earlier one is acked or dead-lettered. A poll
+  that takes such a message also takes the messages of the same key that follow
+  it, in order, while they are deliverable too and the poll has room: a *run*
+  (DESIGN.md guarantee 3). No message of the key goes to anyone while a message
+  of the run is unacked and not dead-lettered. Acks may come in any order.
+  Messages go to the consumer whose context is ``route(message context)`` over
+  the contexts of the live consumers *now* (env strict; lane, then backbone;
+  set, then default set) and who owns ``key_hash mod V`` there. Redeliveries come
+  before first deliveries, then ingestion order of the runs' first messages.
+  With ``steal_when_idle``, a consumer with nothing ready in its own vps takes
+  what is ready in the others' (same routing): owned vps steer work, they never
+  decide order, which the per-key rule alone keeps; and when work is scarce
+  (every member of the context already holds a message, and fewer runs are ready
+  than a full poll for each) a poll takes only its fair share,
   ``ceil(ready / members)``, so the end of a backlog is spread over the members.
   Each delivery increments ``delivery_count`` and sets a visibility deadline
   ``now_ms + visibility_timeout_ms``.
@@ -34,7 +39,10 @@ Delivery rule (``poll``)
 Failure paths
   A delivery not acked by its deadline (``expire``), nacked (``nack``, optional
   delay) or held by a consumer that leaves (``leave``, ``set_consumers``) is
-  delivered again, to whoever owns it then, unless it has been delivered
+  delivered again, together with the later messages of its run that are not
+  acked yet (they go back in order, ahead of anything newer of the key; being
+  withdrawn, not failed, that delivery does not count for them), to
+  whoever owns it then; unless the failed message has been delivered
   ``max_deliveries`` times: then it is dead-lettered, which counts as done for
   ordering at once and for ``ack_state`` once the service, having produced it to
   the DLQ (``take_dead_letters``), calls ``confirm_dead_letters``.
@@ -42,12 +50,18 @@ Failure paths
 Time: every method given ``now_ms`` first applies the timeouts due by then
 (``expire``); ``ack`` only accepts a message still in flight to that consumer.
 
-Cost: ``poll`` is ``O(b + k log b)`` for ``k`` messages returned from ``b``
-non-empty (message context, vp) buckets the consumer sees (blocked keys are
-never scanned: a key's next message becomes ready only when the previous one is
-done); ``ack``/``nack``/``ingest`` are ``O(log n)`` per message. Memory: at most
-``max_unacked`` outstanding messages, and per pp an ack window of at most
-``max_acked_above`` offsets (``can_ingest(pp, offset)``).
+Memory: ``admit`` tells the reader, record by record, whether to ingest, to
+stop a stream (``PAUSE``: ``max_unacked`` messages are ready for live
+consumers; ``NOBODY``: no live consumer may take the record's context) or to
+park the record's key (``PARK``: it already holds ``key_read_ahead`` messages,
+or it waits behind a run in flight and ``blocked_read_ahead`` messages in all
+already do). Undeliverable messages therefore wait in the log, not here.
+``park_key`` / ``refills`` / ``unpark_key`` keep the parked keys, so the reader
+hands their records back once the key has room again.
+
+Cost: ``poll`` is ``O(b + k log b)`` for ``k`` runs started from ``b``
+non-empty (message context, vp) buckets the consumer sees, plus the messages
+taken; ``ack``/``nack``/``ingest`` are ``O(log n)`` per message.
 
 Persistence: ``ack_state()`` gives per pp ``(low_watermark, acked_above)`` (the
 form ``metadata.acks`` stores), ``compact_ack_state()`` a form bounded by the
@@ -65,6 +79,7 @@ from isolation.context import IsolationContext
 from isolation.routing import Router
 from read_nodes.ack_tracker import AckStateLike, AckTracker, PartitionAckState
 from read_nodes.delivery_types import (
+    Admission,
     ConsumerSpec,
     DeadLetter,
     Delivery,
@@ -84,12 +99,14 @@ _WAITING, _READY, _INFLIGHT, _DELAYED = range(4)
 
 Pos = tuple[int, int]
 ChainKey = tuple[bytes, IsolationContext]
+ParkKey = tuple[int, int]
+"""(context id, key hash) of a parked key."""
 
 
 class _Msg:
     __slots__ = ("seq", "entry", "chain", "state", "holder", "count", "due")
 
-    def __init__(self, seq: int, entry: DeliveryEntry, chain: ChainKey | None) -> None:
+    def __init__(self, seq: int, entry: DeliveryEntry, chain: _Chain | None) -> None:
         self.seq = seq
         self.entry = entry
         self.chain = chain
@@ -97,6 +114,22 @@ class _Msg:
         self.holder: str | None = None
         self.count = 0
         self.due: int | None = None
+
+
+class _Chain:
+    """The messages of one (key, context) held here: ``pending`` (not in flight, in
+    key order; its head may be delayed by a nack) and ``run`` (in flight, in key
+    order: the one run the key may have out). ``counted``: how many of ``pending``
+    count as blocked read-ahead (all of them while a run is out, else none)."""
+
+    __slots__ = ("key", "parked_key", "pending", "run", "counted")
+
+    def __init__(self, key: ChainKey, parked_key: ParkKey) -> None:
+        self.key = key
+        self.parked_key = parked_key
+        self.pending: deque[_Msg] = deque()
+        self.run: list[_Msg] = []
+        self.counted = 0
 
 
 class _Consumer:
@@ -134,7 +167,7 @@ class GroupDelivery:
         self._routes = RoutingTable(router_factory)
         self._consumers: dict[str, _Consumer] = {}
         self._msgs: dict[Pos, _Msg] = {}
-        self._chains: dict[ChainKey, deque[_Msg]] = {}
+        self._chains: dict[ChainKey, _Chain] = {}
         self._ready: ReadyBuckets[IsolationContext, _Msg] = ReadyBuckets()
         self._timers: SortedList = SortedList()  # (due_ms, seq, pp, offset) of in-flight and delayed
         self._ctx_count: dict[IsolationContext, int] = {}
@@ -144,6 +177,12 @@ class GroupDelivery:
         self._seq = 0
         self._members_by_ctx: dict[IsolationContext, int] = {}
         self._inflight_by_ctx: dict[IsolationContext, int] = {}
+        self._inflight = 0
+        self._blocked = 0  # messages held behind a run in flight (sum of _Chain.counted)
+        self._unroutable: frozenset[IsolationContext] = frozenset()
+        self._unroutable_held = 0  # messages held of contexts no live consumer takes (not in flight)
+        self._parked: dict[ParkKey, int] = {}  # parked key -> messages of it held here
+        self._refills: set[ParkKey] = set()
 
     # ------------------------------------------------------------------ config
     @property
@@ -189,13 +228,23 @@ class GroupDelivery:
         for c in self._consumers.values():
             members[c.ctx] = members.get(c.ctx, 0) + 1
         self._members_by_ctx = members
+        route_of = self._routes.route_of
+        self._unroutable = frozenset(ctx for ctx in self._ctx_count if route_of(ctx) is None)
+        held = 0
+        if self._unroutable:
+            for msg in self._msgs.values():
+                if msg.state != _INFLIGHT and msg.entry.ctx in self._unroutable:
+                    held += 1
+        self._unroutable_held = held
 
     def _release_all(self, consumer_id: str, now_ms: int) -> int:
         c = self._consumers[consumer_id]
+        n = len(c.inflight)
         msgs = sorted((self._msgs[pos] for pos in c.inflight), key=lambda m: m.seq)
         for msg in msgs:
-            self._fail(msg, "left", 0, now_ms)
-        return len(msgs)
+            if msg.state == _INFLIGHT and msg.holder == consumer_id:  # an earlier one's run may have taken it back
+                self._fail(msg, "left", 0, now_ms)
+        return n
 
     def set_consumers(
         self, consumers: Mapping[str, ConsumerSpec], now_ms: int, virtual_partitions: int | None = None
@@ -277,66 +326,183 @@ class GroupDelivery:
         """Ingested messages not yet done, plus dead letters not yet confirmed."""
         return len(self._msgs) + len(self._dead_untaken) + len(self._dead_taken)
 
+    def ready_held(self) -> int:
+        """Messages held that a live consumer could take now or soon: neither in
+        flight, nor behind a run in flight, nor of a context nobody takes."""
+        return len(self._msgs) - self._inflight - self._blocked - self._unroutable_held
+
     def can_ingest(self, pp: int | None = None, offset: int | None = None) -> bool:
-        """False when ``max_unacked`` messages are outstanding, or (given ``pp``) when
-        the pp's ack window (outstanding + done offsets above its low watermark)
-        reached ``max_acked_above``: pause ingesting (that pp). Given ``offset`` too:
-        a record pending from a ``restore`` or filling a hole below the highest done
-        offset is always accepted, so a takeover can make progress."""
+        """False when ``max_unacked`` messages are ready (``ready_held``), or (given
+        ``pp``, a stream) when its ack window (outstanding + done offsets above its
+        low watermark) reached ``max_acked_above``. Given ``offset`` too: a record
+        pending from a ``restore`` or filling a hole below the highest done offset
+        is always accepted, so a takeover can make progress."""
         tracker = self._tracker
         if pp is not None and offset is not None and (tracker.is_tracked(pp, offset) or tracker.is_hole(pp, offset)):
             return True
-        if self.outstanding() >= self._config.max_unacked:
+        if self.ready_held() >= self._config.max_unacked:
             return False
         cap = self._config.max_acked_above
         return pp is None or cap is None or tracker.window(pp) < cap
 
+    def is_done(self, stream: int, offset: int, key_hash: int | None = None) -> bool:
+        """True when the record at ``offset`` of ``stream`` is acked or dead-lettered."""
+        return self._tracker.is_done(stream, offset, key_hash)
+
+    def routable(self, ctx: IsolationContext) -> bool:
+        """True when some live consumer may take messages of ``ctx`` now."""
+        return self._routes.route_of(ctx) is not None
+
+    def admit(self, stream: int, offset: int, ctx: IsolationContext, ctx_id: int, key_hash: int,
+              key: bytes | None) -> str:
+        """What the reader should do with the next record of ``stream`` (an
+        ``Admission``; see the module docstring); ``key`` None for a keyless record."""
+        if (ctx_id, key_hash) in self._parked and self._key_order:
+            return Admission.PARK
+        if self._routes.route_of(ctx) is None:
+            return Admission.NOBODY
+        cfg = self._config
+        if self._key_order and key is not None:
+            chain = self._chains.get((key, ctx))
+            if chain is not None:
+                if len(chain.pending) >= cfg.key_read_ahead:
+                    return Admission.PARK
+                if chain.run and self._blocked >= cfg.blocked_read_ahead:
+                    return Admission.PARK
+                if chain.run:
+                    return Admission.INGEST
+        if not self.can_ingest(stream, offset):
+            return Admission.PAUSE
+        return Admission.INGEST
+
     def ingest(self, entry: DeliveryEntry) -> bool:
         """Add a record; False when it is already known or already done (skipped).
 
-        DeliveryFull when ``can_ingest(entry.pp, entry.offset)`` is False.
+        DeliveryFull when ``can_ingest(entry.stream, entry.offset)`` is False and the
+        record's key has no run out (a key waiting for an ack takes its read-ahead).
         """
         pos = (entry.pp, entry.offset)
         if pos in self._msgs or pos in self._dead_untaken or pos in self._dead_taken:
             return False
         tracker = self._tracker
-        if tracker.is_done(entry.pp, entry.offset):
+        stream = entry.stream
+        if tracker.is_done(stream, entry.offset, entry.key_hash):
             return False
-        if not self.can_ingest(entry.pp, entry.offset):
+        chain_key = (entry.key, entry.ctx) if self._key_order and entry.key is not None else None
+        chain = self._chains.get(chain_key) if chain_key is not None else None
+        if (chain is None or not chain.run) and not self.can_ingest(stream, entry.offset):
             raise DeliveryFull(
-                f"cannot ingest pp {entry.pp}: {self.outstanding()} messages outstanding (max_unacked "
-                f"{self._config.max_unacked}), ack window {tracker.window(entry.pp)} (max_acked_above "
+                f"cannot ingest stream {stream}: {self.ready_held()} messages ready (max_unacked "
+                f"{self._config.max_unacked}), ack window {tracker.window(stream)} (max_acked_above "
                 f"{self._config.max_acked_above})"
             )
-        tracker.track(entry.pp, entry.offset)
-        chain = (entry.key, entry.ctx) if self._key_order and entry.key is not None else None
+        tracker.track(stream, entry.offset)
+        if chain_key is not None and chain is None:
+            chain = self._chains[chain_key] = _Chain(chain_key, (entry.ctx_id, entry.key_hash))
         msg = _Msg(self._seq, entry, chain)
         self._seq += 1
         self._msgs[pos] = msg
         ctx = entry.ctx
         n = self._ctx_count.get(ctx)
         self._ctx_count[ctx] = 1 if n is None else n + 1
-        self._routes.add(ctx)
-        if chain is not None:
-            q = self._chains.get(chain)
-            if q is not None:
-                q.append(msg)
-                return True
-            self._chains[chain] = deque((msg,))
-        self._make_ready(msg)
+        if n is None:
+            self._routes.add(ctx)
+            if self._routes.route_of(ctx) is None:
+                self._unroutable = self._unroutable | {ctx}
+        if ctx in self._unroutable:
+            self._unroutable_held += 1
+        parked = (entry.ctx_id, entry.key_hash)
+        if parked in self._parked:
+            self._parked[parked] += 1
+        if chain is None:
+            self._make_ready(msg)
+            return True
+        chain.pending.append(msg)
+        if len(chain.pending) == 1 and not chain.run:
+            self._make_ready(msg)
+        self._recount(chain)
         return True
 
     def mark_scanned(self, pp: int, offset: int) -> None:
-        """Every record of the queue in ``pp`` below ``offset`` has been passed to
-        ``ingest`` (ingested or skipped). Advances the persisted state; never call it
-        ahead of ingestion, or the records in between count as done."""
+        """Every record of the queue in stream ``pp`` below ``offset`` has been passed
+        to ``ingest`` (ingested or skipped) or parked. Advances the persisted state;
+        never call it ahead of ingestion, or the records in between count as done."""
         self._tracker.mark_scanned(pp, offset)
 
+    # ------------------------------------------------------------- parked keys
+    def park_key(self, ctx_id: int, key_hash: int, stream: int, segment_id: int, from_offset: int) -> None:
+        """The reader leaves the records of (``ctx_id``, ``key_hash``) in ``stream`` from
+        ``from_offset`` on in the log (segment ``segment_id``): ``admit`` parks the key
+        everywhere until ``unpark_key``, and ``refills`` names it once it has room."""
+        pk = (ctx_id, key_hash)
+        if pk not in self._parked:
+            self._parked[pk] = sum(len(c.pending) + len(c.run) for c in self._chains.values() if c.parked_key == pk)
+        self._tracker.park(stream, segment_id, key_hash, from_offset)
+
+    def park_progress(self, stream: int, segment_id: int, from_offset: int | None = None,
+                      until: int | None = None) -> None:
+        """A refill ingested a segment's records below ``from_offset``; or the segment
+        ends below ``until``."""
+        if from_offset is not None:
+            self._tracker.park_from(stream, segment_id, from_offset)
+        if until is not None:
+            self._tracker.park_until(stream, segment_id, until)
+
+    def drop_segment(self, stream: int, segment_id: int) -> None:
+        """A segment was refilled to its end."""
+        self._tracker.unpark(stream, segment_id)
+
+    def unpark_key(self, ctx_id: int, key_hash: int) -> None:
+        """The key has no parked record left: its records are admitted as usual again."""
+        self._parked.pop((ctx_id, key_hash), None)
+        self._refills.discard((ctx_id, key_hash))
+
+    def key_room(self, ctx_id: int, key_hash: int) -> int:
+        """How many more messages of a parked key a refill may hand over now."""
+        held = self._parked.get((ctx_id, key_hash))
+        if held is None:
+            return 0
+        room = self._config.key_read_ahead - held
+        if room > 0 and self._blocked >= self._config.blocked_read_ahead:
+            return 0
+        return max(0, room)
+
+    def refills(self) -> list[ParkKey]:
+        """Parked keys that have had room since the last call (half their read-ahead)."""
+        out = sorted(self._refills)
+        self._refills.clear()
+        return out
+
+    def parked_keys(self) -> int:
+        return len(self._parked)
+
+    def _released(self, msg: _Msg) -> None:
+        """``msg`` left this state (done): a parked key may have room again."""
+        pk = (msg.entry.ctx_id, msg.entry.key_hash)
+        held = self._parked.get(pk)
+        if held is not None:
+            held -= 1
+            self._parked[pk] = held
+            if held <= self._config.key_read_ahead // 2:
+                self._refills.add(pk)
+
     # ---------------------------------------------------------------- delivery
+    def _recount(self, chain: _Chain) -> None:
+        counted = len(chain.pending) if chain.run else 0
+        self._blocked += counted - chain.counted
+        chain.counted = counted
+
     def _make_ready(self, msg: _Msg) -> None:
         msg.state = _READY
         prio = REDELIVERY if msg.count else FIRST_DELIVERY
         self._ready.push(msg.entry.ctx, msg.entry.key_hash & self._mask, prio, msg.seq, msg)
+
+    def _kick(self, chain: _Chain) -> None:
+        """Make the chain's next message ready when the key has no run out."""
+        if not chain.run and chain.pending:
+            head = chain.pending[0]
+            if head.state == _WAITING:
+                self._make_ready(head)
 
     def poll(self, consumer_id: str, max_messages: int, now_ms: int) -> list[Delivery]:
         """Up to ``max_messages`` messages for ``consumer_id`` (its heartbeat too)."""
@@ -351,29 +517,58 @@ class GroupDelivery:
         sources = self._routes.sources(c.ctx)
         if steal:
             max_messages = self._fair_share(c.ctx, sources, max_messages)
-        taken = self._ready.take(sources, c.vps, max_messages) if c.vps else []
+        taken = self._ready.take(sources, c.vps, max_messages, self._run_length) if c.vps else []
         if not taken and steal:
-            taken = self._ready.take(sources, None, max_messages)
+            taken = self._ready.take(sources, None, max_messages, self._run_length)
         deadline = now_ms + self._config.visibility_timeout_ms
         out: list[Delivery] = []
-        mask = self._mask
-        for msg in taken:
-            e = msg.entry
-            msg.state = _INFLIGHT
-            msg.holder = consumer_id
-            msg.count += 1
-            msg.due = deadline
-            self._timers.add((deadline, msg.seq, e.pp, e.offset))
-            c.inflight.add((e.pp, e.offset))
-            out.append(
-                Delivery(
-                    encode_message_id(e.pp, e.offset), e.pp, e.offset, e.key_hash & mask, e.key, e.ctx,
-                    e.timestamp_ms, msg.count, deadline,
-                )
-            )
+        room = max_messages
+        for head in taken:
+            chain = head.chain
+            if chain is None:
+                self._deliver(head, consumer_id, c, deadline, out)
+                room -= 1
+                continue
+            pending = chain.pending
+            while room > 0 and pending and (pending[0] is head or pending[0].state == _WAITING):
+                msg = pending.popleft()
+                chain.run.append(msg)
+                self._deliver(msg, consumer_id, c, deadline, out)
+                room -= 1
+            self._recount(chain)
         if out:
             self._inflight_by_ctx[c.ctx] = self._inflight_by_ctx.get(c.ctx, 0) + len(out)
+            self._inflight += len(out)
         return out
+
+    def _run_length(self, head: _Msg, room: int) -> int:
+        """How many messages a poll with ``room`` left takes when it takes ``head``."""
+        chain = head.chain
+        if chain is None or room <= 1:
+            return 1
+        n = 0
+        for msg in chain.pending:
+            if n >= room or (msg is not head and msg.state != _WAITING):
+                break
+            n += 1
+        return max(n, 1)
+
+    def _deliver(self, msg: _Msg, consumer_id: str, c: _Consumer, deadline: int, out: list[Delivery]) -> None:
+        e = msg.entry
+        msg.state = _INFLIGHT
+        msg.holder = consumer_id
+        msg.count += 1
+        msg.due = deadline
+        self._timers.add((deadline, msg.seq, e.pp, e.offset))
+        c.inflight.add((e.pp, e.offset))
+        if e.ctx in self._unroutable:
+            self._unroutable_held -= 1
+        out.append(
+            Delivery(
+                encode_message_id(e.pp, e.offset), e.pp, e.offset, e.key_hash & self._mask, e.key, e.ctx,
+                e.timestamp_ms, msg.count, deadline,
+            )
+        )
 
     def _fair_share(self, ctx: IsolationContext, sources: Iterable[IsolationContext], max_messages: int) -> int:
         """How many messages a poll of a member of ``ctx`` may take: ``max_messages``,
@@ -410,10 +605,13 @@ class GroupDelivery:
             if pos in holder.inflight:
                 holder.inflight.remove(pos)
                 self._inflight_by_ctx[holder.ctx] -= 1
+                self._inflight -= 1
             msg.holder = None
 
     def _finish(self, msg: _Msg, dead: DeadLetter | None) -> None:
-        """Acked (``dead`` None) or dead-lettered: done for delivery and order."""
+        """Acked (``dead`` None) or dead-lettered: done for delivery and order. Only
+        for a message in flight (or, dead, one just failed out of a run)."""
+        was_inflight = msg.state == _INFLIGHT
         self._clear_timer(msg)
         e = msg.entry
         pos = (e.pp, e.offset)
@@ -423,35 +621,70 @@ class GroupDelivery:
             self._ctx_count[e.ctx] = n
         else:
             del self._ctx_count[e.ctx]
+        if not was_inflight and e.ctx in self._unroutable:
+            self._unroutable_held -= 1
         if dead is None:
-            self._tracker.done(e.pp, e.offset)
+            self._tracker.done(e.stream, e.offset)
         else:
             self._dead_untaken[pos] = dead
-        if msg.chain is not None:
-            q = self._chains[msg.chain]
-            head = q.popleft()
-            if head is not msg:  # pragma: no cover - invariant: only a key's head is ever delivered
-                raise AssertionError(f"message {dead or pos} finished while not the head of its key")
-            if q:
-                if q[0].state == _WAITING:
-                    self._make_ready(q[0])
+        self._released(msg)
+        chain = msg.chain
+        if chain is not None:
+            if msg in chain.run:
+                chain.run.remove(msg)
+            elif chain.pending and chain.pending[0] is msg:  # pragma: no branch - a failed run's head
+                chain.pending.popleft()
+            else:  # pragma: no cover - invariant: only a run's messages or a key's head finish
+                raise AssertionError(f"message {dead or pos} finished while neither in its key's run nor its head")
+            self._kick(chain)
+            if not chain.run and not chain.pending:
+                del self._chains[chain.key]
             else:
-                del self._chains[msg.chain]
+                self._recount(chain)
 
-    def _fail(self, msg: _Msg, reason: str, delay_ms: int, now_ms: int) -> None:
-        """An in-flight delivery was not acked: deliver again, or dead-letter."""
+    def _fail(self, msg: _Msg, reason: str, delay_ms: int, now_ms: int, delayed: set[Pos] | None = None) -> None:
+        """An in-flight delivery was not acked: deliver it again, with the later
+        messages of its run (back in order, ahead of anything newer of the key); or
+        dead-letter it when it reached ``max_deliveries``. Later messages of the run
+        listed in ``delayed`` (nacked in the same call) wait ``delay_ms`` too."""
+        chain = msg.chain
+        if chain is not None:
+            i = chain.run.index(msg)
+            back = chain.run[i:]
+            del chain.run[i:]
+            for m in back:
+                self._clear_timer(m)
+                m.state = _WAITING
+                if m is not msg:
+                    m.count -= 1  # withdrawn, not failed: that delivery does not count
+                    if delayed and delay_ms > 0 and (m.entry.pp, m.entry.offset) in delayed:
+                        self._delay(m, now_ms + delay_ms)
+                if m.entry.ctx in self._unroutable:
+                    self._unroutable_held += 1
+            chain.pending.extendleft(reversed(back))
+        else:
+            self._clear_timer(msg)
+            msg.state = _WAITING
+            if msg.entry.ctx in self._unroutable:
+                self._unroutable_held += 1
         if msg.count >= self._config.max_deliveries:
             e = msg.entry
             self._finish(msg, DeadLetter(encode_message_id(e.pp, e.offset), e, msg.count, reason))
             return
-        self._clear_timer(msg)
         if delay_ms > 0:
-            msg.state = _DELAYED
-            msg.due = now_ms + delay_ms
-            e = msg.entry
-            self._timers.add((msg.due, msg.seq, e.pp, e.offset))
+            self._delay(msg, now_ms + delay_ms)
+        if chain is None:
+            if delay_ms <= 0:
+                self._make_ready(msg)
         else:
-            self._make_ready(msg)
+            self._kick(chain)
+            self._recount(chain)
+
+    def _delay(self, msg: _Msg, due: int) -> None:
+        msg.state = _DELAYED
+        msg.due = due
+        e = msg.entry
+        self._timers.add((due, msg.seq, e.pp, e.offset))
 
     def expire(self, now_ms: int) -> int:
         """Apply timeouts due at ``now_ms``: deliveries past their visibility deadline
@@ -465,7 +698,11 @@ class GroupDelivery:
             msg = self._msgs[(pp, offset)]
             msg.due = None
             if msg.state == _DELAYED:
-                self._make_ready(msg)
+                msg.state = _WAITING
+                if msg.chain is None:
+                    self._make_ready(msg)
+                else:
+                    self._kick(msg.chain)
             else:
                 self._fail(msg, "timeout", 0, now_ms)
             n += 1
@@ -488,8 +725,9 @@ class GroupDelivery:
     def ack(self, consumer_id: str, ids: Iterable[str]) -> int:
         """Acknowledge messages in flight to ``consumer_id``; returns how many were.
         Ids not in flight to this consumer (unknown, already acked, timed out, held
-        by another) are ignored. MessageIdError (nothing changes) on a malformed id;
-        UnknownConsumer when not a member."""
+        by another, given back with an earlier message of their run) are ignored.
+        MessageIdError (nothing changes) on a malformed id; UnknownConsumer when not
+        a member."""
         self._consumer(consumer_id)
         held = self._held(consumer_id, decode_message_ids(list(ids)))
         for msg in held:
@@ -498,17 +736,20 @@ class GroupDelivery:
 
     def nack(self, consumer_id: str, ids: Iterable[str], delay_ms: int, now_ms: int) -> int:
         """Give messages in flight to ``consumer_id`` back: delivered again after
-        ``delay_ms`` (their key stays blocked meanwhile), or dead-lettered when they
-        reached ``max_deliveries``. Returns how many were in flight to it."""
+        ``delay_ms`` (their key stays blocked meanwhile) with the later messages of
+        their runs, or dead-lettered when they reached ``max_deliveries``. Returns
+        how many were in flight to it."""
         _check_now(now_ms)
         if not isinstance(delay_ms, int) or isinstance(delay_ms, bool) or delay_ms < 0:
             raise ValueError(f"delay_ms must be an integer >= 0, got {delay_ms!r}")
         self._consumer(consumer_id)
         positions = decode_message_ids(list(ids))  # validate before any change
         self.expire(now_ms)
-        held = self._held(consumer_id, positions)
+        held = sorted(self._held(consumer_id, positions), key=lambda m: m.seq)
+        nacked = {(m.entry.pp, m.entry.offset) for m in held}
         for msg in held:
-            self._fail(msg, "nack", delay_ms, now_ms)
+            if msg.state == _INFLIGHT and msg.holder == consumer_id:  # else given back (and delayed) with an earlier one
+                self._fail(msg, "nack", delay_ms, now_ms, nacked)
         return len(held)
 
     # ------------------------------------------------------------ dead letters
@@ -560,7 +801,8 @@ class GroupDelivery:
 
     # ------------------------------------------------------------------- stats
     def lag(self) -> LagReport:
-        """Messages ingested and not yet done, by lane, env and set of the message."""
+        """Messages ingested and not yet done, by lane, env and set of the message,
+        by vp, and the oldest one's timestamp (overall and per message context)."""
         by_lane: dict[str, int] = {}
         by_env: dict[str, int] = {}
         by_set: dict[str, int] = {}
@@ -568,7 +810,19 @@ class GroupDelivery:
             by_lane[ctx.lane] = by_lane.get(ctx.lane, 0) + n
             by_env[ctx.env] = by_env.get(ctx.env, 0) + n
             by_set[ctx.set] = by_set.get(ctx.set, 0) + n
-        return LagReport(len(self._msgs), by_lane, by_env, by_set)
+        by_vp: dict[int, int] = {}
+        oldest: dict[IsolationContext, int] = {}
+        mask = self._mask
+        for msg in self._msgs.values():
+            e = msg.entry
+            vp = e.key_hash & mask
+            by_vp[vp] = by_vp.get(vp, 0) + 1
+            ts = oldest.get(e.ctx)
+            if ts is None or e.timestamp_ms < ts:
+                oldest[e.ctx] = e.timestamp_ms
+        return LagReport(
+            len(self._msgs), by_lane, by_env, by_set, by_vp, min(oldest.values()) if oldest else None, oldest
+        )
 
     def in_flight_by_context(self) -> dict[IsolationContext, int]:
         """Messages in flight per member context (kept incrementally for ``poll``)."""
@@ -585,13 +839,18 @@ class GroupDelivery:
         ]
 
     def stats(self) -> dict[str, int]:
-        """Counters for metrics: outstanding, ready, timers (in flight + delayed),
-        in_flight, keys (blocked-key chains), dead_letters (not yet confirmed)."""
+        """Counters for metrics: outstanding, ready (runs ready to start), timers (in
+        flight + delayed), in_flight, keys (keys held), blocked_keys (keys with a run
+        out and more held behind it), blocked (messages held behind runs), parked_keys
+        (keys whose later records wait in the log), dead_letters (not yet confirmed)."""
         return {
             "outstanding": len(self._msgs),
             "ready": len(self._ready),
             "timers": len(self._timers),
-            "in_flight": sum(len(c.inflight) for c in self._consumers.values()),
+            "in_flight": self._inflight,
             "keys": len(self._chains),
+            "blocked_keys": sum(1 for c in self._chains.values() if c.counted),
+            "blocked": self._blocked,
+            "parked_keys": len(self._parked),
             "dead_letters": len(self._dead_untaken) + len(self._dead_taken),
         }

@@ -8,13 +8,34 @@ Pure values: no I/O.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from isolation.context import IsolationContext
 from virtual_partitions.hashing import HASH_SPACE, check_virtual_partitions
 
 Ordering = Literal["key", "none"]
+
+STREAM_PP_BITS = 32
+_PP_MASK = (1 << STREAM_PP_BITS) - 1
+
+
+def stream_of(pp: int, ctx_id: int) -> int:
+    """One int for the records of one isolation context (interned id) in one pp.
+
+    A group reads and acknowledges each stream on its own, so a context nobody
+    consumes never holds back the others. Context id 0 (never handed out by
+    ``metadata.contexts``) makes the stream equal to the pp: states kept per pp
+    alone read as stream states of that pp."""
+    return (ctx_id << STREAM_PP_BITS) | pp
+
+
+def stream_pp(stream: int) -> int:
+    return stream & _PP_MASK
+
+
+def stream_ctx_id(stream: int) -> int:
+    return stream >> STREAM_PP_BITS
 
 
 class UnknownConsumer(KeyError):
@@ -32,6 +53,19 @@ class DeliveryFull(RuntimeError):
     """``ingest`` was called while ``can_ingest(pp, offset)`` is False (the caller must pause tailing)."""
 
 
+class Admission:
+    """What ``GroupDelivery.admit`` says of the next record of a stream."""
+
+    INGEST = "ingest"
+    """hand it to ``ingest``"""
+    PARK = "park"
+    """its key holds its read-ahead: leave this and the key's later records in the log"""
+    PAUSE = "pause"
+    """enough is ready for the consumers: stop this stream here for now"""
+    NOBODY = "nobody"
+    """no live consumer may take its context: stop this stream here until one joins"""
+
+
 def _positive(value: object, name: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
@@ -46,7 +80,15 @@ class DeliveryConfig:
     - ``max_deliveries``: a message delivered this many times and then nacked,
       timed out or released by a leaving consumer is dead-lettered.
     - ``visibility_timeout_ms``: an unacked delivery is redelivered after this long.
-    - ``max_unacked``: bound on ingested-but-not-done messages (``can_ingest``).
+    - ``max_unacked``: bound on the messages held that some live consumer could take
+      now (ready, not yet delivered): past it ``admit`` pauses new keys. Messages in
+      flight, the read-ahead of keys waiting for an ack and messages of contexts no
+      live consumer takes do not count, so they never hold back anything else.
+    - ``key_read_ahead``: messages of one (key, context) held in memory before the
+      key's later ones are parked in the log (``admit`` answers ``PARK``); at
+      least the largest poll, so a hot key fills whole polls.
+    - ``blocked_read_ahead``: bound on the messages held, over all keys, behind a
+      run in flight; past it more of a blocked key's messages are parked.
     - ``max_acked_above``: bound on a pp's ack window, so the persisted pair form
       stays within ``metadata.acks``' limit of 10,000 (the default leaves headroom
       for holes re-read after a takeover; None: unbounded).
@@ -62,6 +104,8 @@ class DeliveryConfig:
     visibility_timeout_ms: int = 30000
     max_unacked: int = 100_000
     max_acked_above: int | None = 9_000
+    key_read_ahead: int = 1000
+    blocked_read_ahead: int = 20_000
     virtual_partitions: int = 16
     set_fallback: bool = True
     steal_when_idle: bool = False
@@ -72,6 +116,8 @@ class DeliveryConfig:
         _positive(self.max_deliveries, "max_deliveries")
         _positive(self.visibility_timeout_ms, "visibility_timeout_ms")
         _positive(self.max_unacked, "max_unacked")
+        _positive(self.key_read_ahead, "key_read_ahead")
+        _positive(self.blocked_read_ahead, "blocked_read_ahead")
         if self.max_acked_above is not None:
             _positive(self.max_acked_above, "max_acked_above")
         check_virtual_partitions(self.virtual_partitions)
@@ -94,9 +140,15 @@ class DeliveryEntry:
     key: bytes | None
     ctx: IsolationContext
     timestamp_ms: int = 0
+    ctx_id: int = 0
+
+    @property
+    def stream(self) -> int:
+        """The (pp, context) stream the record is read and acknowledged in."""
+        return stream_of(self.pp, self.ctx_id)
 
     def __post_init__(self) -> None:
-        for name in ("pp", "offset", "timestamp_ms"):
+        for name in ("pp", "offset", "timestamp_ms", "ctx_id"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise ValueError(f"{name} must be an integer >= 0, got {v!r}")
@@ -154,12 +206,17 @@ class DeadLetter:
 @dataclass(frozen=True, slots=True)
 class LagReport:
     """Messages ingested and not yet acked nor dead-lettered (waiting, ready, in
-    flight or delayed): total and broken down by lane, env and set of the messages."""
+    flight or delayed): total and broken down by lane, env and set of the messages,
+    and by virtual partition (under the group's current V); ``oldest_ms``: the
+    smallest record timestamp among them (None when there are none)."""
 
     total: int
     by_lane: dict[str, int]
     by_env: dict[str, int]
     by_set: dict[str, int]
+    by_vp: dict[int, int] = field(default_factory=dict)
+    oldest_ms: int | None = None
+    oldest_by_context: dict[IsolationContext, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,14 +47,14 @@ from metadata.names import check_id
 from metadata.queues import QueueRecord
 from read_nodes.ack_persistence import AckSnapshots
 from read_nodes.delivery import GroupDelivery
-from read_nodes.delivery_types import DeadLetter, Delivery, DeliveryConfig, UnknownConsumer
+from read_nodes.delivery_types import DeadLetter, Delivery, DeliveryConfig, UnknownConsumer, stream_pp
 from read_nodes.group_members import GroupMembers, new_consumer_id
 from read_nodes.ingestor import Ingestor
 from read_nodes.lineage_order import LineageOrder
 from read_nodes.message_id import MessageIdError, decode_message_ids
 from read_nodes.messages import render_message
 from read_nodes.metrics import DeliveryCounters, NoCounters
-from read_nodes.node_parts import NodeParts, monotonic_ms
+from read_nodes.node_parts import NodeParts, monotonic_ms, wall_ms
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,8 @@ CONFIG_FIELDS = ("ordering", "max_deliveries", "visibility_timeout_ms")
 
 
 def delivery_config(
-    record: QueueRecord, virtual_partitions: int, max_unacked: int, steal_when_idle: bool = True
+    record: QueueRecord, virtual_partitions: int, max_unacked: int, steal_when_idle: bool = True,
+    key_read_ahead: int = 1000, blocked_read_ahead: int = 20_000,
 ) -> DeliveryConfig:
     """The delivery settings of a group on ``record``'s queue (compact ack persistence:
     no cap on the pair form's window)."""
@@ -75,6 +76,8 @@ def delivery_config(
         max_acked_above=None,
         virtual_partitions=virtual_partitions,
         steal_when_idle=steal_when_idle,
+        key_read_ahead=key_read_ahead,
+        blocked_read_ahead=blocked_read_ahead,
     )
 
 
@@ -102,7 +105,9 @@ class GroupHost:
         self._on_fenced = on_fenced
         o = parts.options
         self._opt = o
-        self.delivery = GroupDelivery(delivery_config(record, self._queue_vps(), o.max_unacked, o.steal_when_idle))
+        self.delivery = GroupDelivery(delivery_config(
+            record, self._queue_vps(), o.max_unacked, o.steal_when_idle, o.key_read_ahead, o.blocked_read_ahead,
+        ))
         self.ingestor = Ingestor(
             record.id, self.delivery, parts.pool, self, self._on_data, batch=o.ingest_batch,
             unknown_grace_ms=o.unknown_grace_ms,
@@ -144,8 +149,12 @@ class GroupHost:
         self.delivery.restore(restored)
         self.snapshots = AckSnapshots(self.record.id, restored)
         self._starts = dict(start_offsets)
-        for pp, st in restored.items():
-            self.ingestor.add_pp(pp, max(self._starts.get(pp, 0), st.low_watermark))
+        resume: dict[int, int] = {}
+        for stream, st in restored.items():
+            pp = stream_pp(stream)
+            resume[pp] = min(resume.get(pp, st.low_watermark), st.low_watermark)
+        for pp, lw in sorted(resume.items()):
+            self.ingestor.add_pp(pp, max(self._starts.get(pp, 0), lw))
         await self._load_lineage()
         now = monotonic_ms()
         await self.members.load(self._queue_vps(), now)
@@ -209,8 +218,7 @@ class GroupHost:
         if entry is not None and entry.placement is not None:
             pps.update(entry.placement)
         for pp in sorted(pps):
-            start = self._starts.get(pp, first.get(pp, 0))
-            self.ingestor.add_pp(pp, max(start, self.delivery.low_watermark(pp)))
+            self.ingestor.add_pp(pp, self._starts.get(pp, first.get(pp, 0)))
         self._wake.set()
 
     # -------------------------------------------------------------- ingestion
@@ -233,7 +241,7 @@ class GroupHost:
                 self._notify()
             if res.unknown:
                 self._lineage_wanted = True
-            self._retry_ingest = res.blocked or res.unknown or res.held
+            self._retry_ingest = res.blocked or res.unknown or res.held or res.nobody
             if res.more:
                 # bounded steps: let polls and acks in between (Event.wait does not yield when set)
                 self._wake.set()
@@ -350,6 +358,7 @@ class GroupHost:
             raise BadRequest("invalid_request", str(exc), field="consumer_id") from None
         await self.members.join(cid, ctx, start, self._queue_vps(), monotonic_ms())
         self._notify()
+        self._wake.set()  # a stream no live consumer could take may flow now
         return {"consumer_id": cid, "session_timeout_ms": self.members.session_timeout_ms}
 
     def _require_member(self, consumer_id: str) -> None:
@@ -399,11 +408,13 @@ class GroupHost:
 
     async def _render(self, consumer_id: str, got: list[Delivery]) -> list[dict[str, Any]]:
         source = self.parts.source
+        cached, queue = source.cached, self.queue
         out: list[dict[str, Any]] = []
+        append = out.append
         gone: list[str] = []
         failed: list[str] = []
         for d in got:
-            tailed = source.cached(d.pp, d.offset)
+            tailed = cached(d.pp, d.offset)
             if tailed is None:
                 try:
                     tailed = await source.get(d.pp, d.offset)
@@ -414,7 +425,7 @@ class GroupHost:
                 if tailed is None:
                     gone.append(d.message_id)
                     continue
-            out.append(render_message(self.queue, tailed, d.vp, d.delivery_count))
+            append(render_message(queue, tailed, d.vp, d.delivery_count))
         if gone:
             log.warning("%s/%s: %d messages vanished (retention) before delivery", self.queue, self.group, len(gone))
             self._done_ids(gone)
@@ -454,6 +465,7 @@ class GroupHost:
             raise _not_found(consumer_id) from None
         if n:
             self._notify()
+            self._wake.set()
         self._counters.nacked(self.queue, self.group, n)
         return n
 
@@ -478,7 +490,8 @@ class GroupHost:
         lag = self.delivery.lag()
         total = lag.total
         by_lane, by_env, by_set = dict(lag.by_lane), dict(lag.by_env), dict(lag.by_set)
-        for ctx_id, n in self.ingestor.backlog().items():
+        by_vp = dict(lag.by_vp)
+        for (ctx_id, vp), n in self.ingestor.backlog().items():
             try:
                 env, set_, lane = await self.parts.md.contexts.resolve(ctx_id)
             except KeyError:
@@ -487,12 +500,37 @@ class GroupHost:
             by_lane[lane] = by_lane.get(lane, 0) + n
             by_env[env] = by_env.get(env, 0) + n
             by_set[set_] = by_set.get(set_, 0) + n
+            by_vp[vp] = by_vp.get(vp, 0) + n
+        by_ctx = await self.oldest_unacked_by_context()
+        oldest = min(by_ctx.values()) if by_ctx else None
         return {
             "queue": self.queue,
             "group": self.group,
             "members": members,
-            "lag": {"total": total, "by_lane": by_lane, "by_env": by_env, "by_set": by_set},
+            "lag": {
+                "total": total, "by_lane": by_lane, "by_env": by_env, "by_set": by_set,
+                "by_virtual_partition": {str(vp): n for vp, n in sorted(by_vp.items())},
+                "oldest_unacked_age_ms": None if oldest is None else max(0, wall_ms() - oldest),
+            },
         }
+
+    async def oldest_unacked_by_context(self) -> dict[IsolationContext, int]:
+        """Per message context, the timestamp of the group's oldest message not acked
+        nor dead-lettered (held here, or still in the log)."""
+        oldest = dict(self.delivery.lag().oldest_by_context)
+        source = self.parts.source
+        for pp, offset in self.ingestor.oldest_backlog():
+            tailed = source.cached(pp, offset)
+            if tailed is None:
+                try:
+                    tailed = await source.get(pp, offset)
+                except VpqError:
+                    continue
+            if tailed is not None and tailed.record.timestamp_ms:
+                ts = tailed.record.timestamp_ms
+                cur = oldest.get(tailed.ctx)
+                oldest[tailed.ctx] = ts if cur is None else min(cur, ts)
+        return oldest
 
     def stats(self) -> dict[str, int]:
         s = self.delivery.stats()

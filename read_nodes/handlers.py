@@ -7,6 +7,8 @@ isolation context already resolved by the gateway:
 ``POST /internal/v1/queues/{q}/groups/{g}/consumers``      ``{"consumer_id", "env", "set", "lane", "start"}``
                                                            -> ``{"consumer_id", "session_timeout_ms"}``
 ``POST .../consumers/{cid}/poll``                          ``{"max_messages", "wait_ms"}`` -> ``{"messages": [...]}``
+                                                           (exactly the public answer; header
+                                                           ``X-Vpq-Messages``: how many it holds)
 ``POST .../consumers/{cid}/ack``                           ``{"ids"}`` -> ``{"acked": n}``
 ``POST .../consumers/{cid}/nack``                          ``{"ids", "delay_ms"}`` -> ``{"nacked": n}``
 ``DELETE .../consumers/{cid}``                             -> 204
@@ -51,6 +53,9 @@ MAX_MESSAGES = 1000
 MAX_WAIT_MS = 30_000
 MAX_DELAY_MS = 86_400_000
 GROUP_MOVING = "group_moving"
+MESSAGE_COUNT_HEADER = "X-Vpq-Messages"
+"""On a poll answer: how many messages its body holds (so the gateway can pass the body
+through without parsing it)."""
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -177,7 +182,12 @@ async def poll(request: web.Request) -> web.Response:
     max_messages = _int(data, "max_messages", 100, 1, MAX_MESSAGES)
     wait_ms = _int(data, "wait_ms", 0, 0, MAX_WAIT_MS)
     cid = request.match_info["consumer_id"]
-    return json_response({"messages": await _on_host(request, queue, group, lambda h: h.poll(cid, max_messages, wait_ms))})
+    messages = await _on_host(request, queue, group, lambda h: h.poll(cid, max_messages, wait_ms))
+    return web.Response(
+        body=orjson.dumps({"messages": messages}),
+        content_type="application/json",
+        headers={MESSAGE_COUNT_HEADER: str(len(messages))},
+    )
 
 
 async def ack(request: web.Request) -> web.Response:

@@ -1,26 +1,36 @@
 """Feeding one group's ``GroupDelivery`` from the node's queue indexes.
 
-The group keeps one cursor per physical partition its queue lives (or lived) in:
-every record of the queue below the cursor has been handed to the delivery state
-(``ingest``) and the delivery state has been told so (``mark_scanned``). A step
-reads, per pp, only the queue's own offsets from the tailer's ``QueueIndex``
-(never a scan of the whole partition), and advances the cursor record by record
-until it meets a record it must not take yet:
+The group reads each *stream* (one isolation context of the queue in one
+physical partition it lives or lived in: ``delivery_types.stream_of``) with its
+own cursor: every record of the stream below the cursor has been handed to the
+delivery state (``ingest``) or parked, and the delivery state has been told so
+(``mark_scanned``). A step reads, per stream, only that context's offsets of
+the queue from the tailer's ``QueueIndex`` (never a scan of the whole
+partition), and for each record, in this order:
 
 - lineage order (``read_nodes.lineage_order``): an earlier range of the record's
-  vp is not finished (HOLD), or the cached lineage does not know the record yet
-  (UNKNOWN: the host reloads the lineage; a record still unknown after a reload
-  and ``unknown_grace_ms`` is ingested anyway, with a warning, so a lineage that
-  is wrong can delay a group but never stall it for ever);
-- back-pressure: ``GroupDelivery.can_ingest(pp, offset)`` is False.
+  vp is not finished in its pp's stream of the same context (HOLD), or the
+  cached lineage does not know the record yet (UNKNOWN: the host reloads the
+  lineage; a record still unknown after a reload and ``unknown_grace_ms`` is
+  ingested anyway, with a warning, so a lineage that is wrong can delay a group
+  but never stall it for ever): the stream stops there;
+- a parked key (``read_nodes.parked_keys``): the record joins the key's open
+  segment (or opens one here) and stays in the log; the cursor goes on;
+- ``GroupDelivery.admit``: ``NOBODY`` (no live consumer may take the context:
+  the stream stops until one joins), ``PAUSE`` (enough is ready: the stream
+  stops for now), ``PARK`` (the key's read-ahead is full: park it here),
+  ``INGEST``.
 
-The pp's cursor then stays at that record, and the next step retries it. A step
-loops over the pps until none moves, because one pp's progress can release
-another's held records.
+So a context nobody consumes, or a key waiting behind an unacked run, never
+holds back the other streams or keys: their records wait in the log and are
+found again through the index. Parked keys are refilled, segment by segment,
+when the delivery state says they have room (``refills``).
 
-Records are taken from the record cache, or read back from the write node
-(``RecordSource.get``); a record that no longer exists there (retention) is
-skipped. Cursors below the log start jump to it (the records are gone).
+A step loops over the streams until none moves, because one stream's progress
+can release another's held records. Records are taken from the record cache,
+or read back from the write node (``RecordSource.get``); a record that no
+longer exists there (retention) is skipped. Cursors below the log start jump to
+it (the records are gone).
 """
 
 from __future__ import annotations
@@ -28,10 +38,13 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from typing import Any
+
 from common.errors import VpqError
 from read_nodes.delivery import GroupDelivery
-from read_nodes.delivery_types import DeliveryEntry
+from read_nodes.delivery_types import Admission, DeliveryEntry, DeliveryFull, stream_ctx_id, stream_of, stream_pp
 from read_nodes.lineage_order import Decision, LineageOrder
+from read_nodes.parked_keys import ParkedKeys, ParkKey
 from read_nodes.tailer import Listener, unpack_ref
 from read_nodes.tailer_pool import TailerPool
 
@@ -51,6 +64,8 @@ class StepResult:
     """a cursor stopped at a record held by lineage order or back-pressure"""
     more: bool = False
     """the step stopped at its budget with work left: step again (after yielding)"""
+    nobody: bool = False
+    """a stream waits for a consumer that may take its context"""
 
 
 class Ingestor:
@@ -74,7 +89,13 @@ class Ingestor:
         self._listener = listener
         self._batch = batch
         self._grace = unknown_grace_ms
+        self.starts: dict[int, int] = {}
+        """per pp: where the group starts reading it"""
         self.cursors: dict[int, int] = {}
+        """per stream: everything of it below has been ingested or parked"""
+        self.parked = ParkedKeys()
+        self._seen_end: dict[int, int] = {}
+        self._wanted: set[ParkKey] = set()
         self._order = LineageOrder({})
         self._lineage_ms = 0
         self._unknown_since: dict[tuple[int, int], int] = {}
@@ -90,97 +111,254 @@ class Ingestor:
 
     def add_pp(self, pp: int, start: int) -> None:
         """Start reading ``pp`` from ``start`` (no-op when already read)."""
-        if pp in self.cursors:
+        if pp in self.starts:
             return
-        self.cursors[pp] = start
+        self.starts[pp] = start
         self._pool.subscribe(pp, self._key, self._listener, start)
 
     async def close(self) -> None:
-        for pp in list(self.cursors):
+        for pp in list(self.starts):
             await self._pool.unsubscribe(pp, self._key)
+
+    def _streams(self, pp: int, index: object) -> list[int]:
+        """The streams of ``pp`` with records of the queue. A stream first seen starts
+        where the pp starts for the group (or its restored ack state resumes), and not
+        below the index's start: the group's tailer position never passes
+        ``_seen_end[pp]``, the index end when the contexts were last listed, so a
+        context not listed yet has no record below what the index still holds."""
+        seen = index.end_offset(pp)  # type: ignore[attr-defined]
+        out = []
+        for ctx_id in index.contexts(pp, self.queue_id):  # type: ignore[attr-defined]
+            stream = stream_of(pp, ctx_id)
+            if stream not in self.cursors:
+                lw = self.delivery.low_watermark(stream)
+                self.cursors[stream] = max(self.starts[pp], lw if lw else index.start_offset(pp))  # type: ignore[attr-defined]
+            out.append(stream)
+        self._seen_end[pp] = max(self._seen_end.get(pp, 0), seen)
+        return out
 
     # -------------------------------------------------------------------- step
     async def step(self, now_ms: int, budget: int | None = None) -> StepResult:
-        """Advance the cursors (see the module docstring). With ``budget``, stop once at
-        least that many records were ingested and return with ``more`` set, so the caller
-        can answer waiting polls and other requests before the next step: one step over
-        a big backlog would otherwise hold the event loop for the whole backlog."""
+        """Refill parked keys that have room, then advance the cursors (see the module
+        docstring). With ``budget``, stop once at least that many records were
+        ingested and return with ``more`` set, so the caller can answer waiting polls
+        and other requests before the next step: one step over a big backlog would
+        otherwise hold the event loop for the whole backlog."""
         result = StepResult()
+        self._wanted.update(self.delivery.refills())
+        if self._wanted:
+            await self._refill_all(result)
         progress = True
         while progress:
             progress = False
-            for pp in sorted(self.cursors):
-                if await self._scan(pp, now_ms, result):
-                    progress = True
-                    result.moved = True
-                    if budget is not None and result.ingested >= budget:
-                        result.more = True
-                        return result
+            for pp in sorted(self.starts):
+                tailer = self._pool.get(pp)
+                if tailer is None:
+                    continue
+                for stream in self._streams(pp, tailer.index):
+                    if await self._scan(stream, tailer, now_ms, result):
+                        progress = True
+                        result.moved = True
+                        if budget is not None and result.ingested >= budget:
+                            result.more = True
+                            return result
         return result
 
-    def _cursor_of(self, pp: int) -> int:
-        return self.cursors.get(pp, 0)
+    def _cursor_of(self, pp: int, ctx_id: int) -> int:
+        """How far the group has read ``pp`` in context ``ctx_id`` (a stream without
+        records yet: as far as the pp is indexed, if the group reads it)."""
+        c = self.cursors.get(stream_of(pp, ctx_id))
+        if c is not None:
+            return c
+        return max(self.starts.get(pp, 0), self._seen_end.get(pp, 0))
 
-    async def _scan(self, pp: int, now_ms: int, result: StepResult) -> bool:
-        tailer = self._pool.get(pp)
-        if tailer is None:
-            return False
-        start = c = self.cursors[pp]
+    async def _scan(self, stream: int, tailer: object, now_ms: int, result: StepResult) -> bool:
+        pp = stream_pp(stream)
+        ctx_id = stream_ctx_id(stream)
+        start = c = self.cursors[stream]
         delivery = self.delivery
-        if c < tailer.log_start:
+        if c < tailer.log_start:  # type: ignore[attr-defined]
             log.warning("queue %d pp %d: offsets %d..%d were removed by retention before delivery",
-                        self.queue_id, pp, c, tailer.log_start)
-            c = tailer.log_start
-        if not tailer.covers(c):
-            tailer.require(c)
+                        self.queue_id, pp, c, tailer.log_start)  # type: ignore[attr-defined]
+            c = tailer.log_start  # type: ignore[attr-defined]
+        if not tailer.covers(c):  # type: ignore[attr-defined]
+            tailer.require(c)  # type: ignore[attr-defined]
             result.blocked = True
-            return self._save(pp, tailer, start, c)
-        index = tailer.index
-        entries = index.entries_from(pp, self.queue_id, c, self._batch)
+            return self._save(stream, tailer, start, c)
+        index = tailer.index  # type: ignore[attr-defined]
+        entries = index.entries_from(pp, self.queue_id, c, self._batch, ctx_id)
         v = delivery.virtual_partitions
         mask = v - 1
         order = self._order
-        source = self._pool.source
+        parked = self.parked
         stopped = False
         for offset, ref in entries:
-            _ctx_id, key_hash = unpack_ref(ref)
-            decision = order.check(key_hash & mask, v, pp, offset, lambda p: offset if p == pp else self._cursor_of(p))
+            _cid, key_hash = unpack_ref(ref)
+            decision = order.check(
+                key_hash & mask, v, pp, offset, lambda p: offset if p == pp else self._cursor_of(p, ctx_id)
+            )
             if decision is Decision.UNKNOWN and not self._unknown_expired(pp, offset, now_ms):
                 result.unknown = True
                 stopped = True
                 break
-            if decision is Decision.HOLD or not delivery.can_ingest(pp, offset):
+            if decision is Decision.HOLD:
                 result.held = True
                 stopped = True
                 break
-            tailed = source.cached(pp, offset)
+            pk = (ctx_id, key_hash)
+            if pk in parked:
+                if not parked.covers(pk, stream) and not delivery.is_done(stream, offset, key_hash):
+                    self._park(pk, stream, offset)
+                c = offset + 1
+                continue
+            tailed = await self._record(pp, offset, result)
+            if tailed is False:
+                stopped = True
+                break
             if tailed is None:
-                try:
-                    tailed = await source.get(pp, offset)
-                except VpqError as exc:
-                    log.info("queue %d pp %d: cannot read offset %d now: %s", self.queue_id, pp, offset, exc)
-                    result.blocked = True
-                    stopped = True
-                    break
-            if tailed is not None:
-                r = tailed.record
-                entry = DeliveryEntry(pp, offset, key_hash, r.key, tailed.ctx, r.timestamp_ms or 0)
-                if delivery.ingest(entry):
-                    result.ingested += 1
-            else:
-                log.warning("queue %d pp %d: record %d vanished before delivery", self.queue_id, pp, offset)
+                c = offset + 1
+                continue
+            r = tailed.record
+            verdict = delivery.admit(stream, offset, tailed.ctx, ctx_id, key_hash, r.key)
+            if verdict == Admission.NOBODY:
+                result.nobody = True
+                stopped = True
+                break
+            if verdict == Admission.PAUSE:
+                result.held = True
+                stopped = True
+                break
+            if verdict == Admission.PARK:
+                if not delivery.is_done(stream, offset, key_hash):
+                    self._park(pk, stream, offset)
+            elif delivery.ingest(DeliveryEntry(pp, offset, key_hash, r.key, tailed.ctx, r.timestamp_ms or 0, ctx_id)):
+                result.ingested += 1
             c = offset + 1
         if not stopped and len(entries) < self._batch:
             c = max(c, index.end_offset(pp))
-        return self._save(pp, tailer, start, c)
+        return self._save(stream, tailer, start, c)
 
-    def _save(self, pp: int, tailer: object, start: int, c: int) -> bool:
+    async def _record(self, pp: int, offset: int, result: StepResult) -> Any:
+        """The record at ``(pp, offset)``; None when it vanished (retention), False when
+        it cannot be read now."""
+        source = self._pool.source
+        tailed = source.cached(pp, offset)
+        if tailed is not None:
+            return tailed
+        try:
+            tailed = await source.get(pp, offset)
+        except VpqError as exc:
+            log.info("queue %d pp %d: cannot read offset %d now: %s", self.queue_id, pp, offset, exc)
+            result.blocked = True
+            return False
+        if tailed is None:
+            log.warning("queue %d pp %d: record %d vanished before delivery", self.queue_id, pp, offset)
+        return tailed
+
+    def _park(self, pk: ParkKey, stream: int, offset: int) -> None:
+        open_seg = self.parked.first(pk)
+        close_at = None
+        if open_seg is not None:
+            last_stream = self._last_stream(pk)
+            close_at = self.cursors.get(last_stream, 0) if last_stream is not None else None
+        seg, closed = self.parked.add(pk, stream, offset, close_at)
+        if closed is not None:
+            self.delivery.park_progress(closed.stream, closed.id, until=closed.until)
+        self.delivery.park_key(pk[0], pk[1], stream, seg.id, offset)
+
+    def _last_stream(self, pk: ParkKey) -> int | None:
+        segs = self.parked._keys.get(pk)  # noqa: SLF001 - same room
+        return segs[-1].stream if segs else None
+
+    def _save(self, stream: int, tailer: object, start: int, c: int) -> bool:
         if c <= start:
             return False
-        self.cursors[pp] = c
-        self.delivery.mark_scanned(pp, c)
-        tailer.set_position(self._key, c)  # type: ignore[attr-defined]
+        self.cursors[stream] = c
+        self.delivery.mark_scanned(stream, c)
+        pp = stream_pp(stream)
+        low = min(v for s, v in self.cursors.items() if stream_pp(s) == pp)
+        low = min(low, self._seen_end.get(pp, low))
+        if len(self.parked):
+            for s in {seg_stream for seg_stream in self.cursors if stream_pp(seg_stream) == pp}:
+                parked_low = self.parked.lowest(s)
+                if parked_low is not None:
+                    low = min(low, parked_low)
+        tailer.set_position(self._key, low)  # type: ignore[attr-defined]
         return True
+
+    # ------------------------------------------------------------------ refill
+    async def _refill_all(self, result: StepResult) -> None:
+        for pk in sorted(self._wanted):
+            if pk not in self.parked:
+                self._wanted.discard(pk)
+                continue
+            done = await self._refill(pk, result)
+            if done:
+                self._wanted.discard(pk)
+
+    async def _refill(self, pk: ParkKey, result: StepResult) -> bool:
+        """Hand parked records of ``pk`` back while it has room; True when there is
+        nothing more to do for it now (unparked, or its read-ahead is full again)."""
+        delivery = self.delivery
+        ctx_id, key_hash = pk
+        while True:
+            room = delivery.key_room(ctx_id, key_hash)
+            if room <= 0:  # its read-ahead is full (a later ack asks again), or all keys' is
+                return not self._blocked_budget_full()
+            seg = self.parked.first(pk)
+            if seg is None:
+                delivery.unpark_key(ctx_id, key_hash)
+                return True
+            pp = stream_pp(seg.stream)
+            tailer = self._pool.get(pp)
+            if tailer is None or not tailer.covers(seg.from_offset):
+                if tailer is not None:
+                    tailer.require(seg.from_offset)
+                result.blocked = True
+                return False
+            limit = seg.until if seg.until is not None else self.cursors.get(seg.stream, seg.from_offset)
+            taken = 0
+            pos = seg.from_offset
+            exhausted = False
+            while taken < room:
+                entries = tailer.index.entries_from(pp, self.queue_id, pos, 4096, ctx_id)
+                entries = [(o, r) for o, r in entries if o < limit]
+                if not entries:
+                    exhausted = True
+                    break
+                for offset, ref in entries:
+                    pos = offset + 1
+                    if ref & 0xFFFFFFFF != key_hash:
+                        continue
+                    tailed = await self._record(pp, offset, result)
+                    if tailed is False:
+                        delivery.park_progress(seg.stream, seg.id, from_offset=offset)
+                        seg.from_offset = offset
+                        return False
+                    if tailed is not None:
+                        r = tailed.record
+                        entry = DeliveryEntry(pp, offset, key_hash, r.key, tailed.ctx, r.timestamp_ms or 0, ctx_id)
+                        try:
+                            if delivery.ingest(entry):
+                                result.ingested += 1
+                        except DeliveryFull:
+                            delivery.park_progress(seg.stream, seg.id, from_offset=offset)
+                            seg.from_offset = offset
+                            return False
+                    taken += 1
+                    if taken >= room:
+                        break
+            seg.from_offset = pos
+            if exhausted:
+                delivery.drop_segment(seg.stream, seg.id)
+                if self.parked.pop_first(pk):
+                    delivery.unpark_key(ctx_id, key_hash)
+                    return True
+                continue
+            delivery.park_progress(seg.stream, seg.id, from_offset=pos)
+
+    def _blocked_budget_full(self) -> bool:
+        return self.delivery.stats()["blocked"] >= self.delivery.config.blocked_read_ahead
 
     def _unknown_expired(self, pp: int, offset: int, now_ms: int) -> bool:
         first = self._unknown_since.setdefault((pp, offset), now_ms)
@@ -194,27 +372,65 @@ class Ingestor:
         return False
 
     # -------------------------------------------------------------------- lag
-    def backlog(self, sample: int = 20_000) -> dict[int, int]:
-        """Indexed records of the queue not ingested yet, by context id. Exact while a
-        pp holds at most ``sample`` of them; beyond that the pp's (exact) count is split
-        in the proportions of its oldest ``sample`` records (so the cost stays bounded)."""
-        out: dict[int, int] = {}
-        for pp, c in self.cursors.items():
+    def backlog(self, sample: int = 20_000) -> dict[tuple[int, int], int]:
+        """Indexed records of the queue not ingested yet (parked keys' included), by
+        (context id, vp under the group's current V). Exact while a stream holds at
+        most ``sample`` of them; beyond that the stream's (exact) count is split in
+        the proportions of its oldest ``sample`` records (so the cost stays bounded)."""
+        out: dict[tuple[int, int], int] = {}
+        mask = self.delivery.virtual_partitions - 1
+        for pp in self.starts:
+            tailer = self._pool.get(pp)
+            if tailer is not None:
+                self._streams(pp, tailer.index)
+        for stream, c in self.cursors.items():
+            pp = stream_pp(stream)
             tailer = self._pool.get(pp)
             if tailer is None:
                 continue
-            total = tailer.index.count_from(pp, self.queue_id, c)
-            if not total:
-                continue
+            ctx_id = stream_ctx_id(stream)
+            low = c
+            parked_low = self.parked.lowest(stream) if len(self.parked) else None
+            if parked_low is not None and parked_low < low:
+                low = parked_low
             seen: dict[int, int] = {}
-            for _offset, ref in tailer.index.entries_from(pp, self.queue_id, c, min(total, sample)):
-                cid = unpack_ref(ref)[0]
-                seen[cid] = seen.get(cid, 0) + 1
-            looked = sum(seen.values())
-            if looked < total:
-                scaled = {cid: n * total // looked for cid, n in seen.items()}
-                scaled[max(seen, key=seen.__getitem__)] += total - sum(scaled.values())
-                seen = scaled
-            for cid, n in seen.items():
-                out[cid] = out.get(cid, 0) + n
+            if parked_low is not None and parked_low < c:
+                hashes = {h for (cid, h) in self.parked.keys() if cid == ctx_id}
+                for _offset, ref in tailer.index.entries_from(pp, self.queue_id, parked_low, sample, ctx_id):
+                    if _offset >= c:
+                        break
+                    h = ref & 0xFFFFFFFF
+                    if h in hashes:
+                        seen[h & mask] = seen.get(h & mask, 0) + 1
+            total = tailer.index.count_from(pp, self.queue_id, c, ctx_id)
+            if total:
+                tail: dict[int, int] = {}
+                for _offset, ref in tailer.index.entries_from(pp, self.queue_id, c, min(total, sample), ctx_id):
+                    vp = (ref & 0xFFFFFFFF) & mask
+                    tail[vp] = tail.get(vp, 0) + 1
+                looked = sum(tail.values())
+                if looked < total:
+                    scaled = {vp: n * total // looked for vp, n in tail.items()}
+                    scaled[max(tail, key=tail.__getitem__)] += total - sum(scaled.values())
+                    tail = scaled
+                for vp, n in tail.items():
+                    seen[vp] = seen.get(vp, 0) + n
+            for vp, n in seen.items():
+                out[(ctx_id, vp)] = out.get((ctx_id, vp), 0) + n
+        return out
+
+    def oldest_backlog(self) -> list[tuple[int, int]]:
+        """Per stream with records not ingested yet, the ``(pp, offset)`` of its oldest
+        one (a parked key's, or the first past the cursor)."""
+        out = []
+        for stream, c in self.cursors.items():
+            pp = stream_pp(stream)
+            tailer = self._pool.get(pp)
+            if tailer is None:
+                continue
+            low = self.parked.lowest(stream) if len(self.parked) else None
+            first = tailer.index.offsets_from(pp, self.queue_id, c, 1, stream_ctx_id(stream))
+            cand = [x for x in (low, first[0] if first else None) if x is not None]
+            if cand:
+                out.append((pp, min(cand)))
         return out

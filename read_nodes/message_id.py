@@ -23,6 +23,8 @@ MAX_PP = (1 << 32) - 1
 MAX_OFFSET = (1 << 63) - 1
 
 _ID_RE = re.compile(r"(0|[1-9][0-9]{0,9})-(0|[1-9][0-9]{0,18})", re.ASCII)
+# canonical with at most 9 + 18 digits: in range without converting (fast path only)
+_SHORT_ID_RE = re.compile(r"(?:0|[1-9][0-9]{0,8})-(?:0|[1-9][0-9]{0,17})", re.ASCII)
 
 
 class MessageIdError(ValueError):
@@ -44,6 +46,8 @@ def encode_message_id(pp: int, offset: int) -> str:
 
     ``pp`` in ``[0, 2**32)``, ``offset`` in ``[0, 2**63)``; ValueError otherwise.
     """
+    if type(pp) is int and type(offset) is int and 0 <= pp <= MAX_PP and 0 <= offset <= MAX_OFFSET:
+        return f"{pp}-{offset}"
     _check_int(pp, "pp", MAX_PP)
     _check_int(offset, "offset", MAX_OFFSET)
     return f"{pp}-{offset}"
@@ -70,15 +74,34 @@ def decode_message_id(message_id: object) -> tuple[int, int]:
     return parsed
 
 
+def check_message_id(message_id: object) -> str:
+    """``message_id`` itself when it is a canonical id; MessageIdError otherwise (for
+    validating ids without decoding them)."""
+    if type(message_id) is str and _SHORT_ID_RE.fullmatch(message_id) is not None:
+        return message_id
+    decode_message_id(message_id)
+    return message_id  # type: ignore[return-value]  # decode_message_id accepted a str
+
+
 def decode_message_ids(message_ids: object) -> list[tuple[int, int]]:
     """Decode a whole list first (all or nothing): MessageIdError names the first bad
     id and its index, so a request with one bad id can be rejected unchanged."""
     if not isinstance(message_ids, (list, tuple)):
         raise MessageIdError(message_ids, "ids must be a list of strings")
     out: list[tuple[int, int]] = []
+    append = out.append
+    match = _ID_RE.fullmatch
     for i, mid in enumerate(message_ids):
+        # fast path: a canonical id with up to 9 + 18 digits is in range without checking;
+        # anything else takes the checked path, which names what is wrong
+        m = match(mid) if type(mid) is str else None
+        if m is not None:
+            pp, offset = m.groups()
+            if len(pp) < 10 and len(offset) < 19:
+                append((int(pp), int(offset)))
+                continue
         parsed = _parse(mid)
         if isinstance(parsed, str):
             raise MessageIdError(mid, f"at index {i}: {parsed}")
-        out.append(parsed)
+        append(parsed)
     return out

@@ -34,8 +34,10 @@ from typing import Any
 import orjson
 
 from isolation.context import IsolationContext
-from read_nodes.message_id import encode_message_id
 from write_nodes.records import VALUE_JSON, Record
+
+_loads = orjson.loads
+_b64 = base64.b64encode
 
 RECORD_OVERHEAD_BYTES = 200
 """Approximate Python overhead of one cached record beyond its payload bytes."""
@@ -82,27 +84,35 @@ def render_message(
     """The public message object of one delivery (see the module docstring)."""
     r = tailed.record
     ctx = tailed.ctx
-    key, key_b64 = decode_key(r.key)
-    msg: dict[str, Any] = {
-        "id": encode_message_id(tailed.pp, r.offset),
-        "queue": queue,
-        "key": key,
-    }
+    raw_key = r.key
+    key_b64 = None
+    if raw_key is None:
+        key = None
+    else:
+        try:
+            key = raw_key.decode("utf-8")
+        except UnicodeDecodeError:
+            key, key_b64 = decode_key(raw_key)
+    pp = tailed.pp
+    offset = r.offset
+    # pp and offset come from the log, so the id needs no range checks (encode_message_id)
+    msg: dict[str, Any] = {"id": f"{pp}-{offset}", "queue": queue, "key": key}
     if r.value_encoding == VALUE_JSON:
         try:
-            msg["value"] = orjson.loads(r.value)
+            msg["value"] = _loads(r.value)
         except orjson.JSONDecodeError:
-            msg["value_b64"] = base64.b64encode(r.value).decode("ascii")
+            msg["value_b64"] = _b64(r.value).decode("ascii")
     else:
-        msg["value_b64"] = base64.b64encode(r.value).decode("ascii")
+        msg["value_b64"] = _b64(r.value).decode("ascii")
     msg["headers"] = decode_headers(r.headers) if r.headers else {}
     msg["lane"] = ctx.lane
     msg["env"] = ctx.env
     msg["set"] = ctx.set
-    msg["partition"] = tailed.pp
-    msg["offset"] = r.offset
+    msg["partition"] = pp
+    msg["offset"] = offset
     msg["virtual_partition"] = virtual_partition
-    msg["timestamp_ms"] = r.timestamp_ms if r.timestamp_ms is not None else 0
+    ts = r.timestamp_ms
+    msg["timestamp_ms"] = ts if ts is not None else 0
     msg["delivery_count"] = delivery_count
     if key_b64 is not None:
         msg["key_b64"] = key_b64

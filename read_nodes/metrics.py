@@ -23,6 +23,11 @@ delivery stats):
   separately, so there is no joint lane x env x set series);
 - ``vpq_group_in_flight_messages``, ``vpq_group_ready_messages``, ``vpq_group_consumers``,
   ``vpq_group_pending_dead_letters`` (all ``{queue,group}``), ``vpq_read_node_groups``;
+- ``vpq_group_oldest_unacked_age_seconds{queue,group,env,set,lane}``: age of the oldest
+  message of each message context not yet acked nor dead-lettered;
+- ``vpq_group_blocked_keys{queue,group}``: keys with a run in flight and more of their
+  messages held behind it; ``vpq_group_parked_keys{queue,group}``: keys whose later
+  messages wait in the log (no label per key);
 - per tailed partition: ``vpq_tailer_records_total{partition}``, ``vpq_tailer_errors_total{partition}``
   (counters of the tailer, which lives as long as the node), ``vpq_tailer_end_offset{partition}``,
   ``vpq_tailer_index_entries{partition}``, ``vpq_tailer_readers{partition}``;
@@ -32,6 +37,7 @@ delivery stats):
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -67,6 +73,8 @@ class HostedGroup(Protocol):
 
     async def info(self) -> dict[str, Any]: ...
 
+    async def oldest_unacked_by_context(self) -> Mapping[Any, int]: ...
+
     def stats(self) -> dict[str, int]: ...
 
 
@@ -84,6 +92,10 @@ class GroupSample:
     in_flight: int
     ready: int
     pending_dead_letters: int
+    blocked_keys: int = 0
+    parked_keys: int = 0
+    oldest_age_s: Mapping[tuple[str, str, str], float] = field(default_factory=dict)
+    """(env, set, lane) -> age in seconds of the oldest unacked message"""
 
 
 @dataclass(slots=True)
@@ -95,9 +107,13 @@ class NodeSample:
     cache: Mapping[str, Any] = field(default_factory=dict)
 
 
-def group_sample(queue: str, group: str, info: Mapping[str, Any], stats: Mapping[str, int]) -> GroupSample:
-    """A ``GroupSample`` from a group's public answer (``GroupHost.info()``) and its
-    delivery stats (``GroupHost.stats()``). No I/O."""
+def group_sample(
+    queue: str, group: str, info: Mapping[str, Any], stats: Mapping[str, int],
+    oldest: Mapping[Any, int] | None = None, now_ms: int = 0,
+) -> GroupSample:
+    """A ``GroupSample`` from a group's public answer (``GroupHost.info()``), its
+    delivery stats (``GroupHost.stats()``) and the oldest unacked timestamp per message
+    context (``IsolationContext`` keys) at ``now_ms``. No I/O."""
     lag = info.get("lag") or {}
     members = info.get("members") or []
     return GroupSample(
@@ -111,6 +127,11 @@ def group_sample(queue: str, group: str, info: Mapping[str, Any], stats: Mapping
         in_flight=sum(int(m.get("in_flight", 0)) for m in members),
         ready=int(stats.get("ready", 0)),
         pending_dead_letters=int(stats.get("dead_letters", 0)),
+        blocked_keys=int(stats.get("blocked_keys", 0)),
+        parked_keys=int(stats.get("parked_keys", 0)),
+        oldest_age_s={
+            (ctx.env, ctx.set, ctx.lane): max(0, now_ms - ts) / 1000.0 for ctx, ts in (oldest or {}).items()
+        },
     )
 
 
@@ -122,9 +143,11 @@ async def collect(hosts: Iterable[HostedGroup], status: Mapping[str, Any]) -> No
     for host in hosts:
         try:
             info = await host.info()
+            oldest = await host.oldest_unacked_by_context()
         except (VpqError, RedisError, OSError):
             continue  # closed (moving) since the list was taken, or Redis away for a moment
-        sample.groups.append(group_sample(host.queue, host.group, info, host.stats()))
+        now = time.time_ns() // 1_000_000
+        sample.groups.append(group_sample(host.queue, host.group, info, host.stats(), oldest, now))
     return sample
 
 
@@ -151,6 +174,12 @@ class _SampleCollector:
         ready = _gauge("vpq_group_ready_messages", "Messages ready for delivery now.", qg)
         consumers = _gauge("vpq_group_consumers", "Live consumers of the group.", qg)
         dead = _gauge("vpq_group_pending_dead_letters", "Dead letters not yet produced to the DLQ.", qg)
+        blocked = _gauge("vpq_group_blocked_keys", "Keys with a run in flight and more messages held behind it.", qg)
+        parked = _gauge("vpq_group_parked_keys", "Keys whose later messages wait in the log.", qg)
+        age = _gauge(
+            "vpq_group_oldest_unacked_age_seconds", "Age of the oldest message not yet acked, by message context.",
+            (*qg, "env", "set", "lane"),
+        )
         for g in s.groups:
             key = [g.queue, g.group]
             lag.add_metric(key, g.lag)
@@ -161,7 +190,11 @@ class _SampleCollector:
             ready.add_metric(key, g.ready)
             consumers.add_metric(key, g.consumers)
             dead.add_metric(key, g.pending_dead_letters)
-        yield from (lag, *by.values(), in_flight, ready, consumers, dead)
+            blocked.add_metric(key, g.blocked_keys)
+            parked.add_metric(key, g.parked_keys)
+            for (env, set_, lane), seconds in sorted(g.oldest_age_s.items()):
+                age.add_metric([*key, env, set_, lane], seconds)
+        yield from (lag, *by.values(), in_flight, ready, consumers, dead, blocked, parked, age)
         yield GaugeMetricFamily("vpq_read_node_groups", "Groups this node hosts.", value=len(s.groups))
         yield from self._tailers(s.tailers)
         yield from self._cache(s.cache)

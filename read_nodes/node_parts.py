@@ -34,8 +34,11 @@ class ReadNodeOptions:
       reader's cursor (a group that starts or is taken over within that window
       needs no re-read of the pp);
     - ``fetch_max_bytes``: size of a read that refills the cache after a miss;
-    - ``max_unacked``: per group, messages held in the delivery state (ingested,
-      not done) before ingestion pauses; also bounds a persisted ack state;
+    - ``max_unacked``: per group, messages held ready for live consumers before
+      ingestion of new keys pauses (``read_nodes.delivery``);
+    - ``key_read_ahead`` / ``blocked_read_ahead``: messages of one key held in
+      memory before its later ones are parked in the log, and over all keys held
+      behind runs in flight (``read_nodes.delivery``);
     - ``ingest_batch``: index entries looked at per pp per ingestion pass (small: joins and
       polls wait for the step in progress; 512 made 64 concurrent joins on a group with a
       12,800-message backlog take 0.4 to 0.5 s, 128 makes it 0.2 to 0.3 s);
@@ -58,6 +61,8 @@ class ReadNodeOptions:
     index_keep_offsets: int = 1_000_000
     fetch_max_bytes: int = 1024 * 1024
     max_unacked: int = 20_000
+    key_read_ahead: int = 1000
+    blocked_read_ahead: int = 20_000
     ingest_batch: int = 128
     tick_ms: int = 100
     persist_interval_ms: int = 100
@@ -66,6 +71,11 @@ class ReadNodeOptions:
     unknown_grace_ms: int = 5000
     retry_ms: int = 200
     steal_when_idle: bool = True
+
+
+def wall_ms() -> int:
+    """Unix time in ms (record timestamps are on this clock)."""
+    return time.time_ns() // 1_000_000
 
 
 def monotonic_ms() -> int:

@@ -10,7 +10,12 @@ polling a small queue merged into a busy pp reads only its own queue's offsets:
 ``entries_from(pp, queue, from_offset, limit)`` costs ``O(log n + returned)``,
 ``count_from`` (lag) ``O(log n)``, never a scan of the partition.
 
-Storage is compact: per (pp, queue) two ``array('q')`` columns in fixed-size
+Each queue's records are kept per isolation context (``context_id``, the
+interned id records carry), so a group reads one context of a queue without
+looking at the others (``entries_from(..., context_id=c)``); without a context
+the contexts' entries are merged in offset order.
+
+Storage is compact: per (pp, queue, context) two ``array('q')`` columns in fixed-size
 chunks (16 bytes per record), so ``truncate_below`` (retention, or eviction
 below every group's low watermark) drops whole chunks without copying.
 
@@ -23,8 +28,10 @@ Pure logic: no I/O.
 
 from __future__ import annotations
 
+import heapq
 from array import array
 from bisect import bisect_left, bisect_right
+from itertools import islice
 
 NO_REF = -1
 """``ref`` of a record added without one."""
@@ -112,13 +119,13 @@ class QueueIndex:
         if not isinstance(chunk_size, int) or chunk_size < 1:
             raise ValueError(f"chunk_size must be an integer >= 1, got {chunk_size!r}")
         self._chunk = chunk_size
-        self._cols: dict[int, dict[int, _Column]] = {}
+        self._cols: dict[int, dict[int, dict[int, _Column]]] = {}  # pp -> queue -> context -> column
         self._end: dict[int, int] = {}
         self._start: dict[int, int] = {}
 
-    def add(self, pp: int, offset: int, queue_id: int, ref: int = NO_REF) -> None:
-        """Index the record at ``offset`` of ``pp`` as one of ``queue_id``'s.
-        Offsets must increase within a pp (ValueError otherwise)."""
+    def add(self, pp: int, offset: int, queue_id: int, ref: int = NO_REF, context_id: int = 0) -> None:
+        """Index the record at ``offset`` of ``pp`` as one of ``queue_id``'s, in context
+        ``context_id``. Offsets must increase within a pp (ValueError otherwise)."""
         _check_nonneg(offset, "offset")
         _check_nonneg(queue_id, "queue_id")
         if not isinstance(ref, int) or isinstance(ref, bool) or ref < NO_REF:
@@ -132,9 +139,12 @@ class QueueIndex:
         cols = self._cols.get(pp)
         if cols is None:
             cols = self._cols[pp] = {}
-        col = cols.get(queue_id)
+        ctxs = cols.get(queue_id)
+        if ctxs is None:
+            ctxs = cols[queue_id] = {}
+        col = ctxs.get(context_id)
         if col is None:
-            col = cols[queue_id] = _Column(self._chunk)
+            col = ctxs[context_id] = _Column(self._chunk)
         col.append(offset, ref)
         self._end[pp] = offset + 1
 
@@ -154,40 +164,57 @@ class QueueIndex:
         """Entries below this offset were truncated away (0 when never truncated)."""
         return self._start.get(pp, 0)
 
-    def _col(self, pp: int, queue_id: int) -> _Column | None:
+    def _ctx_cols(self, pp: int, queue_id: int, context_id: int | None) -> list[_Column]:
         cols = self._cols.get(pp)
-        return None if cols is None else cols.get(queue_id)
-
-    def entries_from(self, pp: int, queue_id: int, from_offset: int, limit: int) -> list[tuple[int, int]]:
-        """Up to ``limit`` ``(offset, ref)`` of ``queue_id`` in ``pp`` with offset >= ``from_offset``, ascending."""
-        col = self._col(pp, queue_id)
-        if col is None or limit <= 0:
+        ctxs = None if cols is None else cols.get(queue_id)
+        if ctxs is None:
             return []
-        p = col.position(from_offset)
-        offs, refs = col.slice(p, min(col.total, p + limit))
-        return list(zip(offs, refs))
+        if context_id is None:
+            return list(ctxs.values())
+        col = ctxs.get(context_id)
+        return [] if col is None else [col]
 
-    def offsets_from(self, pp: int, queue_id: int, from_offset: int, limit: int) -> list[int]:
+    def contexts(self, pp: int, queue_id: int) -> list[int]:
+        """Context ids of ``queue_id``'s records indexed in ``pp``."""
+        cols = self._cols.get(pp)
+        ctxs = None if cols is None else cols.get(queue_id)
+        return sorted(ctxs) if ctxs else []
+
+    def entries_from(
+        self, pp: int, queue_id: int, from_offset: int, limit: int, context_id: int | None = None
+    ) -> list[tuple[int, int]]:
+        """Up to ``limit`` ``(offset, ref)`` of ``queue_id`` in ``pp`` (in ``context_id``
+        only, when given) with offset >= ``from_offset``, ascending."""
+        cols = self._ctx_cols(pp, queue_id, context_id)
+        if not cols or limit <= 0:
+            return []
+        parts = []
+        for col in cols:
+            p = col.position(from_offset)
+            offs, refs = col.slice(p, min(col.total, p + limit))
+            parts.append(list(zip(offs, refs)))
+        if len(parts) == 1:
+            return parts[0]
+        return list(islice(heapq.merge(*parts), limit))
+
+    def offsets_from(self, pp: int, queue_id: int, from_offset: int, limit: int, context_id: int | None = None) -> list[int]:
         """Like ``entries_from`` without the refs."""
-        col = self._col(pp, queue_id)
-        if col is None or limit <= 0:
-            return []
-        p = col.position(from_offset)
-        return col.slice(p, min(col.total, p + limit))[0]
+        return [o for o, _ in self.entries_from(pp, queue_id, from_offset, limit, context_id)]
 
-    def count_from(self, pp: int, queue_id: int, from_offset: int) -> int:
-        """How many records of ``queue_id`` in ``pp`` are indexed at offsets >= ``from_offset``."""
-        col = self._col(pp, queue_id)
-        return 0 if col is None else col.total - col.position(from_offset)
+    def count_from(self, pp: int, queue_id: int, from_offset: int, context_id: int | None = None) -> int:
+        """How many records of ``queue_id`` in ``pp`` (in ``context_id`` when given) are
+        indexed at offsets >= ``from_offset``."""
+        return sum(col.total - col.position(from_offset) for col in self._ctx_cols(pp, queue_id, context_id))
 
     def count(self, pp: int, queue_id: int) -> int:
-        col = self._col(pp, queue_id)
-        return 0 if col is None else len(col)
+        return sum(len(col) for col in self._ctx_cols(pp, queue_id, None))
 
     def bounds(self, pp: int, queue_id: int) -> tuple[int, int] | None:
         """``(first, last)`` indexed offset of ``queue_id`` in ``pp``, None when none."""
-        col = self._col(pp, queue_id)
-        return None if col is None else (col.first(), col.last())
+        cols = [c for c in self._ctx_cols(pp, queue_id, None) if len(c)]
+        if not cols:
+            return None
+        return min(c.first() for c in cols), max(c.last() for c in cols)
 
     def truncate_below(self, pp: int, offset: int) -> int:
         """Drop every entry of ``pp`` below ``offset`` (``end_offset`` moves up to it
@@ -203,9 +230,13 @@ class QueueIndex:
             return 0
         dropped = 0
         for qid in list(cols):
-            col = cols[qid]
-            dropped += col.truncate_below(offset)
-            if not len(col):
+            ctxs = cols[qid]
+            for cid in list(ctxs):
+                col = ctxs[cid]
+                dropped += col.truncate_below(offset)
+                if not len(col):
+                    del ctxs[cid]
+            if not ctxs:
                 del cols[qid]
         if not cols:
             del self._cols[pp]
@@ -220,10 +251,11 @@ class QueueIndex:
 
     def entries(self) -> int:
         """Indexed records over all pps and queues."""
-        return sum(len(c) for cols in self._cols.values() for c in cols.values())
+        return sum(len(c) for cols in self._cols.values() for ctxs in cols.values() for c in ctxs.values())
 
     def memory_bytes(self) -> int:
         """Approximate bytes held by the offset and ref columns."""
         return sum(
-            sum(a.buffer_info()[1] * a.itemsize for a in c.offsets) * 2 for cols in self._cols.values() for c in cols.values()
+            sum(a.buffer_info()[1] * a.itemsize for a in c.offsets) * 2
+            for cols in self._cols.values() for ctxs in cols.values() for c in ctxs.values()
         )

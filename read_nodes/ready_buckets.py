@@ -3,8 +3,9 @@
 Every item here is deliverable right now to whichever consumer the routing rule
 and the assignment point at: the owner of the item's vp in the context its
 message context routes to. Items blocked by per-key order are NOT here (the
-delivery state adds a key's next message only when the previous one is done),
-so taking never has to skip anything.
+delivery state adds a key's next message only when the key has no run out), so
+taking never has to skip anything. An item may stand for a run of messages
+(``take``'s ``weigh``).
 
 ``vps=None`` means every vp: an idle consumer stealing work (see
 ``read_nodes.delivery``) looks at every bucket of the contexts it may serve.
@@ -21,7 +22,7 @@ Pure logic: no I/O.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from collections.abc import Set as AbstractSet
 from typing import Generic, TypeVar
 
@@ -80,9 +81,15 @@ class ReadyBuckets(Generic[K, T]):
         """Number of items ``take`` could return (O(visible buckets))."""
         return sum(len(self._heaps[key]) for key in self._visible(sources, vps))
 
-    def take(self, sources: Iterable[K], vps: AbstractSet[int] | None, limit: int) -> list[T]:
-        """Remove and return up to ``limit`` items from the buckets ``(ctx, vp)`` with
-        ``ctx`` in ``sources`` and ``vp`` in ``vps``, redeliveries first, then by seq."""
+    def take(
+        self, sources: Iterable[K], vps: AbstractSet[int] | None, limit: int,
+        weigh: Callable[[T, int], int] | None = None,
+    ) -> list[T]:
+        """Remove and return items from the buckets ``(ctx, vp)`` with ``ctx`` in
+        ``sources`` and ``vp`` in ``vps``, redeliveries first, then by seq, while their
+        weights add up to less than ``limit``. ``weigh(item, room)`` is an item's weight
+        given the room left (at least 1; default 1: ``limit`` items). An item that is
+        the head of a run weighs the messages the caller will take with it."""
         if limit <= 0:
             return []
         heads: list[tuple[int, int, K, int]] = []
@@ -91,10 +98,13 @@ class ReadyBuckets(Generic[K, T]):
             heads.append((prio, seq, ctx, vp))
         heapq.heapify(heads)
         out: list[T] = []
-        while heads and len(out) < limit:
+        room = limit
+        while heads and room > 0:
             _, _, ctx, vp = heads[0]
             heap = self._heaps[(ctx, vp)]
-            out.append(heapq.heappop(heap)[2])
+            item = heapq.heappop(heap)[2]
+            out.append(item)
+            room -= 1 if weigh is None else max(1, weigh(item, room))
             self._size -= 1
             if heap:
                 prio, seq, _ = heap[0]

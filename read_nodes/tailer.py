@@ -325,7 +325,7 @@ class PartitionTailer:
         pp = self.pp
         for tailed in records:
             r = tailed.record
-            index.add(pp, r.offset, r.queue_id, pack_ref(r.context_id, r.key_hash))
+            index.add(pp, r.offset, r.queue_id, pack_ref(r.context_id, r.key_hash), r.context_id)
         self._pos = end
         index.advance(pp, end)
         self.records_tailed += len(records)

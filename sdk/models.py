@@ -87,6 +87,9 @@ class ProduceResults(Sequence[ProduceResult]):
         return f"ProduceResults({list(self)!r})"
 
 
+_new_object = object.__new__
+
+
 @dataclass(frozen=True)
 class Message:
     """A delivered message (one element of a poll answer)."""
@@ -112,25 +115,33 @@ class Message:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Message:
-        if "value_b64" in data and "value" not in data:
-            value: Any = base64.b64decode(data["value_b64"])
+        if "value" in data:
+            value: Any = data["value"]
+        elif "value_b64" in data:
+            value = base64.b64decode(data["value_b64"])
         else:
-            value = data.get("value")
-        return cls(
+            value = None
+        get = data.get
+        headers = get("headers")
+        # one dict update instead of the frozen dataclass __init__ (a setattr per field):
+        # a poll answer builds hundreds of these
+        message = _new_object(cls)
+        message.__dict__.update(
             id=str(data["id"]),
-            queue=str(data.get("queue", "")),
+            queue=str(get("queue", "")),
             value=value,
-            key=data.get("key"),
-            headers=dict(data.get("headers") or {}),
-            lane=str(data.get("lane") or ""),
-            env=str(data.get("env") or "prod"),
-            set=str(data.get("set") or ""),
-            partition=int(data.get("partition", -1)),
-            offset=int(data.get("offset", -1)),
-            virtual_partition=int(data.get("virtual_partition", -1)),
-            timestamp_ms=int(data.get("timestamp_ms", 0)),
-            delivery_count=int(data.get("delivery_count", 1)),
+            key=get("key"),
+            headers=dict(headers) if headers else {},
+            lane=str(get("lane") or ""),
+            env=str(get("env") or "prod"),
+            set=str(get("set") or ""),
+            partition=int(get("partition", -1)),
+            offset=int(get("offset", -1)),
+            virtual_partition=int(get("virtual_partition", -1)),
+            timestamp_ms=int(get("timestamp_ms", 0)),
+            delivery_count=int(get("delivery_count", 1)),
         )
+        return message
 
     def to_json(self) -> dict[str, Any]:
         """The API's JSON shape again (``value_b64`` for bytes)."""

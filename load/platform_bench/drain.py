@@ -30,16 +30,15 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 
 from load.checks import DeliveryChecker
-from load.payload import make_payload, parse_payload
+from load.payload import parse_payload
+from load.platform_bench.backlog import as_json_values, produce_ordered
 from load.platform_bench.measure import (
-    message_identity,
-    owner_of_key,
     speedup_and_efficiency,
     spread,
     window_rate,
@@ -82,22 +81,12 @@ class DrainConfig:
 async def produce_backlog(client: AsyncClient, queue: str, cfg: DrainConfig, checker: DeliveryChecker) -> float:
     """Produce the backlog (see the module docstring, step 2); every acknowledged message
     goes to ``checker.expect``. Answers the messages per second it took."""
-    plans: list[list[int]] = [[] for _ in range(cfg.produce_workers)]
-    for i in range(cfg.backlog):
-        plans[owner_of_key(i, cfg.keys, cfg.produce_workers)].append(i)
 
-    async def worker(indices: list[int]) -> None:
-        for lo in range(0, len(indices), cfg.produce_batch):
-            idents = [message_identity(i, cfg.keys) for i in indices[lo : lo + cfg.produce_batch]]
-            messages = [{"key": k, "value": make_payload(k, s, size=cfg.message_bytes).decode("ascii")} for k, s in idents]
-            await client.produce(queue, messages)
-            for k, s in idents:
-                checker.expect(k, s)
+    async def send(pairs: Sequence[tuple[str, bytes]]) -> None:
+        await client.produce(queue, as_json_values(pairs))
 
-    started = time.monotonic()
-    await asyncio.gather(*(worker(p) for p in plans))
-    elapsed = time.monotonic() - started
-    return cfg.backlog / elapsed if elapsed > 0 else 0.0
+    return await produce_ordered(send, cfg.backlog, cfg.keys, message_bytes=cfg.message_bytes,
+                                 batch=cfg.produce_batch, workers=cfg.produce_workers, on_acked=checker.expect)
 
 
 class _Group:

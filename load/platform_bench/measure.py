@@ -11,7 +11,8 @@
   ``i`` (key and per-key sequence number) and which of ``workers`` sender tasks owns a
   key (one owner per key keeps each key's produce order).
 * :func:`speedup_and_efficiency`: the drain figures (``efficiency = speedup / n``).
-* :func:`median_of_runs`: the headline figures of repeated runs (``--runs N``).
+* :func:`median_of_runs`: the headline figures of repeated runs (``--runs N``);
+  :func:`median_or_none` of figures some runs could not measure.
 """
 
 from __future__ import annotations
@@ -133,6 +134,12 @@ def median(values: Sequence[float]) -> float:
     if len(ordered) % 2:
         return float(ordered[mid])
     return (ordered[mid - 1] + ordered[mid]) / 2.0
+
+
+def median_or_none(values: Sequence[float | None], digits: int = 1) -> float | None:
+    """The median of the values that are not ``None`` (rounded), ``None`` when none is."""
+    known = [v for v in values if v is not None]
+    return round(median(known), digits) if known else None
 
 
 def median_of_runs(runs: Sequence[dict[str, object]], fields: Sequence[str]) -> dict[str, float | None]:

@@ -8,7 +8,8 @@ supervisor's descendants (and the supervisor itself, as ``supervisor``; with
 supervisor of a running platform from its gateway port. :func:`cpu_shares` turns two
 samples into cores used per role (1.0 = one core busy the whole time: a
 single-threaded Python process at 1.0 is saturated). :func:`own_cpu_seconds` is the
-benchmark process's own CPU time (is the client the limit?).
+benchmark process's own CPU time (is the client the limit?). :func:`rss_by_role` is the
+resident memory per role, like :func:`cpu_by_role`.
 
 Processes that are gone or not visible are skipped, so the figures are best effort.
 """
@@ -45,20 +46,42 @@ def role_of(cmdline: Sequence[str]) -> str | None:
 def cpu_by_role(root_pid: int) -> dict[str, float]:
     """CPU seconds (user + system) so far per role of ``root_pid`` and its descendants."""
     out: dict[str, float] = {}
-    try:
-        root = psutil.Process(root_pid)
-        procs = [root, *root.children(recursive=True)]
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return out
-    for proc in procs:
+    for role, proc in _role_processes(root_pid):
         try:
-            role = role_of(proc.cmdline()) or ("supervisor" if proc.pid == root_pid else None)
-            if role is None:
-                continue
             times = proc.cpu_times()
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
         out[role] = out.get(role, 0.0) + times.user + times.system
+    return out
+
+
+def rss_by_role(root_pid: int) -> dict[str, int]:
+    """Resident set size (bytes) per role of ``root_pid`` and its descendants (summed
+    over the processes of a role)."""
+    out: dict[str, int] = {}
+    for role, proc in _role_processes(root_pid):
+        try:
+            out[role] = out.get(role, 0) + proc.memory_info().rss
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return out
+
+
+def _role_processes(root_pid: int) -> list[tuple[str, psutil.Process]]:
+    """``(role, process)`` of ``root_pid`` and its descendants that have a role."""
+    try:
+        root = psutil.Process(root_pid)
+        procs = [root, *root.children(recursive=True)]
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return []
+    out: list[tuple[str, psutil.Process]] = []
+    for proc in procs:
+        try:
+            role = role_of(proc.cmdline()) or ("supervisor" if proc.pid == root_pid else None)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+        if role is not None:
+            out.append((role, proc))
     return out
 
 

@@ -15,6 +15,7 @@ from gateway.models import JoinRequest, PollRequest, ProduceMessage, QueueConfig
 from gateway.openapi import build_openapi
 from gateway.responses import DeliveredMessage, ProduceResult
 from gateway.routes import ROUTES
+from tests.contract import NOT_BUILT_YET
 from tests.needs import missing
 
 # Every endpoint of API.md, transcribed ("..." expanded).
@@ -38,6 +39,7 @@ API_MD_ENDPOINTS = {
     ("GET", "/healthz"),
 }
 API_MD = Path(__file__).resolve().parents[3] / "shared" / "API.md"
+
 
 
 @pytest.fixture(scope="module")
@@ -66,8 +68,10 @@ def test_agrees_with_the_api_md_file_when_present() -> None:
     text = API_MD.read_text()
     found = set()
     for method, path in re.findall(r"`(GET|PUT|POST|DELETE) ([^`\s]+)", text):
+        path = path.replace(".../groups/{group}", "/v1/queues/{queue}/groups/{group}").split("?")[0]
         found.add((method, path.replace("...", "/v1/queues/{queue}/groups/{group}")))
-    assert found == API_MD_ENDPOINTS
+    assert found == API_MD_ENDPOINTS | set(NOT_BUILT_YET)
+    assert not set(NOT_BUILT_YET) & operations(build_openapi(ROUTES)), "served now: drop it from NOT_BUILT_YET"
 
 
 def _refs(node: Any) -> list[str]:

@@ -66,25 +66,34 @@ class Api:
 
 
 class OrderChecker:
-    """Per-key order as DESIGN.md states it: a message is never delivered while an earlier
-    message with the same key (and context) is unacknowledged. Feed it every delivery and
-    every ack in the order they happened."""
+    """Per-key order as DESIGN.md states it: a message is delivered only when every earlier
+    message with the same key (and context) is acknowledged or came just before it in the
+    same poll (a run). Feed it every delivery, with the poll's batch it came in, and every
+    ack, in the order they happened."""
 
     def __init__(self) -> None:
         self.produced: dict[str, list[str]] = {}  # key -> ids in produce order
         self.acked: set[str] = set()
         self.violations: list[str] = []
+        self._poll: object = None
+        self._in_poll: set[str] = set()
 
     def produced_in_order(self, key: str, msg_id: str) -> None:
         self.produced.setdefault(key, []).append(msg_id)
 
-    def delivered(self, key: str, msg_id: str) -> None:
+    def delivered(self, key: str, msg_id: str, poll: object = None) -> None:
+        """``poll``: the batch the message came in (the same object for every message of
+        one poll; None: a poll of its own)."""
+        if poll is None or poll is not self._poll:
+            self._poll = poll
+            self._in_poll = set()
         for earlier in self.produced.get(key, []):
             if earlier == msg_id:
-                return
-            if earlier not in self.acked:
+                break
+            if earlier not in self.acked and earlier not in self._in_poll:
                 self.violations.append(f"{msg_id} (key {key}) delivered while {earlier} unacked")
-                return
+                break
+        self._in_poll.add(msg_id)
 
     def ack(self, ids: list[str]) -> None:
         self.acked.update(ids)

@@ -159,7 +159,7 @@ def test_sigkill_read_node_during_consumption(tmp_path):
                     continue
                 batch = pr.json()["messages"]
                 for m in batch:
-                    checker.delivered(m["key"], m["id"])
+                    checker.delivered(m["key"], m["id"], batch)
                 ids = [m["id"] for m in batch]
                 if ids:
                     a = api.call("POST", f"/v1/queues/{q}/groups/g/consumers/{cid}/ack", {"ids": ids}, expect=None)

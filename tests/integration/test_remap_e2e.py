@@ -181,7 +181,7 @@ def _consume_all(api: Api, queue: str, want: set[str], sent: Sent, stall_s: floa
             if m["id"] not in sent.seq_of:
                 unknown.append(m["id"])
             else:
-                checker.delivered(m["key"], m["id"])
+                checker.delivered(m["key"], m["id"], batch)
             if m["id"] not in seen:
                 seen.add(m["id"])
                 delivered.append(m)

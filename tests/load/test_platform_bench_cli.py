@@ -4,40 +4,20 @@ loss or reordering; the figures themselves are not judged here)."""
 
 from __future__ import annotations
 
-import asyncio
-import json
-from collections.abc import Iterator
-from typing import Any
-
 import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
-from load.platform_bench.target import PlatformTarget
+from tests.load.platform_fixtures import last_json, platform_url  # noqa: F401  (a fixture)
 
 
 runner = CliRunner()
 
 
-def _last_json(output: str) -> dict[str, Any]:
-    return json.loads(output.strip().splitlines()[-1])
-
-
-@pytest.fixture(scope="module")
-def platform_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """One platform for the module, started the way the commands start their own."""
-    target = PlatformTarget(None, physical_partitions=2, data_root=tmp_path_factory.mktemp("bench"))
-    asyncio.run(target.start())
-    try:
-        yield target.url
-    finally:
-        asyncio.run(target.stop())
-
-
 def test_no_platform_at_url_is_exit_2_with_a_json_error() -> None:
     result = runner.invoke(app, ["bench", "produce", "--url", "http://127.0.0.1:9", "--seconds", "1"])
     assert result.exit_code == 2, result.output
-    last = _last_json(result.output)
+    last = last_json(result.output)
     assert last["bench"] == "produce" and "127.0.0.1:9" in last["error"]
 
 
@@ -56,7 +36,7 @@ def test_produce_two_runs(platform_url: str) -> None:
     )
     assert result.exit_code == 0, result.output
     assert "messages/s" in result.output and "median of 2 runs" in result.output
-    last = _last_json(result.output)
+    last = last_json(result.output)
     assert last["bench"] == "produce" and last["runs"] == 2 and len(last["results"]) == 2
     assert last["errors"] == 0 and last["messages_per_s"] > 0
     for run in last["results"]:
@@ -72,7 +52,7 @@ def test_latency_delivers_every_scheduled_message(platform_url: str) -> None:
          "--batch", "2", "--keys", "16", "--settle", "8"],
     )
     assert result.exit_code == 0, result.output
-    last = _last_json(result.output)
+    last = last_json(result.output)
     run = last["results"][0]
     assert run["measured_messages"] == run["scheduled_measured_messages"] == 200
     assert last["lost"] == 0 and last["send_errors"] == 0
@@ -86,7 +66,7 @@ def test_drain_checks_order_and_loss(platform_url: str) -> None:
          "--work-ms", "1", "--single-seconds", "0.5", "--virtual-partitions", "8", "--timeout", "20"],
     )
     assert result.exit_code == 0, result.output
-    last = _last_json(result.output)
+    last = last_json(result.output)
     run = last["results"][0]
     assert (last["lost"], last["reordered"], last["unexpected"]) == (0, 0, 0)
     assert run["timed_out"] is False and run["messages_per_consumer"]["mean"] * 4 >= 400

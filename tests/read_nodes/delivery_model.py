@@ -1,9 +1,11 @@
 """A reference model of one group's delivery state, driving a real ``GroupDelivery``
 and checking every answer against the model.
 
-Checked on every step: per-key order (a message is never delivered while an
-earlier message with the same key and context is neither acked nor
-dead-lettered), isolation (the receiver's context is ``route`` of the message's
+Checked on every step: per-key order with runs (a message is delivered only
+when every earlier message with the same key and context is acked,
+dead-lettered, or delivered just before it in the same poll: one poll may carry a
+run of a key, and a failed message of a run takes the later ones of its run
+still in flight back with it), isolation (the receiver's context is ``route`` of the message's
 context over the live contexts, and it owns the message's vp), delivery counts,
 visibility deadlines, redeliveries before first deliveries within a poll, exact
 ack/nack counts, exact dead letters, no redelivery of anything acked (also after
@@ -54,6 +56,7 @@ class MMsg:
     due: int = 0
     delivered_ever: int = 0
     taken: bool = False  # dead letter handed out by take_dead_letters
+    idx: int = 0  # ingestion order
     chain: list[MMsg] = field(default_factory=list, repr=False)
 
     @property
@@ -97,6 +100,13 @@ class Harness:
         self.gd.set_consumers(self._specs(), self.now, self.v)
 
     def _fail(self, m: MMsg, delay: int = 0) -> None:
+        """``m`` failed: the later messages of its run still in flight go back too
+        (pending, not counted as failed); ``m`` is dead-lettered, delayed or pending."""
+        if self.cfg.ordering == "key" and m.key is not None:
+            chain = self.chains[(m.key, m.ctx)]
+            for later in chain[chain.index(m) + 1:]:
+                if later.status == INFLIGHT:  # withdrawn: that delivery does not count
+                    later.status, later.holder, later.count = PENDING, None, later.count - 1
         m.holder = None
         if m.count >= self.cfg.max_deliveries:
             m.status = DEAD_UNCONFIRMED
@@ -162,7 +172,7 @@ class Harness:
                 h = self.spread
             else:
                 h = key_hash(key)
-            m = MMsg(pp, off, key, rng.choice(CONTEXTS), h)
+            m = MMsg(pp, off, key, rng.choice(CONTEXTS), h, idx=len(self.msgs))
             self.msgs.append(m)
             self.by_id[m.mid] = m
             if key is not None:
@@ -181,9 +191,10 @@ class Harness:
 
     def leave(self, cid: str, graceful: bool) -> None:
         del self.consumers[cid]
-        held = sorted((m for m in self.msgs if m.status == INFLIGHT and m.holder == cid), key=lambda m: m.offset)
+        held = sorted((m for m in self.msgs if m.status == INFLIGHT and m.holder == cid), key=lambda m: m.idx)
         for m in held:
-            self._fail(m)
+            if m.status == INFLIGHT:  # an earlier message of its run may have taken it back
+                self._fail(m)
         if graceful:
             assert self.gd.leave(cid, self.now) == len(held)
         self._reassign()
@@ -209,6 +220,7 @@ class Harness:
         live = set(self.consumers.values())
         my_ctx = self.consumers[cid]
         seen_first = False
+        in_poll: set[str] = set()
         mask = self.v - 1
         own = set(self.assignment.vps_of(cid)) if self.assignment else set()  # type: ignore[union-attr]
         # a poll serves the consumer's own vps; only with stealing, and only when none
@@ -224,17 +236,29 @@ class Harness:
             # isolation: decided now, over the live contexts; env never crossed
             assert route(m.ctx, live) == my_ctx and my_ctx.env == m.ctx.env
             assert d.vp == m.khash & mask and (d.vp in own) != stolen
-            # redeliveries first within one poll
-            if d.delivery_count == 1:
-                seen_first = True
-            else:
-                assert not seen_first, "a redelivery came after a first delivery"
-            # per-key order
+            # per-key order: every earlier message of the key is done or came just
+            # before in this poll (a run)
+            run_start = True
             if self.cfg.ordering == "key" and m.key is not None:
-                for earlier in self.chains[(m.key, m.ctx)]:
-                    if earlier is m:
-                        break
-                    assert earlier.status in DONE, f"{m.mid} delivered while earlier {earlier.mid} is {earlier.status}"
+                chain = self.chains[(m.key, m.ctx)]
+                earlier_ones = chain[: chain.index(m)]
+                for earlier in earlier_ones:
+                    assert earlier.status in DONE or earlier.mid in in_poll, (
+                        f"{m.mid} delivered while earlier {earlier.mid} is {earlier.status}"
+                    )
+                undone = [e for e in earlier_ones if e.status not in DONE]
+                run_start = not undone
+                if undone:
+                    assert got[[x.message_id for x in got].index(d.message_id) - 1].message_id == undone[-1].mid, (
+                        "a run is contiguous in the poll"
+                    )
+            # runs started by redeliveries first within one poll
+            if run_start:
+                if d.delivery_count == 1:
+                    seen_first = True
+                else:
+                    assert not seen_first, "a redelivery came after a first delivery"
+            in_poll.add(d.message_id)
             m.status, m.holder, m.count, m.due = INFLIGHT, cid, m.count + 1, d.deadline_ms
             m.delivered_ever += 1
         self.deliveries += len(got)
@@ -256,9 +280,14 @@ class Harness:
 
     def nack(self, cid: str, rng: random.Random, delay: int) -> None:
         mine = [m for m in self.held_by(cid) if rng.random() < 0.5]
-        assert self.gd.nack(cid, [m.mid for m in mine], delay, self.now) == len(mine)
-        for m in mine:
-            self._fail(m, delay)
+        ids = [m.mid for m in mine]
+        rng.shuffle(ids)
+        assert self.gd.nack(cid, ids, delay, self.now) == len(mine)
+        for m in sorted(mine, key=lambda m: m.idx):
+            if m.status == INFLIGHT:
+                self._fail(m, delay)
+            elif m.status == PENDING and delay > 0:  # taken back by an earlier one of its run: delayed as asked
+                m.status, m.due = DELAYED, self.now + delay
         self.check_dead_letters()
         self.check_lag()
 

@@ -6,10 +6,12 @@ import socket
 from collections.abc import AsyncIterator
 
 import aiohttp
+import orjson
 import pytest
+from aiohttp import web
 
-from common.errors import Conflict, NotFound, Unavailable
-from read_nodes.client import ReadNodeClient
+from common.errors import Conflict, InternalError, NotFound, Unavailable
+from read_nodes.client import PolledBody, ReadNodeClient
 from tests.gateway.cluster_fakes import FakeReadNode
 
 
@@ -71,3 +73,40 @@ async def test_unreachable_read_node(session) -> None:
         await ReadNodeClient(session).poll(address, "q", "g", "c", 1, 0)
     assert info.value.code == "node_unreachable" and info.value.details["role"] == "read"
     assert address in info.value.message
+
+
+async def _poll_server(body: bytes, headers: dict[str, str]) -> tuple[web.AppRunner, str]:
+    async def poll(_request: web.Request) -> web.Response:
+        return web.Response(body=body, content_type="application/json", headers=headers)
+
+    app = web.Application()
+    app.router.add_post("/internal/v1/queues/{q}/groups/{g}/consumers/{c}/poll", poll)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    return runner, f"127.0.0.1:{port}"
+
+
+@pytest.mark.parametrize("header", [{"X-Vpq-Messages": "2"}, {}, {"X-Vpq-Messages": "two"}])
+async def test_poll_body_passes_the_answer_through_with_its_count(session, header) -> None:
+    body = orjson.dumps({"messages": [{"id": "0-1"}, {"id": "0-2"}]})
+    runner, address = await _poll_server(body, header)
+    try:
+        c = ReadNodeClient(session)
+        polled = await c.poll_body(address, "q", "g", "c", 10, 0)
+        assert polled == PolledBody(body, 2)  # counted from the header, else from the parsed body
+        assert [m["id"] for m in await c.poll(address, "q", "g", "c", 10, 0)] == ["0-1", "0-2"]
+    finally:
+        await runner.cleanup()
+
+
+async def test_poll_body_without_a_message_list_is_a_bad_answer(session) -> None:
+    runner, address = await _poll_server(b'{"nothing": 1}', {})
+    try:
+        with pytest.raises(InternalError) as info:
+            await ReadNodeClient(session).poll_body(address, "q", "g", "c", 10, 0)
+        assert info.value.code == "bad_node_answer"
+    finally:
+        await runner.cleanup()

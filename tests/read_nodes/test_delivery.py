@@ -53,10 +53,50 @@ def test_per_key_order_blocks_later_messages_until_ack() -> None:
     for off in range(3):
         g.ingest(entry(off, b"k"))
     g.ingest(entry(3, b"other"))
-    assert ids(g.poll("a", 10, 0)) == ["0-0", "0-3"]
-    assert g.poll("a", 10, 1) == []  # 0-1 waits behind unacked 0-0
+    assert ids(g.poll("a", 2, 0)) == ["0-0", "0-1"]  # a run of the key, in order
+    assert ids(g.poll("a", 10, 1)) == ["0-3"]  # 0-2 waits behind the unacked run
+    assert g.ack("a", ["0-1"]) == 1  # acks in any order
+    assert g.poll("a", 10, 2) == []
     assert g.ack("a", ["0-0"]) == 1
-    assert ids(g.poll("a", 10, 2)) == ["0-1"]
+    assert ids(g.poll("a", 10, 3)) == ["0-2"]
+
+
+def test_a_poll_carries_a_whole_run_of_one_key() -> None:
+    g = gd()
+    g.join("a", PROD, ALL, 0)
+    for off in range(500):
+        g.ingest(entry(off, b"hot"))
+    got = g.poll("a", 300, 0)
+    assert ids(got) == [f"0-{o}" for o in range(300)]
+    assert g.poll("a", 300, 1) == []
+    assert g.ack("a", ids(got)) == 300
+    assert ids(g.poll("a", 300, 2)) == [f"0-{o}" for o in range(300, 500)]
+
+
+def test_a_nack_inside_a_run_redelivers_it_and_the_later_unacked_ones_first() -> None:
+    g = gd()
+    g.join("a", PROD, ALL, 0)
+    for off in range(5):
+        g.ingest(entry(off, b"k"))
+    assert ids(g.poll("a", 5, 0)) == ["0-0", "0-1", "0-2", "0-3", "0-4"]
+    assert g.ack("a", ["0-0", "0-3"]) == 2
+    assert g.nack("a", ["0-2"], 0, 1) == 1
+    assert g.poll("a", 10, 2) == []  # 0-1 of the earlier poll is still unacked
+    assert g.ack("a", ["0-4"]) == 0  # given back with 0-2: no longer in flight
+    assert g.ack("a", ["0-1"]) == 1
+    got = g.poll("a", 10, 3)
+    assert ids(got) == ["0-2", "0-4"]  # 0-3 was acked: never redelivered
+    assert [d.delivery_count for d in got] == [2, 1]  # a withdrawn delivery does not count
+
+
+def test_a_timed_out_run_comes_back_whole_and_in_order() -> None:
+    g = gd()
+    g.join("a", PROD, ALL, 0)
+    for off in range(3):
+        g.ingest(entry(off, b"k"))
+    assert ids(g.poll("a", 10, 0)) == ["0-0", "0-1", "0-2"]
+    g.join("b", PROD, ALL, 1)
+    assert ids(g.poll("b", 10, 1000)) == ["0-0", "0-1", "0-2"]
 
 
 def test_same_key_in_another_context_is_independent() -> None:
@@ -90,7 +130,8 @@ def test_nack_with_delay_keeps_the_key_blocked_then_redelivers_first() -> None:
     assert g.poll("a", 10, 509) == []
     g.ingest(entry(3, None))
     got = g.poll("a", 10, 510)
-    assert ids(got) == ["0-0", "0-3"] and [d.delivery_count for d in got] == [2, 1]  # redelivery first
+    assert ids(got) == ["0-0", "0-1", "0-3"]  # the redelivered run first, then the rest
+    assert [d.delivery_count for d in got] == [2, 1, 1]
 
 
 def test_nack_without_delay_is_immediate() -> None:
@@ -156,8 +197,8 @@ def test_reassigned_vp_waits_for_the_old_holders_ack() -> None:
     g = gd()
     g.set_consumers({"a": ConsumerSpec(PROD, ALL)}, 0)
     g.ingest(entry(0, b"k"))
-    g.ingest(entry(1, b"k"))
     assert ids(g.poll("a", 10, 0)) == ["0-0"]
+    g.ingest(entry(1, b"k"))
     vp = key_hash(b"k") % V
     g.set_consumers({"a": ConsumerSpec(PROD, set(ALL) - {vp}), "b": ConsumerSpec(PROD, {vp})}, 1)
     assert g.poll("b", 10, 2) == []

@@ -10,6 +10,7 @@ from read_nodes.message_id import (
     MAX_OFFSET,
     MAX_PP,
     MessageIdError,
+    check_message_id,
     decode_message_id,
     decode_message_ids,
     encode_message_id,
@@ -51,3 +52,20 @@ def test_list_names_the_index() -> None:
 def test_encode_rejects_out_of_range(pp: int, offset: int) -> None:
     with pytest.raises(ValueError):
         encode_message_id(pp, offset)
+
+
+@pytest.mark.parametrize("good", ["0-0", "3-1234", "4294967295-9223372036854775807", "999999999-1"])
+def test_check_message_id_answers_a_canonical_id_itself(good: str) -> None:
+    assert check_message_id(good) == good
+
+
+@pytest.mark.parametrize("bad", ["", "01-1", "1-01", "-1", "4294967296-0", "0-9223372036854775808", "1-2-3", 7, None])
+def test_check_message_id_rejects_what_decode_rejects(bad: object) -> None:
+    with pytest.raises(MessageIdError):
+        check_message_id(bad)
+
+
+def test_decode_many_takes_the_checked_path_for_long_ids() -> None:
+    assert decode_message_ids(["4294967295-9223372036854775807", "1-2"]) == [(MAX_PP, MAX_OFFSET), (1, 2)]
+    with pytest.raises(MessageIdError, match="at index 1: partition or offset out of range"):
+        decode_message_ids(["1-2", "4294967296-0"])

@@ -40,7 +40,9 @@ def test_group_sample_from_the_public_group_answer() -> None:
         "members": [{"consumer_id": "a", "in_flight": 2}, {"consumer_id": "b", "in_flight": 1}],
         "lag": {"total": 7, "by_lane": {"": 5, "feat-a": 2}, "by_env": {"prod": 7}, "by_set": {"": 7}},
     }
-    g = group_sample("q", "g", info, {"ready": 4, "dead_letters": 1, "dead_letters_pending": 1})
+    oldest = {IsolationContext(): 1_000, IsolationContext(lane="feat-a"): 4_000}
+    stats = {"ready": 4, "dead_letters": 1, "dead_letters_pending": 1, "blocked_keys": 2, "parked_keys": 1}
+    g = group_sample("q", "g", info, stats, oldest, now_ms=6_000)
     assert (g.lag, g.consumers, g.in_flight, g.ready, g.pending_dead_letters) == (7, 2, 3, 4, 1)
     assert g.by_lane == {"": 5, "feat-a": 2}
     fams = samples(ReadNodeMetrics().render(NodeSample(groups=[g])).decode())
@@ -51,6 +53,12 @@ def test_group_sample_from_the_public_group_answer() -> None:
     }
     assert one(fams, "vpq_group_in_flight_messages", queue="q", group="g") == 3
     assert one(fams, "vpq_read_node_groups") == 1
+    assert one(fams, "vpq_group_blocked_keys", queue="q", group="g") == 2
+    assert one(fams, "vpq_group_parked_keys", queue="q", group="g") == 1
+    assert series(fams, "vpq_group_oldest_unacked_age_seconds") == {
+        (("env", "prod"), ("group", "g"), ("lane", ""), ("queue", "q"), ("set", "")): 5.0,
+        (("env", "prod"), ("group", "g"), ("lane", "feat-a"), ("queue", "q"), ("set", "")): 2.0,
+    }
     assert "vpq_record_cache_bytes" not in fams  # no cache figures given
 
 

@@ -35,23 +35,28 @@ async def test_join_poll_ack_round_trip(env: Env) -> None:
     joined = await env.client.join(a, "orders", "g", consumer_id=None, env="prod", set_="", lane="")
     cid = joined["consumer_id"]
     assert joined["session_timeout_ms"] == env.settings.queues.session_timeout_ms
-    # one consumer, per-key order: one unacked message per key at a time
+    # one consumer: each key's messages come as a run, in order, while none of the key is unacked
     got = await env.client.poll(a, "orders", "g", cid, 100, 2000)
     for _ in range(20):  # a long poll answers as soon as something is ready: the pps are ingested independently
-        if len(got) >= 4:
+        if len(got) >= 10:
             break
         got += await env.client.poll(a, "orders", "g", cid, 100, 500)
-    assert sorted(m["key"] or "" for m in got) == ["", "k0", "k1", "k2"]
+    assert sorted(m["key"] or "" for m in got) == ["", "k0", "k0", "k0", "k1", "k1", "k1", "k2", "k2", "k2"]
+    for k in ("k0", "k1", "k2"):
+        seqs = [m["value"]["seq"] for m in got if m["key"] == k]
+        assert seqs == sorted(seqs)
     assert await env.client.poll(a, "orders", "g", cid, 100, 100) == []
     held = [m["id"] for m in got]
     info = await env.client.group_info(a, "orders", "g")
     assert info["queue"] == "orders" and info["group"] == "g"
     assert info["members"] == [
-        {"consumer_id": cid, "lane": "", "env": "prod", "set": "", "virtual_partitions": [0, 1, 2, 3], "in_flight": 4}
+        {"consumer_id": cid, "lane": "", "env": "prod", "set": "", "virtual_partitions": [0, 1, 2, 3], "in_flight": 10}
     ]
     assert info["lag"]["total"] == 10 and info["lag"]["by_env"] == {"prod": 10}
-    assert await env.client.ack(a, "orders", "g", cid, held + ["0-999999"]) == 4
-    got += await drain(env, a, "orders", "g", cid, 6)
+    assert sum(info["lag"]["by_virtual_partition"].values()) == 10
+    assert info["lag"]["oldest_unacked_age_ms"] >= 0
+    assert await env.client.ack(a, "orders", "g", cid, held + ["0-999999"]) == 10
+    assert (await env.client.group_info(a, "orders", "g"))["lag"]["oldest_unacked_age_ms"] is None
     by_id = {m["id"]: m for m in got}
     assert set(by_id) == {r["id"] for r in produced + raw}
     first = by_id[produced[0]["id"]]
@@ -74,7 +79,8 @@ async def test_join_poll_ack_round_trip(env: Env) -> None:
     assert len(got) == 10
     assert await env.client.poll(a, "orders", "g", cid, 10, 100) == []
     info = await env.client.group_info(a, "orders", "g")
-    assert info["lag"] == {"total": 0, "by_lane": {}, "by_env": {}, "by_set": {}}
+    assert info["lag"] == {"total": 0, "by_lane": {}, "by_env": {}, "by_set": {}, "by_virtual_partition": {},
+                           "oldest_unacked_age_ms": None}
     # new messages wake a long poll
     later = await env.produce_json("orders", [("k9", "late")])
     got = await drain(env, a, "orders", "g", cid, 1)
@@ -144,12 +150,12 @@ async def test_redelivery_after_visibility_timeout_and_nack(env: Env) -> None:
     node = await env.read_node()
     a = node.address
     cid = (await env.client.join(a, "vis", "g", consumer_id="c", env="", set_="", lane=""))["consumer_id"]
-    first = await env.client.poll(a, "vis", "g", cid, 10, 2000)
+    first = await env.client.poll(a, "vis", "g", cid, 1, 2000)
     assert [(m["id"], m["delivery_count"]) for m in first] == [(produced[0]["id"], 1)]
-    again = await env.client.poll(a, "vis", "g", cid, 10, 3000)  # woken by the visibility deadline
+    again = await env.client.poll(a, "vis", "g", cid, 1, 3000)  # woken by the visibility deadline
     assert [(m["id"], m["delivery_count"]) for m in again] == [(produced[0]["id"], 2)]
     assert await env.client.nack(a, "vis", "g", cid, [produced[0]["id"]], 100) == 1
-    third = await env.client.poll(a, "vis", "g", cid, 10, 3000)
+    third = await env.client.poll(a, "vis", "g", cid, 1, 3000)
     assert [(m["id"], m["delivery_count"]) for m in third] == [(produced[0]["id"], 3)]
     assert await env.client.ack(a, "vis", "g", cid, [produced[0]["id"]]) == 1
     nxt = await env.client.poll(a, "vis", "g", cid, 10, 2000)

@@ -18,6 +18,7 @@ from read_nodes.ack_persistence import AckSnapshots, AckStateStore, decode_state
 from read_nodes.ack_tracker import AckTracker, PartitionAckState
 from read_nodes.dead_letters import dlq_name
 from read_nodes.delivery import GroupDelivery
+from read_nodes.delivery_types import stream_of
 from read_nodes.delivery_types import DeliveryConfig
 from read_nodes.ingestor import Ingestor
 from read_nodes.lineage_order import Decision, LineageOrder
@@ -214,7 +215,7 @@ class _Pool:
 
     def add(self, pp: int, offset: int, queue_id: int, key: bytes, key_hash: int) -> None:
         ctx = IsolationContext()
-        self.tailers[pp].index.add(pp, offset, queue_id, pack_ref(1, key_hash))
+        self.tailers[pp].index.add(pp, offset, queue_id, pack_ref(1, key_hash), 1)
         rec = Record(value=b"1", queue_id=queue_id, key=key, key_hash=key_hash, offset=offset, timestamp_ms=1)
         self.source.records[(pp, offset)] = TailedRecord(pp, rec, ctx)
 
@@ -232,9 +233,11 @@ async def test_ingestor_follows_lineage_order_and_back_pressure() -> None:
     ing.add_pp(1, 0)
     ing.set_lineage(LineageOrder({0: [R(1, 0, 6), R(0, 10, None)]}), 0)
     res = await ing.step(0)
-    # pp 0 is scanned first but held until pp 1's range is done; then back-pressure at 4 outstanding
-    assert res.ingested == 4
+    assert res.nobody and res.ingested == 0  # no consumer may take the context yet: left in the log
     delivery.join("c", IsolationContext(), [0], 0)
+    res = await ing.step(0)
+    # pp 0 is scanned first but held until pp 1's range is done; then back-pressure at 4 ready
+    assert res.ingested == 4
     order = []
     for _ in range(6):
         got = delivery.poll("c", 10, 1)
@@ -242,7 +245,7 @@ async def test_ingestor_follows_lineage_order_and_back_pressure() -> None:
         delivery.ack("c", [d.message_id for d in got])
         await ing.step(1)
     assert order == [(1, 0), (1, 2), (1, 4), (0, 10), (0, 11), (0, 12)]
-    assert ing.cursors == {0: 13, 1: 6}
+    assert ing.cursors == {stream_of(0, 1): 13, stream_of(1, 1): 6}
     assert pool.tailers[0].positions["g"] == 13
 
 
@@ -252,6 +255,7 @@ async def test_ingestor_step_stops_at_its_budget_and_resumes() -> None:
         pool.add(0, off, 7, f"a{off}".encode(), 2 * off)  # vp 0 lives in pp 0
         pool.add(1, off, 7, f"b{off}".encode(), 2 * off + 1)  # vp 1 in pp 1
     delivery = GroupDelivery(DeliveryConfig(virtual_partitions=2))
+    delivery.join("c", IsolationContext(), [0, 1], 0)
     ing = Ingestor(7, delivery, pool, "g", lambda pp: None, batch=4)  # type: ignore[arg-type]
     ing.add_pp(0, 0)
     ing.add_pp(1, 0)
@@ -264,7 +268,7 @@ async def test_ingestor_step_stops_at_its_budget_and_resumes() -> None:
             break
         assert res.moved and res.ingested >= 4  # checked after each pp: at most budget + batch - 1
     assert sum(steps) == 20 and len(steps) > 1
-    assert ing.cursors == {0: 10, 1: 10}
+    assert ing.cursors == {stream_of(0, 1): 10, stream_of(1, 1): 10}
     assert delivery.outstanding() == 20
     assert (await ing.step(0)).ingested == 0  # unbounded step: nothing left
 
@@ -273,11 +277,12 @@ async def test_ingestor_holds_records_outside_the_lineage_until_reload_or_grace(
     pool = _Pool([0])
     pool.add(0, 5, 7, b"k", 0)
     delivery = GroupDelivery(DeliveryConfig(virtual_partitions=1))
+    delivery.join("c", IsolationContext(), [0], 0)
     ing = Ingestor(7, delivery, pool, "g", lambda pp: None, unknown_grace_ms=1000)  # type: ignore[arg-type]
     ing.add_pp(0, 0)
     ing.set_lineage(LineageOrder({0: [R(1, 0, None)]}), 0)
     res = await ing.step(10)
-    assert res.unknown and res.ingested == 0 and ing.cursors[0] == 0
+    assert res.unknown and res.ingested == 0 and ing.cursors[stream_of(0, 1)] == 0
     # the reloaded lineage knows the record
     ing.set_lineage(LineageOrder({0: [R(1, 0, 3), R(0, 5, None)]}), 20)
     assert (await ing.step(20)).ingested == 0  # held: pp 1 not read up to 3
@@ -287,16 +292,17 @@ async def test_ingestor_holds_records_outside_the_lineage_until_reload_or_grace(
     assert (await ing.step(1100)).ingested == 1
 
 
-async def test_backlog_by_context_is_exact_then_estimated_from_a_sample() -> None:
+async def test_backlog_by_context_and_vp_is_exact_then_estimated_from_a_sample() -> None:
     pool = _Pool([0])
     index = pool.tailers[0].index
     for off in range(100):
-        index.add(0, off, 7, pack_ref(1 if off % 4 else 2, off))
-    index.add(0, 100, 8, pack_ref(3, 0))  # another queue
-    delivery = GroupDelivery(DeliveryConfig(virtual_partitions=1))
+        ctx = 1 if off % 4 else 2
+        index.add(0, off, 7, pack_ref(ctx, off), ctx)  # key hash = offset: vp = offset % 2
+    index.add(0, 100, 8, pack_ref(3, 0), 3)  # another queue
+    delivery = GroupDelivery(DeliveryConfig(virtual_partitions=2))
     ing = Ingestor(7, delivery, pool, "g", lambda pp: None)  # type: ignore[arg-type]
     ing.add_pp(0, 20)
-    assert ing.backlog() == {1: 60, 2: 20}
-    estimate = ing.backlog(sample=8)  # offsets 20..27: six of context 1, two of context 2
-    assert sum(estimate.values()) == 80 and estimate == {1: 60, 2: 20}
-    assert ing.backlog(sample=3) == {1: 54, 2: 26}  # offsets 20, 21, 22: one of context 2, two of 1
+    assert ing.backlog() == {(1, 0): 20, (1, 1): 40, (2, 0): 20}
+    estimate = ing.backlog(sample=4)  # context 1 from offset 20: 21, 22, 23, 25 (vps 1, 0, 1, 1)
+    assert sum(estimate.values()) == 80 and estimate[(2, 0)] == 20
+    assert estimate[(1, 0)] == 15 and estimate[(1, 1)] == 45
