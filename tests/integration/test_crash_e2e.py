@@ -22,14 +22,15 @@ pytestmark = pytest.mark.integration
 
 async def _produce(url: str, queue: str, acked: dict[str, int], batches: int, kill: Callable[[], None] | None) -> int:
     """``batches`` concurrent produce requests of 50 messages (value b * 1000 + j); records
-    the id of every message answered 200 in ``acked``. With ``kill``: 8 producers send
-    batches back to back, and once 400 messages are acknowledged ``kill()`` runs on the
-    loop thread while requests are outstanding (no response is read meanwhile); the
-    requests it cut fail and count as not acknowledged. Returns the requests outstanding
-    at the kill (0 without one)."""
+    the id of every message answered 200 in ``acked``. With ``kill``: 16 producers send
+    batches back to back, and right after the answer that brings the acknowledged
+    messages to 400 or more, ``kill()`` runs on the loop thread while the other requests
+    are outstanding (no response is read meanwhile); the requests it cut fail and count
+    as not acknowledged. Returns the requests outstanding at the kill (0 without one)."""
     import aiohttp
 
     inflight = [0]
+    outstanding = [0]
     next_batch = iter(range(batches))
     stop = asyncio.Event()
 
@@ -41,6 +42,10 @@ async def _produce(url: str, queue: str, acked: dict[str, int], batches: int, ki
                 if resp.status == 200:
                     for r, m in zip((await resp.json())["results"], body["messages"]):
                         acked[r["id"]] = m["value"]["b"] * 1000 + m["value"]["j"]
+                    if kill is not None and not stop.is_set() and len(acked) >= 400:
+                        stop.set()
+                        outstanding[0] = inflight[0] - 1  # the others
+                        kill()
         except (aiohttp.ClientError, asyncio.TimeoutError):
             pass  # cut by the kill: not acknowledged
         finally:
@@ -56,14 +61,8 @@ async def _produce(url: str, queue: str, acked: dict[str, int], batches: int, ki
         if kill is None:
             await asyncio.gather(*(one(session, b) for b in range(batches)))
             return 0
-        producers = [asyncio.create_task(producer(session)) for _ in range(8)]
-        while len(acked) < 400 and not all(t.done() for t in producers):
-            await asyncio.sleep(0.001)
-        outstanding = inflight[0]
-        kill()
-        stop.set()
-        await asyncio.gather(*producers)
-        return outstanding
+        await asyncio.gather(*(producer(session) for _ in range(16)))
+        return outstanding[0]
 
 
 def _restart_and_check(p: Platform, queue: str, acked: dict[str, int]) -> None:
