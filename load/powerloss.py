@@ -39,6 +39,7 @@ from write_nodes.sim_disk import CrashMode, SimDisk, SimOp
 QUEUE = "powerloss"
 PARTITION = 0
 CRASH_KINDS = ("ops", "group", "roll", "timer")
+_MAX_N = {"ops": 120, "group": 30, "roll": 6}  # the largest n of each op-driven kind
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,8 +64,9 @@ def plan_crash(rng: random.Random) -> CrashPoint:
     """A random crash point (each kind equally likely, half of them ``lazy``)."""
     kind = rng.choice(CRASH_KINDS)
     mode: CrashMode = "lazy" if rng.random() < 0.5 else "strict"
-    n = {"ops": rng.randint(1, 120), "group": rng.randint(1, 30), "roll": rng.randint(1, 6), "timer": 0}[kind]
-    return CrashPoint(kind, n, rng.uniform(0.005, 0.25) if kind == "timer" else 0.0, mode)
+    if kind == "timer":
+        return CrashPoint(kind, 0, rng.uniform(0.005, 0.25), mode)
+    return CrashPoint(kind, rng.randint(1, _MAX_N[kind]), 0.0, mode)
 
 
 def trigger_for(point: CrashPoint) -> Callable[[SimOp], bool] | None:
@@ -163,10 +165,6 @@ class CampaignResult:
     rounds: list[RoundResult] = field(default_factory=list)
     acked: int = 0
     seconds: float = 0.0
-
-    @property
-    def lost(self) -> int:
-        return self.rounds[-1].check.lost if self.rounds else 0
 
     def summary(self) -> dict[str, Any]:
         kinds: dict[str, int] = {}

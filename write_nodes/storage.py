@@ -23,7 +23,7 @@ the same meaning):
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -64,7 +64,7 @@ class Storage(Protocol):
     def file_size(self, path: Path) -> int: ...
 
 
-def writev_all(writev: object, fd: int, buffers: Sequence[bytes]) -> int:
+def writev_all(writev: Callable[[int, list[bytes | memoryview]], int], fd: int, buffers: Sequence[bytes]) -> int:
     """Write every buffer with ``writev(fd, chunk) -> n``, in order, with as few calls as
     possible (one unless there are more than IOV_MAX buffers or a write is short)."""
     total = 0
@@ -72,7 +72,7 @@ def writev_all(writev: object, fd: int, buffers: Sequence[bytes]) -> int:
     while pending:
         chunk = pending[:_IOV_MAX]
         wanted = sum(len(b) for b in chunk)
-        n = writev(fd, chunk)  # type: ignore[operator]
+        n = writev(fd, chunk)
         total += n
         if n == wanted:
             pending = pending[_IOV_MAX:]
