@@ -34,3 +34,5 @@ from cli.bench_delivery import bench_catchup, bench_envflood, bench_hotkey  # no
 bench_app.command("hotkey")(bench_hotkey)
 bench_app.command("catchup")(bench_catchup)
 bench_app.command("envflood")(bench_envflood)
+
+import cli.bench_powerloss  # noqa: E402,F401  (registers "vpq bench powerloss")

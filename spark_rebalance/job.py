@@ -142,6 +142,19 @@ def _since(df: DataFrame, start_ms: int) -> DataFrame:
     return out
 
 
+def complete_windows(
+    by_node: Mapping[str, Mapping[int, int]], expected: Collection[str], horizon: int, lookback_ms: int
+) -> tuple[list[int], list[int]]:
+    """(every window start in the lookback, the complete ones), both ascending. A window
+    counts when it starts at or after ``horizon - lookback_ms`` and ends by ``horizon``;
+    it is complete when every ``expected`` node reported it. ``by_node``: node ->
+    {window start: window length} of the windows it reported."""
+    lo = horizon - lookback_ms
+    starts = sorted({s for n in expected for s, w in by_node.get(n, {}).items() if s >= lo and s + w <= horizon})
+    complete = [s for s in starts if all(s in by_node.get(n, {}) for n in expected)]
+    return starts, complete
+
+
 def _check_windows(
     df: DataFrame, now_ms: int, opts: JobOptions, expected_nodes: Collection[str] | None, uri: str
 ) -> tuple[list[int], int, tuple[str, ...], int]:
@@ -175,9 +188,7 @@ def _check_windows(
             f"statistics are stale: node(s) {', '.join(lagging)} last reported a window ending "
             f"{age / 1000:.0f} s ago (limit {opts.max_stats_age_ms / 1000:.0f} s)"
         )
-    lo = horizon - lookback_ms
-    starts = sorted({s for n in expected for s, w in by_node[n].items() if s >= lo and s + w <= horizon})
-    complete = [s for s in starts if all(s in by_node[n] for n in expected)]
+    starts, complete = complete_windows(by_node, expected, horizon, lookback_ms)
     if len(complete) < opts.min_windows:
         gaps = {n: sum(1 for s in starts if s not in by_node[n]) for n in expected}
         detail = ", ".join(f"{n} misses {g}" for n, g in gaps.items() if g)

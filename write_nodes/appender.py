@@ -91,7 +91,7 @@ class SegmentAppender:
             before.append(_index_writer(seg))
             pinned.append(seg)
             seg = LogSegment.create(
-                self._directory, meta.base_offset, self._settings.index_interval_bytes, self._clock_ms()
+                self._directory, meta.base_offset, self._settings.index_interval_bytes, self._clock_ms(), seg.storage
             )
             self._segments.add(seg)
             self._dir_dirty = True

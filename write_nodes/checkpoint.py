@@ -18,16 +18,9 @@ import os
 from pathlib import Path
 
 from write_nodes import filenames
+from write_nodes.storage import OS_STORAGE, Storage, fsync_directory
 
 _MAGIC = "vpq-recovery-point 1"
-
-
-def fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def encode_checkpoint(recovery_point: int) -> bytes:
@@ -47,24 +40,24 @@ def decode_checkpoint(data: bytes) -> int | None:
     return int(lines[1])
 
 
-def read_checkpoint(directory: Path) -> int | None:
+def read_checkpoint(directory: Path, storage: Storage = OS_STORAGE) -> int | None:
     """The stored recovery point, ``None`` when the file is missing or malformed."""
     try:
-        data = filenames.checkpoint_file(directory).read_bytes()
+        data = storage.read_file(filenames.checkpoint_file(directory))
     except FileNotFoundError:
         return None
     return decode_checkpoint(data)
 
 
-def write_checkpoint(directory: Path, recovery_point: int) -> None:
+def write_checkpoint(directory: Path, recovery_point: int, storage: Storage = OS_STORAGE) -> None:
     """Atomically replace the checkpoint (tmp file, fsync, rename, fsync directory)."""
     path = filenames.checkpoint_file(directory)
     tmp = filenames.tmp_file(path)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = storage.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        os.write(fd, encode_checkpoint(recovery_point))
-        os.fsync(fd)
+        storage.write_all(fd, [encode_checkpoint(recovery_point)])
+        storage.fsync(fd)
     finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    fsync_directory(directory)
+        storage.close(fd)
+    storage.replace(tmp, path)
+    fsync_directory(storage, directory)

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from write_nodes.storage import OS_STORAGE, Storage
+
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
@@ -61,15 +63,15 @@ def parse_base_offset(name: str, suffix: str = LOG_SUFFIX) -> int | None:
     return int(stem)
 
 
-def list_segment_bases(directory: Path) -> list[int]:
+def list_segment_bases(directory: Path, storage: Storage = OS_STORAGE) -> list[int]:
     """Base offsets of the ``.log`` files in ``directory``, ascending."""
     bases = []
-    for entry in directory.iterdir():
-        base = parse_base_offset(entry.name)
+    for name in storage.listdir(directory):
+        base = parse_base_offset(name)
         if base is not None:
             bases.append(base)
     return sorted(bases)
 
 
-def list_tmp_files(directory: Path) -> list[Path]:
-    return sorted(p for p in directory.iterdir() if p.name.endswith(TMP_SUFFIX))
+def list_tmp_files(directory: Path, storage: Storage = OS_STORAGE) -> list[Path]:
+    return sorted(directory / name for name in storage.listdir(directory) if name.endswith(TMP_SUFFIX))

@@ -27,7 +27,6 @@ at once, and the sink's ``failed`` hook is called once.
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -35,15 +34,16 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from write_nodes.errors import LogIOError, PartitionOfflineError
-from write_nodes.segment import write_all
+from write_nodes.storage import OS_STORAGE
 
 FsyncFn = Callable[[int], None]
+WriteFn = Callable[[int, list[bytes]], int]
 FsyncPolicy = Literal["group", "interval", "none"]
 
 
 def default_fsync(fd: int) -> None:
     """``fdatasync`` where it exists (it still flushes the file size), else ``fsync``."""
-    (getattr(os, "fdatasync", None) or os.fsync)(fd)
+    OS_STORAGE.fdatasync(fd)
 
 
 @dataclass(slots=True)
@@ -95,9 +95,12 @@ class GroupCommitter:
         fsync_interval_ms: int = 50,
         max_group_bytes: int = 8 * 1024 * 1024,
         fsync: FsyncFn = default_fsync,
+        write: WriteFn = OS_STORAGE.write_all,
         name: str = "log",
         history_size: int = 0,
     ) -> None:
+        """``fsync`` syncs one fd and ``write`` writes buffers to one fd (both on the I/O
+        thread): the storage of the files the sink places writes in."""
         if policy not in ("group", "interval", "none"):
             raise ValueError(f"unknown fsync policy {policy!r}")
         self._sink = sink
@@ -106,6 +109,7 @@ class GroupCommitter:
         self._interval_s = fsync_interval_ms / 1000.0
         self._max_group_bytes = max_group_bytes
         self._fsync_fn = fsync
+        self._write = write
         self._name = name
         self._queue: deque[WriteOp] = deque()
         self._cond = threading.Condition(threading.Lock())
@@ -239,6 +243,7 @@ class GroupCommitter:
     def _execute(self, group: list[WriteOp]) -> bool:
         """Writes (one writev per run of ops on the same fd), then the fsyncs."""
         before = self.fsyncs
+        write_all = self._write
         sync = self._sync_groups
         fd = -1
         bufs: list[bytes] = []

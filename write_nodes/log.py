@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
@@ -31,11 +30,12 @@ from config.settings import LogSettings
 from write_nodes.appender import AppendMeta, SegmentAppender
 from write_nodes.checkpoint import write_checkpoint
 from write_nodes.errors import LogIOError, OffsetOutOfRangeError, PartitionOfflineError
-from write_nodes.group_commit import FsyncFn, GroupCommitter, default_fsync
+from write_nodes.group_commit import FsyncFn, GroupCommitter
 from write_nodes.recovery import LogLoader, RecoveryReport
 from write_nodes.records import HEADER, BatchView, Record, build_batch, restamp_base_offset
 from write_nodes.retention import SegmentInfo, segments_to_delete
 from write_nodes.segments import LogSegments
+from write_nodes.storage import OS_STORAGE, Storage
 
 MAX_BATCH_BYTES = 1 << 30
 
@@ -54,18 +54,22 @@ class PartitionLog:
         partition_id: int = 0,
         *,
         clock_ms: Callable[[], int] = wall_clock_ms,
-        fsync: FsyncFn = default_fsync,
+        fsync: FsyncFn | None = None,
         history_size: int = 0,
         on_group: Callable[[int], None] | None = None,
+        storage: Storage = OS_STORAGE,
     ) -> None:
-        """``fsync`` syncs one fd (called on the I/O thread); ``on_group`` is called on the
-        loop thread with the number of records each completed group commit made durable
-        (it must not raise: it runs inside the commit's completion)."""
+        """Every file call goes through ``storage`` (the real file system by default).
+        ``fsync`` syncs one fd (called on the I/O thread; default ``storage.fdatasync``);
+        ``on_group`` is called on the loop thread with the number of records each
+        completed group commit made durable (it must not raise: it runs inside the
+        commit's completion)."""
         self.directory = Path(directory)
         self.settings = settings
         self.partition_id = partition_id
         self._clock_ms = clock_ms
-        self._fsync = fsync
+        self.storage = storage
+        self._fsync = fsync if fsync is not None else storage.fdatasync
         self._history_size = history_size
         self._on_group = on_group
         self._durable_seen = 0
@@ -88,13 +92,14 @@ class PartitionLog:
         if self._running:
             raise RuntimeError("log already started")
         loop = asyncio.get_running_loop()
-        loader = LogLoader(self.directory, self.settings.index_interval_bytes, self._clock_ms())
+        storage = self.storage
+        loader = LogLoader(self.directory, self.settings.index_interval_bytes, self._clock_ms(), storage)
         try:
             self._segments, report = await loop.run_in_executor(None, loader.load)
-            self._dir_fd = os.open(self.directory, os.O_RDONLY)
+            self._dir_fd = storage.open_dir(self.directory)
             end = report.recovered_end_offset
             if report.recovery_point is None or report.recovery_point > end:
-                await loop.run_in_executor(None, write_checkpoint, self.directory, end)
+                await loop.run_in_executor(None, write_checkpoint, self.directory, end, storage)
                 self._checkpointed = end
             else:
                 self._checkpointed = report.recovery_point
@@ -117,6 +122,7 @@ class PartitionLog:
             fsync_interval_ms=self.settings.fsync_interval_ms,
             max_group_bytes=self.settings.max_group_bytes,
             fsync=self._fsync,
+            write=storage.write_all,
             name=f"p{self.partition_id}",
             history_size=self._history_size,
         )
@@ -158,8 +164,8 @@ class PartitionLog:
         assert active is not None
         active.seal_time_index()
         active.write_indexes(self._fsync)
-        os.fsync(self._dir_fd)
-        write_checkpoint(self.directory, active.next_offset)
+        self.storage.fsync(self._dir_fd)
+        write_checkpoint(self.directory, active.next_offset, self.storage)
 
     def _close_files(self) -> None:
         for seg in self._segments:
@@ -167,7 +173,7 @@ class PartitionLog:
                 seg.close()
         if self._dir_fd >= 0:
             with contextlib.suppress(OSError):
-                os.close(self._dir_fd)
+                self.storage.close(self._dir_fd)
             self._dir_fd = -1
 
     # --------------------------------------------------------------- properties
@@ -337,7 +343,9 @@ class PartitionLog:
             assert self._appender is not None
             point = self._appender.synced_end
             if point != self._checkpointed:
-                done = asyncio.get_running_loop().run_in_executor(None, write_checkpoint, self.directory, point)
+                done = asyncio.get_running_loop().run_in_executor(
+                    None, write_checkpoint, self.directory, point, self.storage
+                )
                 try:
                     await asyncio.shield(done)
                 except asyncio.CancelledError:  # keep the lock until the thread has finished the file

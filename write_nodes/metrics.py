@@ -42,6 +42,7 @@ from common.counter_table import CounterTable
 from config.settings import LogSettings
 from write_nodes.group_commit import FsyncFn, default_fsync
 from write_nodes.log import PartitionLog
+from write_nodes.storage import OS_STORAGE, Storage
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 """The classic Prometheus text format, what ``generate_latest`` writes."""
@@ -193,9 +194,19 @@ class WriteNodeMetrics:
         """Observes the records of each group commit of ``pp`` (``PartitionLog(on_group=...)``)."""
         return self.group_records.labels(str(pp)).observe
 
-    def log_factory(self, directory: Path, settings: LogSettings, pp: int) -> PartitionLog:
-        """A ``write_nodes.ownership.LogFactory`` whose logs feed the fsync and group-commit series."""
-        return PartitionLog(directory, settings, pp, fsync=self.timed_fsync(pp), on_group=self.group_observer(pp))
+    def log_factory(
+        self, directory: Path, settings: LogSettings, pp: int, storage: Storage = OS_STORAGE
+    ) -> PartitionLog:
+        """A ``write_nodes.ownership.LogFactory`` whose logs feed the fsync and group-commit
+        series; their files live in ``storage``."""
+        return PartitionLog(
+            directory,
+            settings,
+            pp,
+            fsync=self.timed_fsync(pp, storage.fdatasync),
+            on_group=self.group_observer(pp),
+            storage=storage,
+        )
 
     # ---------------------------------------------------------------- scraping
     def render(self, partitions: Sequence[Mapping[str, Any]], map_epoch: int) -> bytes:

@@ -17,7 +17,6 @@ Contract of :meth:`LogLoader.load`:
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,11 +24,12 @@ from pathlib import Path
 from crc32c import crc32c
 
 from write_nodes import filenames
-from write_nodes.checkpoint import fsync_directory, read_checkpoint
+from write_nodes.checkpoint import read_checkpoint
 from write_nodes.errors import CorruptBatchError
 from write_nodes.records import CRC_START, HEADER, HEADER_SIZE, LENGTH_END, header_problem
 from write_nodes.segment import LogSegment
 from write_nodes.segments import LogSegments
+from write_nodes.storage import OS_STORAGE, Storage, fsync_directory
 
 _SCAN_CHUNK = 4 * 1024 * 1024
 
@@ -58,22 +58,24 @@ class _ScanResult:
 
 
 class LogLoader:
-    """Loads (and repairs) the segments of one partition directory."""
+    """Loads (and repairs) the segments of one partition directory, through ``storage``."""
 
-    def __init__(self, directory: Path, index_interval_bytes: int, now_ms: int) -> None:
+    def __init__(self, directory: Path, index_interval_bytes: int, now_ms: int, storage: Storage = OS_STORAGE) -> None:
         self.directory = directory
         self.index_interval_bytes = index_interval_bytes
         self.now_ms = now_ms
+        self.storage = storage
 
     def load(self) -> tuple[LogSegments, RecoveryReport]:
         """Open every segment, repairing as described in the module docstring.
         Raises ``OSError`` on I/O failure (the caller wraps it)."""
         started = time.monotonic()
-        self.directory.mkdir(parents=True, exist_ok=True)
-        for tmp in filenames.list_tmp_files(self.directory):
-            tmp.unlink()
-        recovery_point = read_checkpoint(self.directory)
-        bases = filenames.list_segment_bases(self.directory)
+        storage = self.storage
+        storage.makedirs(self.directory)
+        for tmp in filenames.list_tmp_files(self.directory, storage):
+            storage.unlink(tmp)
+        recovery_point = read_checkpoint(self.directory, storage)
+        bases = filenames.list_segment_bases(self.directory, storage)
         self._remove_orphan_indexes(set(bases))
         segments = LogSegments()
         try:
@@ -101,7 +103,7 @@ class LogLoader:
                 truncated += self._delete_files(base)
                 deleted += 1
                 continue
-            seg = LogSegment.open(self.directory, base, self.index_interval_bytes, self.now_ms)
+            seg = self._open_segment(base)
             next_base = bases[i + 1] if i + 1 < len(bases) else None
             if recovery_point is not None and next_base is not None and next_base <= recovery_point:
                 if self._try_trusted(seg, next_base):
@@ -110,7 +112,7 @@ class LogLoader:
                     expected = seg.next_offset
                     continue
                 seg.close()
-                seg = LogSegment.open(self.directory, base, self.index_interval_bytes, self.now_ms)
+                seg = self._open_segment(base)
             file_size = seg.file_size()
             result = self._scan(seg, file_size)
             checked += 1
@@ -120,7 +122,7 @@ class LogLoader:
                 problem = f"segment {base} position {result.valid_size}: {result.problem}"
                 seg.truncate(result.valid_size)
                 truncated += file_size - result.valid_size
-            os.fsync(seg.fd)  # what we accept as the log is on disk from now on
+            self.storage.fsync(seg.fd)  # what we accept as the log is on disk from now on
             scanned.append(seg)
             seg.mark_durable(seg.size)
             first = seg.first_timestamp() if seg.size else None
@@ -129,15 +131,15 @@ class LogLoader:
             segments.add(seg)
             expected = seg.next_offset
         if not len(segments):
-            segments.add(LogSegment.create(self.directory, 0, self.index_interval_bytes, self.now_ms))
+            segments.add(LogSegment.create(self.directory, 0, self.index_interval_bytes, self.now_ms, self.storage))
         first = segments.first
         active = segments.active
         assert first is not None and active is not None
         for seg in scanned:
             if seg is not active:  # it may be trusted next time: give it durable index files
                 seg.seal_time_index()
-                seg.write_indexes(os.fsync)
-        fsync_directory(self.directory)
+                seg.write_indexes(self.storage.fsync)
+        fsync_directory(self.storage, self.directory)
         report = RecoveryReport(
             bytes_truncated=truncated,
             batches_checked=batches,
@@ -151,6 +153,9 @@ class LogLoader:
             problem=problem,
         )
         return segments, report
+
+    def _open_segment(self, base: int) -> LogSegment:
+        return LogSegment.open(self.directory, base, self.index_interval_bytes, self.now_ms, self.storage)
 
     def _try_trusted(self, seg: LogSegment, next_base: int) -> bool:
         try:
@@ -198,6 +203,7 @@ class LogLoader:
     def _delete_files(self, base: int) -> int:
         """Remove a segment's files; returns the bytes of data removed."""
         size = 0
+        storage = self.storage
         for path in (
             filenames.log_file(self.directory, base),
             filenames.index_file(self.directory, base),
@@ -205,15 +211,15 @@ class LogLoader:
         ):
             try:
                 if path.suffix == filenames.LOG_SUFFIX:
-                    size = path.stat().st_size
-                path.unlink()
+                    size = storage.file_size(path)
+                storage.unlink(path)
             except FileNotFoundError:
                 pass
         return size
 
     def _remove_orphan_indexes(self, bases: set[int]) -> None:
-        for entry in self.directory.iterdir():
+        for name in self.storage.listdir(self.directory):
             for suffix in (filenames.INDEX_SUFFIX, filenames.TIME_INDEX_SUFFIX):
-                base = filenames.parse_base_offset(entry.name, suffix)
+                base = filenames.parse_base_offset(name, suffix)
                 if base is not None and base not in bases:
-                    entry.unlink()
+                    self.storage.unlink(self.directory / name)

@@ -24,46 +24,30 @@ from write_nodes import filenames
 from write_nodes.errors import CorruptBatchError
 from write_nodes.offset_index import MAX_RELATIVE, CorruptIndexError, OffsetIndex
 from write_nodes.records import HEADER, HEADER_SIZE, LENGTH_END, BatchView, header_problem
+from write_nodes.storage import OS_STORAGE, Storage
 from write_nodes.time_index import TimeIndex
 
-_IOV_MAX = min(os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024, 1024)
 _SCAN_CHUNK = 64 * 1024
 NO_TIMESTAMP = -(1 << 63)
-
-
-def write_all(fd: int, buffers: list[bytes]) -> int:
-    """Write every buffer, in order, with as few ``writev`` calls as possible
-    (one unless there are more than IOV_MAX buffers or the kernel writes short)."""
-    total = 0
-    pending: list[bytes | memoryview] = list(buffers)
-    while pending:
-        chunk = pending[:_IOV_MAX]
-        wanted = sum(len(b) for b in chunk)
-        n = os.writev(fd, chunk)
-        total += n
-        if n == wanted:
-            pending = pending[_IOV_MAX:]
-            continue
-        # short write: drop what was written, keep the rest
-        rest: list[bytes | memoryview] = []
-        skip = n
-        for buf in pending:
-            if skip >= len(buf):
-                skip -= len(buf)
-                continue
-            rest.append(memoryview(buf)[skip:] if skip else buf)
-            skip = 0
-        pending = rest
-    return total
 
 
 class LogSegment:
     """A segment starting at ``base_offset``. Create with :meth:`create` (new, empty)
     or :meth:`open` (existing file; the caller replays its batches with
-    :meth:`track_append` or calls :meth:`load_trusted`)."""
+    :meth:`track_append` or calls :meth:`load_trusted`). Every file call goes
+    through ``storage``."""
 
-    def __init__(self, directory: Path, base_offset: int, fd: int, index_interval_bytes: int, created_ms: int) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        base_offset: int,
+        fd: int,
+        index_interval_bytes: int,
+        created_ms: int,
+        storage: Storage = OS_STORAGE,
+    ) -> None:
         self.directory = directory
+        self.storage = storage
         self.base_offset = base_offset
         self.fd = fd
         self.index_interval_bytes = index_interval_bytes
@@ -81,28 +65,33 @@ class LogSegment:
 
     # ---------------------------------------------------------------- lifecycle
     @classmethod
-    def create(cls, directory: Path, base_offset: int, index_interval_bytes: int, now_ms: int) -> LogSegment:
+    def create(
+        cls, directory: Path, base_offset: int, index_interval_bytes: int, now_ms: int, storage: Storage = OS_STORAGE
+    ) -> LogSegment:
         """A new, empty segment file (an existing file with that name is emptied)."""
-        fd = os.open(filenames.log_file(directory, base_offset), os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
-        return cls(directory, base_offset, fd, index_interval_bytes, now_ms)
+        path = filenames.log_file(directory, base_offset)
+        fd = storage.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        return cls(directory, base_offset, fd, index_interval_bytes, now_ms, storage)
 
     @classmethod
-    def open(cls, directory: Path, base_offset: int, index_interval_bytes: int, now_ms: int) -> LogSegment:
+    def open(
+        cls, directory: Path, base_offset: int, index_interval_bytes: int, now_ms: int, storage: Storage = OS_STORAGE
+    ) -> LogSegment:
         """An existing segment file, with empty bookkeeping."""
-        fd = os.open(filenames.log_file(directory, base_offset), os.O_RDWR | os.O_APPEND)
-        return cls(directory, base_offset, fd, index_interval_bytes, now_ms)
+        fd = storage.open(filenames.log_file(directory, base_offset), os.O_RDWR | os.O_APPEND)
+        return cls(directory, base_offset, fd, index_interval_bytes, now_ms, storage)
 
     def close(self) -> None:
         if not self.closed:
             self.closed = True
-            os.close(self.fd)
+            self.storage.close(self.fd)
 
     def delete(self) -> None:
         """Close and remove the data file and both index files."""
         self.close()
         for path in self.paths():
             try:
-                path.unlink()
+                self.storage.unlink(path)
             except FileNotFoundError:
                 pass
 
@@ -148,20 +137,21 @@ class LogSegment:
 
     # ---------------------------------------------------------------------- I/O
     def write(self, buffers: list[bytes]) -> int:
-        return write_all(self.fd, buffers)
+        return self.storage.write_all(self.fd, buffers)
 
     def file_size(self) -> int:
-        return os.fstat(self.fd).st_size
+        return self.storage.size(self.fd)
 
     def pread(self, position: int, n: int) -> bytes:
         """Exactly ``n`` bytes at ``position`` unless the file ends first."""
-        data = os.pread(self.fd, n, position)
+        pread = self.storage.pread
+        data = pread(self.fd, n, position)
         if len(data) == n or not data:
             return data
         parts = [data]
         got = len(data)
         while got < n:
-            more = os.pread(self.fd, n - got, position + got)
+            more = pread(self.fd, n - got, position + got)
             if not more:
                 break
             parts.append(more)
@@ -169,7 +159,7 @@ class LogSegment:
         return b"".join(parts)
 
     def truncate(self, size: int) -> None:
-        os.ftruncate(self.fd, size)
+        self.storage.truncate(self.fd, size)
 
     def iter_headers(self, position: int, limit: int) -> Iterator[tuple[int, tuple[int, ...]]]:
         """(position, header fields) of each batch from ``position`` whose header lies
@@ -266,15 +256,16 @@ class LogSegment:
             (filenames.time_index_file(self.directory, self.base_offset), self.time_index.to_bytes()),
         ):
             tmp = filenames.tmp_file(path)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            storage = self.storage
+            fd = storage.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
                 if data:
-                    write_all(fd, [data])
+                    storage.write_all(fd, [data])
                 if fsync is not None:
                     fsync(fd)
             finally:
-                os.close(fd)
-            os.replace(tmp, path)
+                storage.close(fd)
+            storage.replace(tmp, path)
             written.append(path)
         return written
 
@@ -284,7 +275,7 @@ class LogSegment:
             filenames.time_index_file(self.directory, self.base_offset),
         ):
             try:
-                path.unlink()
+                self.storage.unlink(path)
             except FileNotFoundError:
                 pass
 
@@ -344,7 +335,5 @@ class LogSegment:
             return None
         return int(HEADER.unpack_from(head, 0)[6])
 
-    @staticmethod
-    def _read_file(path: Path) -> bytes:
-        with open(path, "rb") as f:
-            return f.read()
+    def _read_file(self, path: Path) -> bytes:
+        return self.storage.read_file(path)

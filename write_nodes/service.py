@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import socket
@@ -50,6 +51,7 @@ from write_nodes.fence import FenceView, wire_fence
 from write_nodes.handlers import PlacementGuard, WriteNodeHandlers, build_app
 from write_nodes.metrics import WriteNodeMetrics
 from write_nodes.ownership import WRITE_ROLE, LogFactory, PartitionOwnership
+from write_nodes.storage import OS_STORAGE, Storage
 
 log = logging.getLogger(__name__)
 
@@ -197,12 +199,15 @@ class WriteNodeService:
         port: int = 0,
         *,
         log_factory: LogFactory | None = None,
+        storage: Storage = OS_STORAGE,
         use_pubsub: bool = True,
         takeover: bool = True,
         reopen_backoff_s: float = 1.0,
     ) -> None:
         """``log_factory`` builds partition logs (tests inject failing I/O; the default,
         ``WriteNodeMetrics.log_factory``, feeds the fsync and group-commit metrics);
+        ``storage`` is the file system of the default factory's logs (a test injects a
+        simulated disk);
         ``use_pubsub=False`` makes the map cache rely on polling and on-demand reloads;
         ``takeover=False`` never takes a dead sibling's partitions; an offline partition
         is reopened after ``reopen_backoff_s`` (doubling on each failure)."""
@@ -215,7 +220,7 @@ class WriteNodeService:
         self._host = host
         self._port = port
         self.metrics = WriteNodeMetrics()
-        self._log_factory = log_factory or self.metrics.log_factory
+        self._log_factory = log_factory or functools.partial(self.metrics.log_factory, storage=storage)
         self._use_pubsub = use_pubsub
         self._takeover = takeover
         self._reopen_backoff_s = reopen_backoff_s

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Callable
 
 import pytest
 import redis
@@ -19,51 +20,101 @@ from tests.integration.platform import Platform
 pytestmark = pytest.mark.integration
 
 
-def test_sigkill_whole_platform_keeps_every_acknowledged_message(tmp_path):
-    p = Platform(tmp_path / "vpq", physical_partitions=2, env=dict(FAST))
-    p.start()
-    acked: dict[str, int] = {}
-    try:
-        api = Api(p.url)
-        q = "crash"
-        api.put_queue(q)
+async def _produce(url: str, queue: str, acked: dict[str, int], batches: int, kill: Callable[[], None] | None) -> int:
+    """``batches`` concurrent produce requests of 50 messages (value b * 1000 + j); records
+    the id of every message answered 200 in ``acked``. With ``kill``: 16 producers send
+    batches back to back, and right after the answer that brings the acknowledged
+    messages to 400 or more, ``kill()`` runs on the loop thread while the other requests
+    are outstanding (no response is read meanwhile); the requests it cut fail and count
+    as not acknowledged. Returns the requests outstanding at the kill (0 without one)."""
+    import aiohttp
 
-        async def produce_concurrently() -> None:
-            import aiohttp
+    inflight = [0]
+    outstanding = [0]
+    next_batch = iter(range(batches))
+    stop = asyncio.Event()
 
-            async with aiohttp.ClientSession() as session:
-                async def one(batch_no: int) -> None:
-                    body = {"messages": [{"key": f"k{j % 13}", "value": {"b": batch_no, "j": j}} for j in range(50)]}
-                    async with session.post(f"{p.url}/v1/queues/{q}/messages", json=body) as resp:
-                        if resp.status == 200:
-                            for r, m in zip((await resp.json())["results"], body["messages"]):
-                                acked[r["id"]] = m["value"]["b"] * 1000 + m["value"]["j"]
+    async def one(session: aiohttp.ClientSession, batch_no: int) -> None:
+        body = {"messages": [{"key": f"k{j % 13}", "value": {"b": batch_no, "j": j}} for j in range(50)]}
+        inflight[0] += 1
+        try:
+            async with session.post(f"{url}/v1/queues/{queue}/messages", json=body) as resp:
+                if resp.status == 200:
+                    for r, m in zip((await resp.json())["results"], body["messages"]):
+                        acked[r["id"]] = m["value"]["b"] * 1000 + m["value"]["j"]
+                    if kill is not None and not stop.is_set() and len(acked) >= 400:
+                        stop.set()
+                        outstanding[0] = inflight[0] - 1  # the others
+                        kill()
+        except (aiohttp.ClientError, asyncio.TimeoutError):
+            pass  # cut by the kill: not acknowledged
+        finally:
+            inflight[0] -= 1
 
-                await asyncio.gather(*(one(b) for b in range(40)))
+    async def producer(session: aiohttp.ClientSession) -> None:
+        for batch_no in next_batch:
+            if stop.is_set():
+                return
+            await one(session, batch_no)
 
-        asyncio.run(produce_concurrently())
-        assert len(acked) == 2000
-    finally:
-        p.kill_all()  # no clean shutdown: every process gets SIGKILL right after the acks
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
+        if kill is None:
+            await asyncio.gather(*(one(session, b) for b in range(batches)))
+            return 0
+        await asyncio.gather(*(producer(session) for _ in range(16)))
+        return outstanding[0]
 
+
+def _restart_and_check(p: Platform, queue: str, acked: dict[str, int]) -> None:
+    """Start the platform again and consume ``queue``: every acknowledged message is
+    delivered, with its value."""
     p.proc = None
     p.start()
     try:
         api = Api(p.url)
-        cid = api.join("crash", "after")
+        cid = api.join(queue, "after")
         seen: dict[str, int] = {}
         deadline = time.monotonic() + 60
-        while len(seen) < len(acked) and time.monotonic() < deadline:
-            batch = api.poll("crash", "after", cid, max_messages=500, wait_ms=500)
+        while not set(acked) <= set(seen) and time.monotonic() < deadline:
+            batch = api.poll(queue, "after", cid, max_messages=500, wait_ms=500)
             for m in batch:
                 seen[m["id"]] = m["value"]["b"] * 1000 + m["value"]["j"]
             if batch:
-                api.ack("crash", "after", cid, [m["id"] for m in batch])
+                api.ack(queue, "after", cid, [m["id"] for m in batch])
         missing = set(acked) - set(seen)
         assert not missing, f"{len(missing)} acknowledged messages lost"
         assert all(seen[i] == v for i, v in acked.items())
     finally:
         p.stop()
+
+
+def test_sigkill_whole_platform_keeps_every_acknowledged_message(tmp_path):
+    p = Platform(tmp_path / "vpq", physical_partitions=2, env=dict(FAST))
+    p.start()
+    acked: dict[str, int] = {}
+    try:
+        Api(p.url).put_queue("crash")
+        asyncio.run(_produce(p.url, "crash", acked, 40, None))
+        assert len(acked) == 2000
+    finally:
+        p.kill_all()  # no clean shutdown: every process gets SIGKILL right after the acks
+    _restart_and_check(p, "crash", acked)
+
+
+def test_sigkill_with_produce_requests_in_flight_keeps_every_acknowledged_message(tmp_path):
+    """The platform is killed while requests are outstanding: what was answered 200
+    before the kill survives; what was cut may or may not."""
+    p = Platform(tmp_path / "vpq", physical_partitions=2, env=dict(FAST))
+    p.start()
+    acked: dict[str, int] = {}
+    try:
+        Api(p.url).put_queue("inflight")
+        outstanding = asyncio.run(_produce(p.url, "inflight", acked, 100_000, p.kill_all))
+    finally:
+        p.kill_all()
+    assert outstanding > 0, "the kill did not happen while requests were in flight"
+    assert len(acked) >= 400
+    _restart_and_check(p, "inflight", acked)
 
 
 def _group_owner(p: Platform, queue: str, group: str) -> str | None:
@@ -127,7 +178,11 @@ def test_sigkill_read_node_during_consumption(tmp_path):
             consume_round()
         assert len(done) == len(msgs), f"{len(msgs) - len(done)} messages never acknowledged after failover"
         new_owner = _group_owner(p, q, "g")
-        assert new_owner is not None and new_owner != owner or victims[0].pid != _pid_of(p, owner)
+        assert new_owner is not None, "no read node owns the group after the failover"
+        new_pid = _pid_of(p, new_owner)
+        assert new_pid is not None and new_pid != victims[0].pid, (
+            f"the group is not owned by a live read node other than the killed one (owner {new_owner})"
+        )
         assert checker.violations == []
     finally:
         p.stop()

@@ -79,6 +79,19 @@ async def test_lineage_open_seal_move_and_fencing(md: MetadataStore) -> None:
     ]
 
 
+async def test_move_range_with_a_stale_epoch_is_refused(md: MetadataStore) -> None:
+    """A remapper still working from epoch 2 cannot move a range a newer epoch changed."""
+    for epoch in (1, 2, 3):
+        assert await md.maps.publish(_map(epoch, epoch % 2), epoch - 1)
+    assert await md.maps.open_range("q", 0, 0, 0, 3)  # the open range was written at epoch 3
+    assert not await md.maps.move_range("q", 0, 100, 1, 100, 2)
+    assert await md.maps.lineage("q", 0) == [LineageRange(0, 0, None)]
+    assert await md.maps.open_range("q", 1, 0, 0, 1)
+    assert await md.maps.move_range("q", 1, 50, 1, 50, 3)  # epoch 3 moved vp 1
+    assert not await md.maps.move_range("q", 1, 80, 0, 80, 2)  # epoch 2 may not move it again
+    assert await md.maps.lineage("q", 1) == [LineageRange(0, 0, 50), LineageRange(1, 50, None)]
+
+
 async def test_lineage_split_and_bulk_read(md: MetadataStore) -> None:
     assert await md.maps.publish(_map(1, 0), 0)
     big = 2**52 + 3  # offsets stay exact through Lua

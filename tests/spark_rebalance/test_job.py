@@ -97,6 +97,19 @@ def test_a_node_missing_a_window_makes_it_incomplete(spark, tmp_path) -> None:
     assert ok.loads[("a", 0)].msgs_per_s == pytest.approx(1.0)  # 1/s in every complete window
 
 
+def test_traffic_of_an_incomplete_window_is_not_counted(spark, tmp_path) -> None:
+    """A burst in the window one node missed must not reach the loads (nor count as zero)."""
+    stats = tmp_path / "stats"
+    w = _writers(stats, "w0", "w1")
+    for i, messages in enumerate((10, 1_000_000, 10, 10)):
+        w["w0"].write_window(T + i * W, W, [TrafficRow("a", 0, 1, messages=messages, bytes=messages)])
+    for i in (0, 2, 3):  # w1 missed the burst window T+W
+        w["w1"].write_window(T + i * W, W, [])
+    r = run_job(spark, str(stats), T + 4 * W, SETTINGS, options=OPTS)
+    assert r.windows == (T, T + 2 * W, T + 3 * W) and r.dropped_windows == 1
+    assert r.loads[("a", 0)].msgs_per_s == pytest.approx(1.0)
+
+
 def test_old_v_stats_are_mapped_onto_the_current_v(spark, tmp_path) -> None:
     stats = tmp_path / "stats"
     w = _writers(stats, "w0")

@@ -206,6 +206,53 @@ async def test_view_refuses_fenced_vps_and_their_descendants(redis_url, key_pref
         await md.stop()
 
 
+async def test_view_newer_than_the_nodes_map_refuses_everything_without_a_fence(redis_url, key_prefix) -> None:
+    """A plain map change (no fence at all) still makes a node whose map lags refuse."""
+    md = await start_md(redis_url, key_prefix)
+    try:
+        m = await create_queue(md, "a", [0, 1])
+        view = FenceView(FenceStore(md.client, md.keys))
+        await view.start()
+        newer = await create_queue(md, "b", [1])
+        await view.refresh_to(newer["epoch"])
+        assert view.fence is None and view.epoch == newer["epoch"] > m["epoch"]
+        for pairs in ([("a", 0)], [("b", 0)], []):
+            with pytest.raises(Unavailable) as ei:
+                view.check(m["epoch"], pairs)
+            assert ei.value.code == "stale_map" and "moving" not in ei.value.details
+        view.check(newer["epoch"], [("a", 0), ("a", 1), ("b", 0)])
+        await view.stop()
+    finally:
+        await md.stop()
+
+
+async def test_view_past_a_removed_fence_refuses_a_map_from_before_the_removal(redis_url, key_prefix) -> None:
+    """Fence published at E+1, removed at E+2: the view (E+2) has no fence, but a node
+    still on map E checked placement against a map that predates the fence, so its
+    appends are refused until its map catches up."""
+    md = await start_md(redis_url, key_prefix)
+    try:
+        m = await create_queue(md, "a", [0, 1])
+        store = FenceStore(md.client, md.keys)
+        view = FenceView(store)
+        await view.start()
+        e1, e2 = m["epoch"] + 1, m["epoch"] + 2
+        fence = fence_of("f", e1, TTL_MS, {"a": 2}, [("a", 0, 0, 1)])
+        assert await store.publish_fenced({**m, "epoch": e1}, m["epoch"], fence) == PUBLISHED
+        moved = {**m, "epoch": e2, "queues": {"a": {"virtual_partitions": 2, "placement": [1, 1]}}}
+        assert await store.publish_unfenced(moved, e1, "f") == PUBLISHED
+        await view.refresh_to(e2)
+        assert view.epoch == e2 and view.fence is None
+        for epoch in (m["epoch"], e1):
+            with pytest.raises(Unavailable) as ei:
+                view.check(epoch, [("a", 0)])
+            assert ei.value.code == "stale_map"
+        view.check(e2, [("a", 0)])
+        await view.stop()
+    finally:
+        await md.stop()
+
+
 async def test_endpoint_waits_for_in_flight_appends(redis_url, key_prefix) -> None:
     md = await start_md(redis_url, key_prefix)
     node = FakeWriteNode(md, "w0", [0, 1])

@@ -284,13 +284,13 @@ async def test_checkpoints_never_write_the_file_concurrently(tmp_path: Path, mon
     active = {"now": 0, "max": 0}
     lock = threading.Lock()
 
-    def slow_write(directory: Path, point: int) -> None:
+    def slow_write(directory: Path, point: int, *storage: object) -> None:
         with lock:
             active["now"] += 1
             active["max"] = max(active["max"], active["now"])
         time.sleep(0.02)
         try:
-            real(directory, point)
+            real(directory, point, *storage)
         finally:
             with lock:
                 active["now"] -= 1
