@@ -878,6 +878,23 @@ class GroupDelivery:
             for cid, c in sorted(self._consumers.items())
         ]
 
+    def check_invariants(self) -> None:
+        """AssertionError when a count kept incrementally disagrees with a recount
+        (for tests: O(n))."""
+        chains = self._chains.values()
+        assert all(c.counted == (len(c.pending) if c.run else 0) for c in chains), "a chain's blocked count"
+        assert self._blocked == sum(c.counted for c in chains), (self._blocked, sum(c.counted for c in chains))
+        assert self._inflight == sum(len(c.inflight) for c in self._consumers.values()), "in flight"
+        assert self._inflight == sum(1 for m in self._msgs.values() if m.state == _INFLIGHT), "in flight states"
+        held = sum(1 for m in self._msgs.values() if m.state != _INFLIGHT and m.entry.ctx in self._unroutable)
+        assert self._unroutable_held == held, (self._unroutable_held, held)
+        for c in chains:
+            assert all(m.state == _INFLIGHT for m in c.run), "a run holds only messages in flight"
+            assert all(m.state != _INFLIGHT for m in c.pending), "pending holds no message in flight"
+            assert c.pending or c.run, "an empty chain is dropped"
+        for pk, n in self._parked.items():
+            assert n == sum(len(c.pending) + len(c.run) for c in chains if c.parked_key == pk), ("parked held", pk)
+
     def stats(self) -> dict[str, int]:
         """Counters for metrics: outstanding, ready (runs ready to start), timers (in
         flight + delayed), in_flight, keys (keys held), blocked_keys (keys with a run

@@ -149,6 +149,7 @@ class Harness:
                 assert above == sorted(m.offset for m in mine if m.offset >= lw and m.status in (ACKED, DEAD))
 
     def check_lag(self) -> None:
+        self.gd.check_invariants()
         self.check_watermarks()
         outstanding = [m for m in self.msgs if m.status not in DONE]
         assert self.gd.lag().total == len(outstanding)
