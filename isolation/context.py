@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 NAME_RE = re.compile(r"[a-z0-9-]{0,63}")
@@ -64,6 +64,7 @@ class IsolationContext:
     env: str = DEFAULT_ENV
     set: str = ""
     lane: str = ""
+    _hash: int = field(default=0, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         check_name("env", self.env)
@@ -71,6 +72,14 @@ class IsolationContext:
         check_name("lane", self.lane)
         if self.env == "":
             object.__setattr__(self, "env", DEFAULT_ENV)
+        object.__setattr__(self, "_hash", hash((self.env, self.set, self.lane)))
+
+    def __hash__(self) -> int:  # kept: contexts are dict keys on every delivery path
+        return self._hash
+
+    def __reduce__(self) -> tuple[type[IsolationContext], tuple[str, str, str]]:
+        # rebuilt (so hashed) in the receiving process: string hashes differ per process
+        return (IsolationContext, (self.env, self.set, self.lane))
 
     @property
     def is_backbone(self) -> bool:

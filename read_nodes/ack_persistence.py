@@ -147,7 +147,7 @@ def trim_state(
 class AckSnapshots:
     """What one hosted group last persisted, and what changed since. Pure.
 
-    ``note_done(pp, offset)`` for every offset the group asked to ack or
+    ``note_done(stream, offset)`` for every offset the group asked to ack or
     dead-lettered; ``changes(compact, token)`` gives the encoded states of the pps
     whose trimmed state differs from the last ``mark_saved`` one."""
 

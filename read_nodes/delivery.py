@@ -359,6 +359,11 @@ class GroupDelivery:
         cap = self._config.max_acked_above
         return pp is None or cap is None or tracker.window(pp) < cap
 
+    def stream_at(self, pp: int, offset: int) -> int | None:
+        """The stream of the message held at ``(pp, offset)`` (None when not held)."""
+        msg = self._msgs.get((pp, offset))
+        return None if msg is None else msg.entry.stream
+
     def is_done(self, stream: int, offset: int, key_hash: int | None = None) -> bool:
         """True when the record at ``offset`` of ``stream`` is acked or dead-lettered."""
         return self._tracker.is_done(stream, offset, key_hash)
@@ -389,11 +394,12 @@ class GroupDelivery:
             return Admission.PAUSE
         return Admission.INGEST
 
-    def ingest(self, entry: DeliveryEntry) -> bool:
+    def ingest(self, entry: DeliveryEntry, admitted: bool = False) -> bool:
         """Add a record; False when it is already known or already done (skipped).
 
         DeliveryFull when ``can_ingest(entry.stream, entry.offset)`` is False and the
-        record's key has no run out (a key waiting for an ack takes its read-ahead).
+        record's key has no run out (a key waiting for an ack takes its read-ahead);
+        ``admitted``: ``admit`` just said INGEST for it (not checked again).
         """
         pos = (entry.pp, entry.offset)
         if pos in self._msgs or pos in self._dead_untaken or pos in self._dead_taken:
@@ -404,7 +410,7 @@ class GroupDelivery:
             return False
         chain_key = (entry.key, entry.ctx) if self._key_order and entry.key is not None else None
         chain = self._chains.get(chain_key) if chain_key is not None else None
-        if (chain is None or not chain.run) and not self.can_ingest(stream, entry.offset):
+        if not admitted and (chain is None or not chain.run) and not self.can_ingest(stream, entry.offset):
             raise DeliveryFull(
                 f"cannot ingest stream {stream}: {self.ready_held()} messages ready (max_unacked "
                 f"{self._config.max_unacked}), ack window {tracker.window(stream)} (max_acked_above "
@@ -765,8 +771,12 @@ class GroupDelivery:
         by another, given back with an earlier message of their run) are ignored.
         MessageIdError (nothing changes) on a malformed id; UnknownConsumer when not
         a member."""
+        return self.ack_positions(consumer_id, decode_message_ids(list(ids)))
+
+    def ack_positions(self, consumer_id: str, positions: Iterable[Pos]) -> int:
+        """``ack`` of already decoded ids."""
         self._consumer(consumer_id)
-        held = self._held(consumer_id, decode_message_ids(list(ids)))
+        held = self._held(consumer_id, positions)
         acked: dict[int, list[int]] = {}
         for msg in held:
             self._finish(msg, None, acked)

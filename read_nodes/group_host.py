@@ -299,8 +299,9 @@ class GroupHost:
         letters = self._dead
         handled = await self.parts.dead_letters.produce(self.queue, self.group, letters)
         done = set(handled)
-        for pos in decode_message_ids(handled):
-            self.snapshots.note_done(*pos)
+        for d in letters:
+            if d.message_id in done:
+                self.snapshots.note_done(d.entry.stream, d.entry.offset)
         self.delivery.confirm_dead_letters(handled)
         self._counters.dead_lettered(self.queue, self.group, len(handled))
         self._dead = [d for d in letters if d.message_id not in done]
@@ -435,15 +436,22 @@ class GroupHost:
             self.delivery.nack(consumer_id, failed, self._opt.retry_ms * 5, monotonic_ms())
         return out
 
-    def _done_ids(self, ids: list[str]) -> None:
-        for pp, offset in decode_message_ids(ids):
-            self.snapshots.note_done(pp, offset)
+    def _done_ids(self, ids: list[str]) -> list[tuple[int, int]]:
+        """Note, per stream, the offsets asked to be acked (the snapshots' highest done
+        offset); returns the decoded positions. MessageIdError on a malformed id."""
+        positions = decode_message_ids(ids)
+        stream_at = self.delivery.stream_at
+        note = self.snapshots.note_done
+        for pp, offset in positions:
+            stream = stream_at(pp, offset)
+            if stream is not None:
+                note(stream, offset)
+        return positions
 
     async def ack(self, consumer_id: str, ids: list[str]) -> int:
         self._require_member(consumer_id)
         try:
-            self._done_ids(ids)
-            n = self.delivery.ack(consumer_id, ids)
+            n = self.delivery.ack_positions(consumer_id, self._done_ids(ids))
         except MessageIdError as exc:
             raise BadRequest("invalid_request", str(exc), field="ids") from None
         except UnknownConsumer:

@@ -157,6 +157,14 @@ class Ingestor:
         and other requests before the next step: one step over a big backlog would
         otherwise hold the event loop for the whole backlog."""
         result = StepResult()
+        if self._cold:  # a context that has a consumer again is cached again from now on
+            context = getattr(self._pool.source, "context", lambda _cid: None)
+            still = set()
+            for cid in self._cold:
+                ctx = context(cid)
+                if ctx is None or not self.delivery.routable(ctx):
+                    still.add(cid)
+            self._report_cold(still)
         self._wanted.update(self.delivery.refills())
         if self._wanted:
             await self._refill_all(result)
@@ -255,7 +263,7 @@ class Ingestor:
                 if not delivery.is_done(stream, offset, key_hash):
                     self._park(pk, stream, offset)
             elif delivery.ingest(
-                DeliveryEntry.trusted(pp, offset, key_hash, r.key, tailed.ctx, r.timestamp_ms or 0, ctx_id)
+                DeliveryEntry.trusted(pp, offset, key_hash, r.key, tailed.ctx, r.timestamp_ms or 0, ctx_id), True
             ):
                 result.ingested += 1
             c = offset + 1

@@ -147,15 +147,18 @@ class RecordSource:
                 raise
             self.fetches += 1
             found: TailedRecord | None = None
-            records, _ = await self.decode(pp, res.data, offset)
+            records, _ = await self.decode(pp, res.data, offset, cache_cold=True)
             for tailed in records:
                 if tailed.offset == offset:
                     found = tailed
             return found
 
-    async def decode(self, pp: int, data: bytes, from_offset: int) -> tuple[list[TailedRecord], int]:
+    async def decode(
+        self, pp: int, data: bytes, from_offset: int, cache_cold: bool = False
+    ) -> tuple[list[TailedRecord], int]:
         """Verify and decode raw batches and cache every record at or above
-        ``from_offset``; returns them and the offset after the last batch."""
+        ``from_offset`` (those of ``cold`` contexts only with ``cache_cold``: a read
+        for a record someone needs); returns them and the offset after the last batch."""
         out: list[TailedRecord] = []
         end = from_offset
         yielded_at = 0
@@ -174,7 +177,7 @@ class RecordSource:
                 if ctx is None:
                     ctx = self._contexts[rec.context_id] = await self._resolve(rec.context_id)
                 tailed = TailedRecord(pp, rec, ctx)
-                cold = self.cold.get(rec.queue_id)
+                cold = None if cache_cold else self.cold.get(rec.queue_id)
                 if cold is None or rec.context_id not in cold:
                     self.cache.put((pp, rec.offset), tailed, tailed.size_bytes())
                 out.append(tailed)

@@ -190,3 +190,24 @@ async def test_dead_letter_queue(env: Env) -> None:
     assert got[0]["headers"] == {"x-original-id": produced[0]["id"]}
     assert await env.client.poll(a, "work", "g", cid, 10, 200) == []
     assert orjson.loads(orjson.dumps(got[0]))  # JSON-serialisable
+
+
+async def test_a_context_without_consumers_stays_out_of_the_cache_and_is_read_in_blocks_later(env: Env) -> None:
+    await env.create_queue("cold", virtual_partitions=1)
+    node = await env.read_node()
+    a = node.address
+    prod = (await env.client.join(a, "cold", "g", consumer_id="p", env="", set_="", lane=""))["consumer_id"]
+    test_env = IsolationContext(env="test")
+    sent = []
+    for i in range(10):
+        sent += await env.produce_json("cold", [(f"k{j}", i * 100 + j) for j in range(100)], ctx=test_env)
+    await env.produce_json("cold", [("p", "x")])
+    assert [m["value"] for m in await drain(env, a, "cold", "g", prod, 1)] == ["x"]
+    status = node.status()
+    # indexed, not cached (but what was tailed before the group first met the context)
+    assert status["cache"]["entries"] <= 101
+    tester = (await env.client.join(a, "cold", "g", consumer_id="t", env="test", set_="", lane=""))["consumer_id"]
+    got = await drain(env, a, "cold", "g", tester, 1000)
+    assert sorted(m["id"] for m in got) == sorted(r["id"] for r in sent)
+    # read back from the write node a block at a time, not once per record
+    assert node.status()["cache"]["fetches"] - status["cache"]["fetches"] <= 10
