@@ -219,10 +219,10 @@ class _Partition:
                 return True
         return False
 
-    def trim(self) -> None:
+    def trim(self, pairs: bool = True) -> None:
         done = self.done
         if done:
-            lw = self.done_below()
+            lw = self.done_below() if pairs else self.scanned
             if done[0] < lw:
                 del done[: done.bisect_left(lw)]
 
@@ -235,10 +235,14 @@ class AckTracker:
     everything of the queue below a position. All operations O(log n) amortized.
     """
 
-    __slots__ = ("_parts",)
+    __slots__ = ("_parts", "_pairs")
 
-    def __init__(self) -> None:
+    def __init__(self, pair_form: bool = True) -> None:
+        """``pair_form`` False: only the compact form is wanted, so done offsets below
+        the scan position are not kept (there, "done" is implied by neither pending nor
+        parked), and ``pair_state`` is not available."""
         self._parts: dict[int, _Partition] = {}
+        self._pairs = pair_form
 
     def _part(self, pp: int) -> _Partition:
         part = self._get(pp)
@@ -293,6 +297,26 @@ class AckTracker:
             return offset not in part.unfinished and not part.parked_covers(offset, key_hash)
         return offset in part.done
 
+    def track_new(self, pp: int, offset: int, key_hash: int | None = None) -> bool:
+        """``track`` an offset unless it is done (then False: skip it), in one call:
+        what ingestion does for every record. ``key_hash``: as for ``is_done``."""
+        part = self._parts.get(pp)
+        if part is None:
+            part = self._part(pp)
+        unfinished = part.unfinished
+        if offset >= part.scanned:
+            if part.done and offset in part.done:
+                return False
+        else:
+            if offset in unfinished:
+                return True
+            if not part.parked_covers(offset, key_hash):
+                return False
+        if unfinished and unfinished[-1] >= offset and offset in unfinished:
+            return True
+        unfinished.add(offset)
+        return True
+
     def is_tracked(self, pp: int, offset: int) -> bool:
         """True when ``offset`` is tracked as not done (ingested, or pending from a restore)."""
         part = self._get(pp)
@@ -313,7 +337,8 @@ class AckTracker:
         """Record that the message at ``offset`` is acked or dead-lettered for good."""
         part = self._part(pp)
         part.unfinished.discard(offset)
-        if offset >= part.done_below() and offset not in part.done:
+        keep_from = part.done_below() if self._pairs else part.scanned
+        if offset >= keep_from and offset not in part.done:
             part.done.add(offset)
         part.trim()
 
@@ -330,7 +355,7 @@ class AckTracker:
         else:
             for offset in offsets:
                 unfinished.discard(offset)
-        below = part.done_below()
+        below = part.done_below() if self._pairs else part.scanned
         done = part.done
         for offset in offsets:
             if offset >= below and offset not in done:
@@ -344,7 +369,7 @@ class AckTracker:
         part = self._part(pp)
         if offset > part.scanned:
             part.scanned = offset
-            part.trim()
+            part.trim(self._pairs)
         if part.restored_parked and offset >= part.restored_to:
             part.restored_parked = ()  # every record they covered was ingested or parked again since
 
@@ -408,6 +433,8 @@ class AckTracker:
         """The pair form ``{pp: (low_watermark, done offsets >= it)}``. ValueError while
         a pp restored from a compact state with pending offsets still has them (the
         pair form cannot express that: keep persisting such a group compactly)."""
+        if not self._pairs:
+            raise ValueError("this tracker keeps the compact form only")
         out: dict[int, tuple[int, list[int]]] = {}
         for pp, part in self._parts.items():
             if part.parked:

@@ -185,7 +185,7 @@ class GroupDelivery:
         self._timers: list[tuple[int, int, _Timer]] = []  # heap of (due_ms, seq, timer): in flight and delayed
         self._timer_seq = 0
         self._ctx_count: dict[IsolationContext, int] = {}
-        self._tracker = AckTracker()
+        self._tracker = AckTracker(pair_form=config.max_acked_above is not None)
         self._dead_untaken: dict[Pos, DeadLetter] = {}
         self._dead_taken: dict[Pos, DeadLetter] = {}
         self._seq = 0
@@ -347,16 +347,19 @@ class GroupDelivery:
 
     def can_ingest(self, pp: int | None = None, offset: int | None = None) -> bool:
         """False when ``max_unacked`` messages are ready (``ready_held``), or (given
-        ``pp``, a stream) when its ack window (outstanding + done offsets above its
-        low watermark) reached ``max_acked_above``. Given ``offset`` too: a record
-        pending from a ``restore`` or filling a hole below the highest done offset
-        is always accepted, so a takeover can make progress."""
+        ``pp``, a stream, with ``max_acked_above`` set: the pair form) when its ack
+        window (outstanding + done offsets above its low watermark) reached
+        ``max_acked_above``; a record pending from a ``restore`` or filling a hole
+        below the highest done offset is then always accepted, so a takeover can make
+        progress."""
         tracker = self._tracker
-        if pp is not None and offset is not None and (tracker.is_tracked(pp, offset) or tracker.is_hole(pp, offset)):
+        cap = self._config.max_acked_above
+        if cap is not None and pp is not None and offset is not None and (
+            tracker.is_tracked(pp, offset) or tracker.is_hole(pp, offset)
+        ):
             return True
         if self.ready_held() >= self._config.max_unacked:
             return False
-        cap = self._config.max_acked_above
         return pp is None or cap is None or tracker.window(pp) < cap
 
     def stream_at(self, pp: int, offset: int) -> int | None:
@@ -406,17 +409,19 @@ class GroupDelivery:
             return False
         tracker = self._tracker
         stream = entry.stream
-        if tracker.is_done(stream, entry.offset, entry.key_hash):
-            return False
         chain_key = (entry.key, entry.ctx) if self._key_order and entry.key is not None else None
         chain = self._chains.get(chain_key) if chain_key is not None else None
-        if not admitted and (chain is None or not chain.run) and not self.can_ingest(stream, entry.offset):
-            raise DeliveryFull(
-                f"cannot ingest stream {stream}: {self.ready_held()} messages ready (max_unacked "
-                f"{self._config.max_unacked}), ack window {tracker.window(stream)} (max_acked_above "
-                f"{self._config.max_acked_above})"
-            )
-        tracker.track(stream, entry.offset)
+        if not admitted:
+            if tracker.is_done(stream, entry.offset, entry.key_hash):
+                return False
+            if (chain is None or not chain.run) and not self.can_ingest(stream, entry.offset):
+                raise DeliveryFull(
+                    f"cannot ingest stream {stream}: {self.ready_held()} messages ready (max_unacked "
+                    f"{self._config.max_unacked}), ack window {tracker.window(stream)} (max_acked_above "
+                    f"{self._config.max_acked_above})"
+                )
+        if not tracker.track_new(stream, entry.offset, entry.key_hash):
+            return False
         if chain_key is not None and chain is None:
             chain = self._chains[chain_key] = _Chain(chain_key, (entry.ctx_id, entry.key_hash))
         msg = _Msg(self._seq, entry, chain)

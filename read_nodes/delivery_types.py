@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from isolation.context import IsolationContext
 from virtual_partitions.hashing import HASH_SPACE, check_virtual_partitions
@@ -193,9 +193,9 @@ class ConsumerSpec:
         object.__setattr__(self, "vps", frozen)
 
 
-@dataclass(frozen=True, slots=True)
-class Delivery:
-    """A message handed to a consumer. ``deadline_ms``: redelivered when not acked by then."""
+class Delivery(NamedTuple):
+    """A message handed to a consumer. ``deadline_ms``: redelivered when not acked by then.
+    (A named tuple: polls build one per message.)"""
 
     message_id: str
     pp: int

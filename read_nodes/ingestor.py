@@ -216,6 +216,7 @@ class Ingestor:
         stopped = False
         plain = order.is_empty()
         source_context = getattr(self._pool.source, "context", lambda _cid: None)
+        source_cached = self._pool.source.cached
         for offset, ref in entries:
             key_hash = ref & 0xFFFFFFFF
             decision = Decision.INGEST if plain else order.check(
@@ -241,13 +242,15 @@ class Ingestor:
                 cold.add(ctx_id)
                 stopped = True
                 break
-            tailed = await self._record(pp, offset, result)
-            if tailed is False:
-                stopped = True
-                break
+            tailed = source_cached(pp, offset)
             if tailed is None:
-                c = offset + 1
-                continue
+                tailed = await self._record(pp, offset, result)
+                if tailed is False:
+                    stopped = True
+                    break
+                if tailed is None:
+                    c = offset + 1
+                    continue
             r = tailed.record
             verdict = delivery.admit(stream, offset, tailed.ctx, ctx_id, key_hash, r.key)
             if verdict == Admission.NOBODY:

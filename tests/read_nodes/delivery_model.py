@@ -72,9 +72,12 @@ class Harness:
         self, ordering: str = "key", max_deliveries: int = 3, vis: int = 100, v: int = 4, form: str = "pair",
         steal: bool = False,
     ) -> None:
+        # how ack state is persisted across failovers: "pair", or "compact" (then, as a read
+        # node runs it, with no pair-form window: the tracker keeps the compact form only)
+        self.form = form
         self.cfg = DeliveryConfig(ordering=ordering, max_deliveries=max_deliveries, visibility_timeout_ms=vis,
-                                  max_unacked=10_000, virtual_partitions=v, steal_when_idle=steal)
-        self.form = form  # how ack state is persisted across failovers: "pair" or "compact"
+                                  max_unacked=10_000, virtual_partitions=v, steal_when_idle=steal,
+                                  max_acked_above=9_000 if form == "pair" else None)
         self.watermarks: dict[int, int] = {}
         self.gd = GroupDelivery(self.cfg)
         self.now = 0
