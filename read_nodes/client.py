@@ -30,7 +30,7 @@ def _group_path(queue: str, group: str) -> str:
     return f"/internal/v1/queues/{_seg(queue)}/groups/{_seg(group)}"
 
 
-def orjson_loads_answer(body: bytes, address: str) -> Any:
+def _parse_answer(body: bytes, address: str) -> Any:
     """A node's answer body as JSON (``bad_node_answer`` when it is not JSON)."""
     try:
         return orjson.loads(body) if body else None
@@ -111,7 +111,7 @@ class ReadNodeClient:
     ) -> list[dict[str, Any]]:
         """Heartbeat and deliver up to ``max_messages`` messages (public message objects)."""
         polled = await self._poll(address, queue, group, consumer_id, max_messages, wait_ms)
-        return self._messages(orjson_loads_answer(polled.body, address), address)
+        return self._messages(_parse_answer(polled.body, address), address)
 
     async def poll_body(
         self, address: str, queue: str, group: str, consumer_id: str, max_messages: int, wait_ms: int
@@ -122,7 +122,7 @@ class ReadNodeClient:
         polled = await self._poll(address, queue, group, consumer_id, max_messages, wait_ms)
         if polled.count >= 0:
             return polled
-        messages = self._messages(orjson_loads_answer(polled.body, address), address)
+        messages = self._messages(_parse_answer(polled.body, address), address)
         return PolledBody(polled.body, len(messages))
 
     async def _poll(
