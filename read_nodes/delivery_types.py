@@ -141,11 +141,8 @@ class DeliveryEntry:
     ctx: IsolationContext
     timestamp_ms: int = 0
     ctx_id: int = 0
-
-    @property
-    def stream(self) -> int:
-        """The (pp, context) stream the record is read and acknowledged in."""
-        return (self.ctx_id << STREAM_PP_BITS) | self.pp
+    stream: int = field(default=0, init=False, repr=False, compare=False)
+    """The (pp, context) stream the record is read and acknowledged in."""
 
     @classmethod
     def trusted(
@@ -162,6 +159,7 @@ class DeliveryEntry:
         setattr_(obj, "ctx", ctx)
         setattr_(obj, "timestamp_ms", timestamp_ms)
         setattr_(obj, "ctx_id", ctx_id)
+        setattr_(obj, "stream", (ctx_id << STREAM_PP_BITS) | pp)
         return obj
 
     def __post_init__(self) -> None:
@@ -174,6 +172,7 @@ class DeliveryEntry:
             raise ValueError(f"key_hash must be an unsigned 32-bit integer, got {h!r}")
         if self.key is not None and not isinstance(self.key, bytes):
             raise ValueError(f"key must be bytes or None, got {type(self.key).__name__}")
+        object.__setattr__(self, "stream", stream_of(self.pp, self.ctx_id))
 
 
 @dataclass(frozen=True, slots=True)

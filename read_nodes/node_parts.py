@@ -27,7 +27,9 @@ from write_nodes.client import WriteNodeClient
 class ReadNodeOptions:
     """Read-node tuning (all durations in ms).
 
-    - ``cache_bytes``: bound of the decoded-record cache shared by all groups;
+    - ``cache_bytes``: bound of the decoded-record cache shared by all groups, in
+      bytes the process really holds (payload plus ``messages.RECORD_OVERHEAD_BYTES``
+      per record): 128 MiB hold about 80,000 records of 1 KiB;
     - ``tail_max_bytes`` / ``tail_wait_ms``: size and long-poll of each tail read;
     - ``index_truncate_ms`` / ``index_keep_offsets``: at most this often, a tailer
       drops the index entries more than ``index_keep_offsets`` offsets below every
@@ -54,7 +56,7 @@ class ReadNodeOptions:
       of its own to do helps the busiest members; per-key order is unaffected).
     """
 
-    cache_bytes: int = 64 * 1024 * 1024
+    cache_bytes: int = 128 * 1024 * 1024
     tail_max_bytes: int = 1024 * 1024
     tail_wait_ms: int = 1000
     index_truncate_ms: int = 1000
