@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import uuid
 from typing import Any
 
 import requests
@@ -97,3 +98,8 @@ class OrderChecker:
 
     def ack(self, ids: list[str]) -> None:
         self.acked.update(ids)
+
+
+def unique_name(prefix: str) -> str:
+    """A queue or group name no other test uses."""
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"

@@ -1,5 +1,6 @@
 import pytest
 
+from tests.integration.api import Api
 from tests.integration.platform import Platform
 
 FAST = {
@@ -17,3 +18,8 @@ def platform(tmp_path_factory):
         p.stop()
     except Exception:
         p.kill_all()
+
+
+@pytest.fixture
+def api(platform):
+    return Api(platform.url)

@@ -2,18 +2,11 @@
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 
-from tests.integration.api import Api
+from tests.integration.api import unique_name
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def api(platform):
-    return Api(platform.url)
 
 
 def _err(r, status: int) -> dict:
@@ -24,7 +17,7 @@ def _err(r, status: int) -> dict:
 
 
 def test_bad_inputs_are_rejected_and_change_nothing(api, platform):
-    q = f"bad-{uuid.uuid4().hex[:8]}"
+    q = unique_name("bad")
     api.put_queue(q, max_message_bytes=1024)
     cid = api.join(q, "g")
     before = api.end_offsets()

@@ -4,22 +4,14 @@ from __future__ import annotations
 
 import base64
 import time
-import uuid
 
 import pytest
 
-from tests.integration.api import Api, OrderChecker
+from tests.integration.api import Api, unique_name, OrderChecker
 
 pytestmark = pytest.mark.integration
 
 
-def _name(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-@pytest.fixture
-def api(platform):
-    return Api(platform.url)
 
 
 def drain(api: Api, queue: str, group: str, cid: str, want: int, timeout_s: float = 20.0, ack: bool = True):
@@ -34,7 +26,7 @@ def drain(api: Api, queue: str, group: str, cid: str, want: int, timeout_s: floa
 
 
 def test_round_trip_json_and_bytes(api):
-    q = _name("rt")
+    q = unique_name("rt")
     assert api.put_queue(q, virtual_partitions=8)["virtual_partitions"] == 8
     results = api.produce(q, [
         {"key": "order-42", "value": {"any": "json"}, "headers": {"h": "v"}},
@@ -65,7 +57,7 @@ def test_round_trip_json_and_bytes(api):
 
 
 def test_per_key_order_across_joins_and_leaves(api):
-    q = _name("order")
+    q = unique_name("order")
     api.put_queue(q, virtual_partitions=4)
     checker = OrderChecker()
     keys = [f"k{i}" for i in range(8)]
@@ -108,7 +100,7 @@ def test_per_key_order_across_joins_and_leaves(api):
 
 
 def test_twelve_consumers_on_two_partitions_all_work(api, platform):
-    q = _name("wide")
+    q = unique_name("wide")
     api.put_queue(q, virtual_partitions=16)
     assert len(api.cluster()["physical_partitions"]) == 2
     api.produce(q, [{"key": f"key-{i}", "value": i} for i in range(600)])
@@ -131,7 +123,7 @@ def test_twelve_consumers_on_two_partitions_all_work(api, platform):
 
 
 def test_lane_fallback_and_isolation(api):
-    q = _name("lane")
+    q = unique_name("lane")
     api.put_queue(q)
     backbone = api.join(q, "g")
     api.produce(q, [{"key": "a", "value": "lane-before"}], headers={"X-Lane": "feat-a"})
@@ -147,7 +139,7 @@ def test_lane_fallback_and_isolation(api):
 
 
 def test_env_is_strict(api):
-    q = _name("env")
+    q = unique_name("env")
     api.put_queue(q)
     prod = api.join(q, "g")
     api.produce(q, [{"key": "x", "value": "test-only"}], headers={"X-Env": "test"})
@@ -158,7 +150,7 @@ def test_env_is_strict(api):
 
 
 def test_set_fallback(api):
-    q = _name("set")
+    q = unique_name("set")
     api.put_queue(q)
     default_set = api.join(q, "g")
     api.produce(q, [{"key": "x", "value": "east-1", "set": "east"}])
@@ -170,7 +162,7 @@ def test_set_fallback(api):
 
 
 def test_redelivery_after_visibility_timeout(api):
-    q = _name("vis")
+    q = unique_name("vis")
     api.put_queue(q, visibility_timeout_ms=800)
     api.produce(q, [{"key": "k", "value": 1}])
     cid = api.join(q, "g")
@@ -183,7 +175,7 @@ def test_redelivery_after_visibility_timeout(api):
 
 
 def test_nack_with_delay(api):
-    q = _name("nack")
+    q = unique_name("nack")
     api.put_queue(q)
     api.produce(q, [{"key": "k", "value": 1}])
     cid = api.join(q, "g")
@@ -196,7 +188,7 @@ def test_nack_with_delay(api):
 
 
 def test_dead_letter_after_max_deliveries(api):
-    q = _name("dlq")
+    q = unique_name("dlq")
     api.put_queue(q, max_deliveries=2)
     produced = api.produce(q, [{"key": "k", "value": "poison", "headers": {"a": "b"}}])[0]
     cid = api.join(q, "g")
@@ -219,7 +211,7 @@ def test_dead_letter_after_max_deliveries(api):
 
 
 def test_lag_by_lane_env_set(api):
-    q = _name("lag")
+    q = unique_name("lag")
     api.put_queue(q)
     cid = api.join(q, "g")
     api.produce(q, [{"key": f"b{i}", "value": i} for i in range(5)])

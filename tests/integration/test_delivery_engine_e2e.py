@@ -4,22 +4,14 @@ consumes left in the log, a poison key that reaches the DLQ while the others flo
 from __future__ import annotations
 
 import time
-import uuid
 
 import pytest
 
-from tests.integration.api import Api
+from tests.integration.api import Api, unique_name
 
 pytestmark = pytest.mark.integration
 
 
-def _name(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-@pytest.fixture
-def api(platform):
-    return Api(platform.url)
 
 
 def produce_many(api: Api, queue: str, messages: list[dict], headers: dict | None = None) -> list[dict]:
@@ -30,7 +22,7 @@ def produce_many(api: Api, queue: str, messages: list[dict], headers: dict | Non
 
 
 def test_a_hot_key_drains_in_runs_in_order(api):
-    q = _name("hot")
+    q = unique_name("hot")
     api.put_queue(q, virtual_partitions=4)
     produced = produce_many(api, q, [{"key": "hot", "value": i} for i in range(2000)])
     cid = api.join(q, "g")
@@ -49,7 +41,7 @@ def test_a_hot_key_drains_in_runs_in_order(api):
 
 
 def test_an_env_nobody_consumes_never_holds_back_prod(api):
-    q = _name("env")
+    q = unique_name("env")
     api.put_queue(q, virtual_partitions=4)
     cid = api.join(q, "g")  # the group has prod consumers only
     produce_many(api, q, [{"key": f"t{i % 50}", "value": i} for i in range(25_000)], headers={"X-Env": "test"})
@@ -79,7 +71,7 @@ def test_an_env_nobody_consumes_never_holds_back_prod(api):
 
 
 def test_a_poison_key_reaches_the_dlq_then_its_next_message_flows(api):
-    q = _name("poison")
+    q = unique_name("poison")
     api.put_queue(q, virtual_partitions=4, max_deliveries=3)
     msgs = [{"key": "poison", "value": "bad"}, {"key": "poison", "value": "next"}]
     msgs += [{"key": f"k{i % 20}", "value": i} for i in range(200)]
