@@ -84,13 +84,22 @@ class GroupMembers:
         self._delivery.poll(consumer_id, 0, now_ms)  # a join is a heartbeat
 
     async def remove(self, consumer_id: str, queue_vps: int, now_ms: int) -> bool:
-        """Remove a member (leave or session timeout); False when it was not one."""
-        if self.members.pop(consumer_id, None) is None:
+        """Remove a member (leave or session timeout); False when it was not one. The
+        member leaves the metadata store first, then its messages go to the others:
+        whoever receives them sees a membership that no longer lists it. When the store
+        cannot be reached the member stays (the error propagates; a later tick retries)."""
+        ctx = self.members.pop(consumer_id, None)
+        if ctx is None:
             return False
+        try:
+            await self._md.groups.leave(self.queue, self.group, consumer_id)
+        except BaseException:
+            self.members.setdefault(consumer_id, ctx)
+            raise
         self._hb.pop(consumer_id, None)
-        self._delivery.leave(consumer_id, now_ms)
+        if self._delivery.is_member(consumer_id):
+            self._delivery.leave(consumer_id, now_ms)
         self.reassign(queue_vps, now_ms)
-        await self._md.groups.leave(self.queue, self.group, consumer_id)
         return True
 
     def reassign(self, queue_vps: int, now_ms: int) -> None:
