@@ -50,7 +50,9 @@ def test_catchup_quick(platform_url: str) -> None:
 
 
 def test_envflood_quick(platform_url: str) -> None:
-    result = runner.invoke(app, ["bench", "envflood", "--url", platform_url, "--quick", "--flood", "5000",
+    # 25,000 messages nobody consumes: more than the read node's window of ready messages
+    # (max_unacked 20,000), which they filled before the delivery engine left them in the log
+    result = runner.invoke(app, ["bench", "envflood", "--url", platform_url, "--quick", "--flood", "25000",
                                  "--prod-seconds", "1", "--settle", "10"])
     assert result.exit_code == 0, result.output
     last = last_json(result.output)
