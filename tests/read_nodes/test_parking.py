@@ -196,3 +196,20 @@ async def test_the_ingestor_reports_the_contexts_it_cannot_deliver() -> None:
     assert reports[-1] == ("g", 7, frozenset())
     await ing.close()
     assert reports[-1] == ("g", 7, None)
+
+
+def test_a_state_kept_per_pp_alone_holds_for_every_context_of_that_pp() -> None:
+    """An ack state persisted per pp (format 1, before streams) restores every context's
+    stream of that pp: nothing done there is delivered again, nothing else is lost."""
+    legacy = {0: decode_state("1|7|2|10|4:0|")[2]}  # offsets < 10 of pp 0 done, except 4
+    g = GroupDelivery(DeliveryConfig(virtual_partitions=1))
+    g.restore(legacy)
+    g.join("p", PROD, [0], 0)
+    g.join("t", TEST, [0], 0)
+    s_prod, s_test = stream_of(0, PROD_ID), stream_of(0, TEST_ID)
+    assert g.low_watermark(s_prod) == g.low_watermark(s_test) == 4
+    for off in range(12):
+        ctx, cid = (PROD, PROD_ID) if off % 2 else (TEST, TEST_ID)
+        g.ingest(DeliveryEntry(0, off, 100 + off, b"k%d" % off, ctx, 0, cid))
+    got = sorted(d.offset for c in ("p", "t") for d in g.poll(c, 100, 1))
+    assert got == [4, 10, 11]
