@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
 from isolation.context import IsolationContext
-from read_nodes.client import PolledBody
+from common.poll_body import PolledBody
 from write_nodes.outgoing import OutgoingBatch, ProduceResults
 
 

@@ -47,7 +47,8 @@ from metadata.events import EventListener
 from metadata.map_cache import MapCache
 from metadata.queues import QueueRecord
 from metadata.store import MetadataStore
-from read_nodes.client import PolledBody, ReadNodeClient
+from common.poll_body import PolledBody
+from read_nodes.client import ReadNodeClient
 from virtual_partitions.router import ProduceRouter
 from write_nodes.append_accumulator import AppendAccumulator
 from write_nodes.client import WriteNodeClient

@@ -11,7 +11,7 @@ from gateway.http import JSON_CONTENT_TYPE, isolation_headers, json_response, re
 from gateway.keys import BACKEND_KEY, METRICS_KEY, SETTINGS_KEY
 from gateway.models import AckRequest, JoinRequest, NackRequest, PollRequest
 from isolation.context import IsolationError, PartialContext, resolve
-from read_nodes.client import PolledBody
+from common.poll_body import PolledBody
 
 
 async def join(request: web.Request) -> web.Response:

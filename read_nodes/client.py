@@ -11,13 +11,14 @@ other call by ``timeout_s``.
 
 from __future__ import annotations
 
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 from urllib.parse import quote
 
 import aiohttp
 import orjson
 
 from common.errors import InternalError
+from common.poll_body import PolledBody
 from read_nodes.handlers import MESSAGE_COUNT_HEADER
 from write_nodes.client import BAD_NODE_ANSWER, MAX_WAIT_MS, call_node
 
@@ -49,14 +50,6 @@ def _count(obj: Any, name: str, address: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
         raise InternalError(BAD_NODE_ANSWER, f"read node {address} answered without the integer {name!r}")
     return value
-
-
-class PolledBody(NamedTuple):
-    """A poll answer as the read node encoded it: ``body`` is the JSON object
-    ``{"messages": [...]}`` of the public API, ``count`` how many messages it holds."""
-
-    body: bytes
-    count: int
 
 
 def _message_count(raw: str | None) -> int | None:

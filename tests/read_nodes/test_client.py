@@ -11,7 +11,8 @@ import pytest
 from aiohttp import web
 
 from common.errors import Conflict, InternalError, NotFound, Unavailable
-from read_nodes.client import PolledBody, ReadNodeClient
+from common.poll_body import PolledBody
+from read_nodes.client import ReadNodeClient
 from tests.gateway.cluster_fakes import FakeReadNode
 
 
