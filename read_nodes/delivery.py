@@ -63,105 +63,38 @@ Cost: ``poll`` is ``O(b + k log b)`` for ``k`` runs started from ``b``
 non-empty (message context, vp) buckets the consumer sees, plus the messages
 taken; ``ack``/``nack``/``ingest`` are ``O(log n)`` per message.
 
-Persistence: ``ack_state()`` gives per pp ``(low_watermark, acked_above)`` (the
-form ``metadata.acks`` stores), ``compact_ack_state()`` a form bounded by the
-outstanding messages; ``restore`` takes either (see ``read_nodes.ack_tracker``).
+Membership is ``read_nodes.delivery_membership``; dead letters, persistence
+(``ack_state``, ``restore``) and statistics are ``read_nodes.delivery_reports``.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 
 from isolation.context import IsolationContext
 from isolation.routing import Router
-from read_nodes.ack_tracker import AckStateLike, AckTracker, PartitionAckState
+from read_nodes.ack_tracker import AckTracker
+from read_nodes.delivery_items import (
+    DELAYED, INFLIGHT, READY, WAITING, Chain, ChainKey, Consumer, Msg, ParkKey, Pos, Timer, check_now,
+)
+from read_nodes.delivery_membership import DeliveryMembership
+from read_nodes.delivery_parking import DeliveryParking
+from read_nodes.delivery_reports import DeliveryReports
 from read_nodes.delivery_types import (
     Admission,
-    ConsumerSpec,
     DeadLetter,
     Delivery,
     DeliveryConfig,
     DeliveryEntry,
     DeliveryFull,
-    LagReport,
-    MemberInfo,
-    UnknownConsumer,
 )
 from read_nodes.message_id import decode_message_ids, encode_message_id
 from read_nodes.ready_buckets import FIRST_DELIVERY, REDELIVERY, ReadyBuckets
 from read_nodes.routing_table import RouterFactory, RoutingTable
-from virtual_partitions.hashing import check_virtual_partitions
-
-_WAITING, _READY, _INFLIGHT, _DELAYED = range(4)
-
-Pos = tuple[int, int]
-ChainKey = tuple[bytes, IsolationContext]
-ParkKey = tuple[int, int]
-"""(context id, key hash) of a parked key."""
 
 
-class _Msg:
-    __slots__ = ("seq", "entry", "chain", "state", "holder", "count", "due", "timer")
-
-    def __init__(self, seq: int, entry: DeliveryEntry, chain: _Chain | None) -> None:
-        self.seq = seq
-        self.entry = entry
-        self.chain = chain
-        self.state = _WAITING
-        self.holder: str | None = None
-        self.count = 0
-        self.due: int | None = None
-        self.timer: _Timer | None = None
-
-
-class _Timer:
-    """One deadline shared by the messages of one poll (or one nack delay). A message
-    leaves it when it is acked, failed or redelivered (``live`` counts those still on
-    it); once none is left the list is dropped, so a stale entry holds nothing."""
-
-    __slots__ = ("due", "msgs", "live")
-
-    def __init__(self, due: int, msgs: list[_Msg]) -> None:
-        self.due = due
-        self.msgs: list[_Msg] | None = msgs
-        self.live = len(msgs)
-
-
-class _Chain:
-    """The messages of one (key, context) held here: ``pending`` (not in flight, in
-    key order; its head may be delayed by a nack) and ``run`` (in flight, in key
-    order: the one run the key may have out). ``counted``: how many of ``pending``
-    count as blocked read-ahead (all of them while a run is out, else none)."""
-
-    __slots__ = ("key", "parked_key", "pending", "run", "counted")
-
-    def __init__(self, key: ChainKey, parked_key: ParkKey) -> None:
-        self.key = key
-        self.parked_key = parked_key
-        self.pending: deque[_Msg] = deque()
-        self.run: dict[_Msg, None] = {}  # in flight, in key order (insertion order)
-        self.counted = 0
-
-
-class _Consumer:
-    __slots__ = ("ctx", "vps", "inflight", "last_seen")
-
-    def __init__(self, ctx: IsolationContext, vps: frozenset[int], last_seen: int) -> None:
-        self.ctx = ctx
-        self.vps = vps
-        self.inflight: set[Pos] = set()
-        self.last_seen = last_seen
-
-
-def _check_now(now_ms: object) -> int:
-    if not isinstance(now_ms, int) or isinstance(now_ms, bool):
-        raise ValueError(f"now_ms must be an integer, got {now_ms!r}")
-    return now_ms
-
-
-class GroupDelivery:
+class GroupDelivery(DeliveryMembership, DeliveryParking, DeliveryReports):
     """Delivery state of one group on one queue (see the module docstring).
 
     ``router_factory(live_contexts)`` returns the routing function for a set of
@@ -178,11 +111,11 @@ class GroupDelivery:
             fallback = config.set_fallback
             router_factory = lambda live: Router(live, fallback).route  # noqa: E731
         self._routes = RoutingTable(router_factory)
-        self._consumers: dict[str, _Consumer] = {}
-        self._msgs: dict[Pos, _Msg] = {}
-        self._chains: dict[ChainKey, _Chain] = {}
-        self._ready: ReadyBuckets[IsolationContext, _Msg] = ReadyBuckets()
-        self._timers: list[tuple[int, int, _Timer]] = []  # heap of (due_ms, seq, timer): in flight and delayed
+        self._consumers: dict[str, Consumer] = {}
+        self._msgs: dict[Pos, Msg] = {}
+        self._chains: dict[ChainKey, Chain] = {}
+        self._ready: ReadyBuckets[IsolationContext, Msg] = ReadyBuckets()
+        self._timers: list[tuple[int, int, Timer]] = []  # heap of (due_ms, seq, timer): in flight and delayed
         self._timer_seq = 0
         self._ctx_count: dict[IsolationContext, int] = {}
         self._tracker = AckTracker(pair_form=config.max_acked_above is not None)
@@ -192,7 +125,7 @@ class GroupDelivery:
         self._members_by_ctx: dict[IsolationContext, int] = {}
         self._inflight_by_ctx: dict[IsolationContext, int] = {}
         self._inflight = 0
-        self._blocked = 0  # messages held behind a run in flight (sum of _Chain.counted)
+        self._blocked = 0  # messages held behind a run in flight (sum of Chain.counted)
         self._unroutable: frozenset[IsolationContext] = frozenset()
         self._unroutable_held = 0  # messages held of contexts no live consumer takes (not in flight)
         self._parked: dict[ParkKey, int] = {}  # parked key -> messages of it held here
@@ -206,134 +139,6 @@ class GroupDelivery:
     @property
     def virtual_partitions(self) -> int:
         return self._v
-
-    def set_virtual_partitions(self, virtual_partitions: int) -> None:
-        """Adopt a larger V after a split: vps are re-projected from the stored key
-        hashes (per-key order is unaffected). ValueError when V would shrink."""
-        check_virtual_partitions(virtual_partitions)
-        if virtual_partitions < self._v:
-            raise ValueError(f"virtual_partitions may only grow ({self._v} -> {virtual_partitions})")
-        if virtual_partitions == self._v:
-            return
-        self._v = virtual_partitions
-        self._mask = virtual_partitions - 1
-        for ctx, prio, seq, msg in self._ready.drain():
-            self._ready.push(ctx, msg.entry.key_hash & self._mask, prio, seq, msg)
-
-    # ------------------------------------------------------------- membership
-    def _consumer(self, consumer_id: str) -> _Consumer:
-        c = self._consumers.get(consumer_id)
-        if c is None:
-            raise UnknownConsumer(consumer_id)
-        return c
-
-    def _check_vps(self, consumer_id: str, vps: frozenset[int], virtual_partitions: int) -> None:
-        if not isinstance(consumer_id, str) or not consumer_id:
-            raise ValueError(f"consumer id must be a non-empty string, got {consumer_id!r}")
-        bad = [vp for vp in vps if vp >= virtual_partitions]
-        if bad:
-            raise ValueError(
-                f"consumer {consumer_id!r}: vp {min(bad)} out of range for {virtual_partitions} virtual partitions"
-            )
-
-    def _reroute(self) -> None:
-        self._routes.rebuild((c.ctx for c in self._consumers.values()), self._ctx_count)
-        members: dict[IsolationContext, int] = {}
-        for c in self._consumers.values():
-            members[c.ctx] = members.get(c.ctx, 0) + 1
-        self._members_by_ctx = members
-        route_of = self._routes.route_of
-        self._unroutable = frozenset(ctx for ctx in self._ctx_count if route_of(ctx) is None)
-        held = 0
-        if self._unroutable:
-            for msg in self._msgs.values():
-                if msg.state != _INFLIGHT and msg.entry.ctx in self._unroutable:
-                    held += 1
-        self._unroutable_held = held
-
-    def _release_all(self, consumer_id: str, now_ms: int) -> int:
-        c = self._consumers[consumer_id]
-        n = len(c.inflight)
-        msgs = sorted((self._msgs[pos] for pos in c.inflight), key=lambda m: m.seq)
-        for msg in msgs:
-            if msg.state == _INFLIGHT and msg.holder == consumer_id:  # an earlier one's run may have taken it back
-                self._fail(msg, "left", 0, now_ms)
-        return n
-
-    def set_consumers(
-        self, consumers: Mapping[str, ConsumerSpec], now_ms: int, virtual_partitions: int | None = None
-    ) -> list[str]:
-        """Make ``consumers`` the live members, with their contexts and owned vps
-        (typically straight from a new assignment, whose V is ``virtual_partitions``).
-
-        Members not listed leave (their in-flight messages are redelivered to others
-        at once); a member whose context changed leaves and rejoins. Returns the ids
-        that left. Owned vps only steer work: correctness (order, at-least-once) does
-        not depend on the assignment being complete or exclusive.
-        """
-        _check_now(now_ms)
-        new_v = self._v if virtual_partitions is None else virtual_partitions
-        check_virtual_partitions(new_v)
-        if new_v < self._v:
-            raise ValueError(f"virtual_partitions may only grow ({self._v} -> {new_v})")
-        for cid, spec in consumers.items():
-            if not isinstance(spec, ConsumerSpec):
-                raise ValueError(f"consumer {cid!r}: expected a ConsumerSpec, got {type(spec).__name__}")
-            self._check_vps(cid, spec.vps, new_v)
-        self.set_virtual_partitions(new_v)
-        self.expire(now_ms)
-        left: list[str] = []
-        for cid, c in list(self._consumers.items()):
-            spec = consumers.get(cid)
-            if spec is None or spec.ctx != c.ctx:
-                self._release_all(cid, now_ms)
-                del self._consumers[cid]
-                if spec is None:
-                    left.append(cid)
-        for cid, spec in consumers.items():
-            c = self._consumers.get(cid)
-            if c is None:
-                self._consumers[cid] = _Consumer(spec.ctx, spec.vps, now_ms)
-            else:
-                c.vps = spec.vps
-        self._reroute()
-        return left
-
-    def join(self, consumer_id: str, ctx: IsolationContext, vps: Iterable[int], now_ms: int) -> None:
-        """Add (or update) one member; counts as its heartbeat. Other members keep
-        their vps: when the assignment moves vps, follow with ``set_consumers`` (or
-        use it directly) with the whole new assignment."""
-        specs = {cid: ConsumerSpec(c.ctx, c.vps) for cid, c in self._consumers.items()}
-        specs[consumer_id] = ConsumerSpec(ctx, vps)
-        self.set_consumers(specs, now_ms)
-        c = self._consumers[consumer_id]
-        c.last_seen = max(c.last_seen, now_ms)
-
-    def set_vps(self, consumer_id: str, vps: Iterable[int]) -> None:
-        """Change the vps one member owns (UnknownConsumer when not a member)."""
-        c = self._consumer(consumer_id)
-        frozen = ConsumerSpec(c.ctx, vps).vps
-        self._check_vps(consumer_id, frozen, self._v)
-        c.vps = frozen
-
-    def leave(self, consumer_id: str, now_ms: int) -> int:
-        """Remove a member; its unacked messages become deliverable to others at once
-        (or are dead-lettered when they reached ``max_deliveries``). Returns how many
-        it held. UnknownConsumer when not a member."""
-        _check_now(now_ms)
-        self._consumer(consumer_id)
-        self.expire(now_ms)
-        released = self._release_all(consumer_id, now_ms)
-        del self._consumers[consumer_id]
-        self._reroute()
-        return released
-
-    def idle_consumers(self, now_ms: int, session_timeout_ms: int) -> list[str]:
-        """Members that have not polled (nor joined) for ``session_timeout_ms``."""
-        return sorted(cid for cid, c in self._consumers.items() if now_ms - c.last_seen >= session_timeout_ms)
-
-    def is_member(self, consumer_id: str) -> bool:
-        return consumer_id in self._consumers
 
     # -------------------------------------------------------------- ingestion
     def outstanding(self) -> int:
@@ -423,8 +228,8 @@ class GroupDelivery:
         if not tracker.track_new(stream, entry.offset, entry.key_hash):
             return False
         if chain_key is not None and chain is None:
-            chain = self._chains[chain_key] = _Chain(chain_key, (entry.ctx_id, entry.key_hash))
-        msg = _Msg(self._seq, entry, chain)
+            chain = self._chains[chain_key] = Chain(chain_key, (entry.ctx_id, entry.key_hash))
+        msg = Msg(self._seq, entry, chain)
         self._seq += 1
         self._msgs[pos] = msg
         ctx = entry.ctx
@@ -454,84 +259,27 @@ class GroupDelivery:
         never call it ahead of ingestion, or the records in between count as done."""
         self._tracker.mark_scanned(pp, offset)
 
-    # ------------------------------------------------------------- parked keys
-    def park_key(self, ctx_id: int, key_hash: int, stream: int, segment_id: int, from_offset: int) -> None:
-        """The reader leaves the records of (``ctx_id``, ``key_hash``) in ``stream`` from
-        ``from_offset`` on in the log (segment ``segment_id``): ``admit`` parks the key
-        everywhere until ``unpark_key``, and ``refills`` names it once it has room."""
-        pk = (ctx_id, key_hash)
-        if pk not in self._parked:
-            self._parked[pk] = sum(len(c.pending) + len(c.run) for c in self._chains.values() if c.parked_key == pk)
-        self._tracker.park(stream, segment_id, key_hash, from_offset)
-
-    def park_progress(self, stream: int, segment_id: int, from_offset: int | None = None,
-                      until: int | None = None) -> None:
-        """A refill ingested a segment's records below ``from_offset``; or the segment
-        ends below ``until``."""
-        if from_offset is not None:
-            self._tracker.park_from(stream, segment_id, from_offset)
-        if until is not None:
-            self._tracker.park_until(stream, segment_id, until)
-
-    def drop_segment(self, stream: int, segment_id: int) -> None:
-        """A segment was refilled to its end."""
-        self._tracker.unpark(stream, segment_id)
-
-    def unpark_key(self, ctx_id: int, key_hash: int) -> None:
-        """The key has no parked record left: its records are admitted as usual again."""
-        self._parked.pop((ctx_id, key_hash), None)
-        self._refills.discard((ctx_id, key_hash))
-
-    def key_room(self, ctx_id: int, key_hash: int) -> int:
-        """How many more messages of a parked key a refill may hand over now."""
-        held = self._parked.get((ctx_id, key_hash))
-        if held is None:
-            return 0
-        room = self._config.key_read_ahead - held
-        if room > 0 and self._blocked >= self._config.blocked_read_ahead:
-            return 0
-        return max(0, room)
-
-    def refills(self) -> list[ParkKey]:
-        """Parked keys that have had room since the last call (half their read-ahead)."""
-        out = sorted(self._refills)
-        self._refills.clear()
-        return out
-
-    def parked_keys(self) -> int:
-        return len(self._parked)
-
-    def _released(self, msg: _Msg) -> None:
-        """``msg`` left this state (done): a parked key may have room again."""
-        pk = (msg.entry.ctx_id, msg.entry.key_hash)
-        held = self._parked.get(pk)
-        if held is not None:
-            held -= 1
-            self._parked[pk] = held
-            if held <= self._config.key_read_ahead // 2:
-                self._refills.add(pk)
-
     # ---------------------------------------------------------------- delivery
-    def _recount(self, chain: _Chain) -> None:
+    def _recount(self, chain: Chain) -> None:
         counted = len(chain.pending) if chain.run else 0
         self._blocked += counted - chain.counted
         chain.counted = counted
 
-    def _make_ready(self, msg: _Msg) -> None:
-        msg.state = _READY
+    def _make_ready(self, msg: Msg) -> None:
+        msg.state = READY
         prio = REDELIVERY if msg.count else FIRST_DELIVERY
         self._ready.push(msg.entry.ctx, msg.entry.key_hash & self._mask, prio, msg.seq, msg)
 
-    def _kick(self, chain: _Chain) -> None:
+    def _kick(self, chain: Chain) -> None:
         """Make the chain's next message ready when the key has no run out."""
         if not chain.run and chain.pending:
             head = chain.pending[0]
-            if head.state == _WAITING:
+            if head.state == WAITING:
                 self._make_ready(head)
 
     def poll(self, consumer_id: str, max_messages: int, now_ms: int) -> list[Delivery]:
         """Up to ``max_messages`` messages for ``consumer_id`` (its heartbeat too)."""
-        _check_now(now_ms)
+        check_now(now_ms)
         c = self._consumer(consumer_id)
         if now_ms > c.last_seen:
             c.last_seen = now_ms
@@ -547,7 +295,7 @@ class GroupDelivery:
             taken = self._ready.take(sources, None, max_messages, self._run_length)
         deadline = now_ms + self._config.visibility_timeout_ms
         out: list[Delivery] = []
-        delivered: list[_Msg] = []
+        delivered: list[Msg] = []
         room = max_messages
         for head in taken:
             chain = head.chain
@@ -557,7 +305,7 @@ class GroupDelivery:
                 room -= 1
                 continue
             pending = chain.pending
-            while room > 0 and pending and (pending[0] is head or pending[0].state == _WAITING):
+            while room > 0 and pending and (pending[0] is head or pending[0].state == WAITING):
                 msg = pending.popleft()
                 chain.run[msg] = None
                 self._deliver(msg, consumer_id, c, deadline, out)
@@ -570,28 +318,28 @@ class GroupDelivery:
             self._add_timer(deadline, delivered)
         return out
 
-    def _add_timer(self, due: int, msgs: list[_Msg]) -> None:
-        timer = _Timer(due, msgs)
+    def _add_timer(self, due: int, msgs: list[Msg]) -> None:
+        timer = Timer(due, msgs)
         for msg in msgs:
             msg.timer = timer
         self._timer_seq += 1
         heapq.heappush(self._timers, (due, self._timer_seq, timer))
 
-    def _run_length(self, head: _Msg, room: int) -> int:
+    def _run_length(self, head: Msg, room: int) -> int:
         """How many messages a poll with ``room`` left takes when it takes ``head``."""
         chain = head.chain
         if chain is None or room <= 1:
             return 1
         n = 0
         for msg in chain.pending:
-            if n >= room or (msg is not head and msg.state != _WAITING):
+            if n >= room or (msg is not head and msg.state != WAITING):
                 break
             n += 1
         return max(n, 1)
 
-    def _deliver(self, msg: _Msg, consumer_id: str, c: _Consumer, deadline: int, out: list[Delivery]) -> None:
+    def _deliver(self, msg: Msg, consumer_id: str, c: Consumer, deadline: int, out: list[Delivery]) -> None:
         e = msg.entry
-        msg.state = _INFLIGHT
+        msg.state = INFLIGHT
         msg.holder = consumer_id
         msg.count += 1
         msg.due = deadline
@@ -629,7 +377,7 @@ class GroupDelivery:
             return self._ready.any_for(self._routes.sources(c.ctx), None)
         return bool(c.vps) and self._ready.any_for(self._routes.sources(c.ctx), c.vps)
 
-    def _clear_timer(self, msg: _Msg) -> None:
+    def _clear_timer(self, msg: Msg) -> None:
         timer = msg.timer
         if timer is not None:
             msg.timer = None
@@ -646,12 +394,12 @@ class GroupDelivery:
                 self._inflight -= 1
             msg.holder = None
 
-    def _finish(self, msg: _Msg, dead: DeadLetter | None, acked: dict[int, list[int]] | None = None) -> None:
+    def _finish(self, msg: Msg, dead: DeadLetter | None, acked: dict[int, list[int]] | None = None) -> None:
         """Acked (``dead`` None) or dead-lettered: done for delivery and order. Only
         for a message in flight (or, dead, one just failed out of a run). With
         ``acked``, an ack's offset is collected there per stream for the caller to
         hand to the tracker at once."""
-        was_inflight = msg.state == _INFLIGHT
+        was_inflight = msg.state == INFLIGHT
         self._clear_timer(msg)
         e = msg.entry
         pos = (e.pp, e.offset)
@@ -684,7 +432,7 @@ class GroupDelivery:
             else:
                 self._recount(chain)
 
-    def _fail(self, msg: _Msg, reason: str, delay_ms: int, now_ms: int, delayed: set[Pos] | None = None) -> None:
+    def _fail(self, msg: Msg, reason: str, delay_ms: int, now_ms: int, delayed: set[Pos] | None = None) -> None:
         """An in-flight delivery was not acked: deliver it again, with the later
         messages of its run (back in order, ahead of anything newer of the key); or
         dead-letter it when it reached ``max_deliveries``. Later messages of the run
@@ -697,7 +445,7 @@ class GroupDelivery:
                 del chain.run[m]
             for m in back:
                 self._clear_timer(m)
-                m.state = _WAITING
+                m.state = WAITING
                 if m is not msg:
                     m.count -= 1  # withdrawn, not failed: that delivery does not count
                     if delayed and delay_ms > 0 and (m.entry.pp, m.entry.offset) in delayed:
@@ -707,7 +455,7 @@ class GroupDelivery:
             chain.pending.extendleft(reversed(back))
         else:
             self._clear_timer(msg)
-            msg.state = _WAITING
+            msg.state = WAITING
             if msg.entry.ctx in self._unroutable:
                 self._unroutable_held += 1
         if msg.count >= self._config.max_deliveries:
@@ -723,8 +471,8 @@ class GroupDelivery:
             self._kick(chain)
             self._recount(chain)
 
-    def _delay(self, msg: _Msg, due: int) -> None:
-        msg.state = _DELAYED
+    def _delay(self, msg: Msg, due: int) -> None:
+        msg.state = DELAYED
         msg.due = due
         self._add_timer(due, [msg])
 
@@ -732,7 +480,7 @@ class GroupDelivery:
         """Apply timeouts due at ``now_ms``: deliveries past their visibility deadline
         are redelivered (or dead-lettered), nack delays that elapsed end. Returns how
         many messages changed state."""
-        _check_now(now_ms)
+        check_now(now_ms)
         timers = self._timers
         n = 0
         while timers and timers[0][0] <= now_ms:
@@ -740,9 +488,9 @@ class GroupDelivery:
             for msg in timer.msgs or ():
                 if msg.timer is not timer:
                     continue  # acked, failed or given back since
-                if msg.state == _DELAYED:
+                if msg.state == DELAYED:
                     self._clear_timer(msg)
-                    msg.state = _WAITING
+                    msg.state = WAITING
                     if msg.chain is None:
                         self._make_ready(msg)
                     else:
@@ -760,12 +508,12 @@ class GroupDelivery:
             heapq.heappop(timers)
         return timers[0][0] if timers else None
 
-    def _held(self, consumer_id: str, positions: Iterable[Pos]) -> list[_Msg]:
-        out: list[_Msg] = []
+    def _held(self, consumer_id: str, positions: Iterable[Pos]) -> list[Msg]:
+        out: list[Msg] = []
         seen: set[Pos] = set()
         for pos in positions:
             msg = self._msgs.get(pos)
-            if msg is not None and msg.holder == consumer_id and msg.state == _INFLIGHT and pos not in seen:
+            if msg is not None and msg.holder == consumer_id and msg.state == INFLIGHT and pos not in seen:
                 seen.add(pos)
                 out.append(msg)
         return out
@@ -794,7 +542,7 @@ class GroupDelivery:
         ``delay_ms`` (their key stays blocked meanwhile) with the later messages of
         their runs, or dead-lettered when they reached ``max_deliveries``. Returns
         how many were in flight to it."""
-        _check_now(now_ms)
+        check_now(now_ms)
         if not isinstance(delay_ms, int) or isinstance(delay_ms, bool) or delay_ms < 0:
             raise ValueError(f"delay_ms must be an integer >= 0, got {delay_ms!r}")
         self._consumer(consumer_id)
@@ -803,126 +551,6 @@ class GroupDelivery:
         held = sorted(self._held(consumer_id, positions), key=lambda m: m.seq)
         nacked = {(m.entry.pp, m.entry.offset) for m in held}
         for msg in held:
-            if msg.state == _INFLIGHT and msg.holder == consumer_id:  # else given back (and delayed) with an earlier one
+            if msg.state == INFLIGHT and msg.holder == consumer_id:  # else given back (and delayed) with an earlier one
                 self._fail(msg, "nack", delay_ms, now_ms, nacked)
         return len(held)
-
-    # ------------------------------------------------------------ dead letters
-    def take_dead_letters(self) -> list[DeadLetter]:
-        """Dead letters not handed out yet, oldest first. They stay outstanding in
-        ``ack_state`` (so a crash redelivers them) until ``confirm_dead_letters``."""
-        out = list(self._dead_untaken.values())
-        self._dead_taken.update(self._dead_untaken)
-        self._dead_untaken.clear()
-        return out
-
-    def confirm_dead_letters(self, ids: Iterable[str]) -> int:
-        """The service has durably produced these dead letters to the DLQ: they are
-        done for good. Returns how many were taken and not yet confirmed."""
-        n = 0
-        for pos in decode_message_ids(list(ids)):
-            if self._dead_taken.pop(pos, None) is not None:
-                self._tracker.done(*pos)
-                n += 1
-        return n
-
-    # ------------------------------------------------------------- persistence
-    def ack_state(self) -> dict[int, tuple[int, list[int]]]:
-        """Per pp, ``(low_watermark, sorted done offsets >= it)``: every offset of this
-        queue below the watermark is acked or dead-lettered (confirmed). Persist it
-        (``metadata.acks``) so that a takeover (``restore``) redelivers exactly the
-        messages not done. The watermark never goes backwards. See
-        ``read_nodes.ack_tracker`` for its size and ``compact_ack_state``."""
-        return self._tracker.pair_state()
-
-    def compact_ack_state(self) -> dict[int, PartitionAckState]:
-        """The same information bounded by the outstanding messages (see
-        ``read_nodes.ack_tracker``); ``restore`` accepts either form."""
-        return self._tracker.state()
-
-    def low_watermark(self, pp: int) -> int:
-        """Re-read ``pp`` from here after a restore: everything below is done."""
-        return self._tracker.low_watermark(pp)
-
-    def restore(self, states: Mapping[int, AckStateLike]) -> None:
-        """Start from persisted ack states, per pp a ``(low_watermark, acked_above)``
-        pair, an object with those attributes, or a ``PartitionAckState``; before any
-        ingest. Records done there are skipped by ``ingest``; every other record is
-        delivered again (delivery counts restart). ValueError when messages were
-        already ingested or a state is malformed (nothing changes)."""
-        if self._msgs or self._dead_untaken or self._dead_taken:
-            raise ValueError("restore must happen before any ingest")
-        self._tracker.restore(states)
-
-    # ------------------------------------------------------------------- stats
-    def lag(self) -> LagReport:
-        """Messages ingested and not yet done, by lane, env and set of the message,
-        by vp, and the oldest one's timestamp (overall and per message context)."""
-        by_lane: dict[str, int] = {}
-        by_env: dict[str, int] = {}
-        by_set: dict[str, int] = {}
-        for ctx, n in self._ctx_count.items():
-            by_lane[ctx.lane] = by_lane.get(ctx.lane, 0) + n
-            by_env[ctx.env] = by_env.get(ctx.env, 0) + n
-            by_set[ctx.set] = by_set.get(ctx.set, 0) + n
-        by_vp: dict[int, int] = {}
-        oldest: dict[IsolationContext, int] = {}
-        mask = self._mask
-        for msg in self._msgs.values():
-            e = msg.entry
-            vp = e.key_hash & mask
-            by_vp[vp] = by_vp.get(vp, 0) + 1
-            ts = oldest.get(e.ctx)
-            if ts is None or e.timestamp_ms < ts:
-                oldest[e.ctx] = e.timestamp_ms
-        return LagReport(
-            len(self._msgs), by_lane, by_env, by_set, by_vp, min(oldest.values()) if oldest else None, oldest
-        )
-
-    def in_flight_by_context(self) -> dict[IsolationContext, int]:
-        """Messages in flight per member context (kept incrementally for ``poll``)."""
-        return {ctx: n for ctx, n in self._inflight_by_ctx.items() if n}
-
-    def inflight_count(self, consumer_id: str) -> int:
-        return len(self._consumer(consumer_id).inflight)
-
-    def members(self) -> list[MemberInfo]:
-        """The live consumers, by id."""
-        return [
-            MemberInfo(cid, c.ctx, tuple(sorted(c.vps)), len(c.inflight), c.last_seen)
-            for cid, c in sorted(self._consumers.items())
-        ]
-
-    def check_invariants(self) -> None:
-        """AssertionError when a count kept incrementally disagrees with a recount
-        (for tests: O(n))."""
-        chains = self._chains.values()
-        assert all(c.counted == (len(c.pending) if c.run else 0) for c in chains), "a chain's blocked count"
-        assert self._blocked == sum(c.counted for c in chains), (self._blocked, sum(c.counted for c in chains))
-        assert self._inflight == sum(len(c.inflight) for c in self._consumers.values()), "in flight"
-        assert self._inflight == sum(1 for m in self._msgs.values() if m.state == _INFLIGHT), "in flight states"
-        held = sum(1 for m in self._msgs.values() if m.state != _INFLIGHT and m.entry.ctx in self._unroutable)
-        assert self._unroutable_held == held, (self._unroutable_held, held)
-        for c in chains:
-            assert all(m.state == _INFLIGHT for m in c.run), "a run holds only messages in flight"
-            assert all(m.state != _INFLIGHT for m in c.pending), "pending holds no message in flight"
-            assert c.pending or c.run, "an empty chain is dropped"
-        for pk, n in self._parked.items():
-            assert n == sum(len(c.pending) + len(c.run) for c in chains if c.parked_key == pk), ("parked held", pk)
-
-    def stats(self) -> dict[str, int]:
-        """Counters for metrics: outstanding, ready (runs ready to start), timers (in
-        flight + delayed), in_flight, keys (keys held), blocked_keys (keys with a run
-        out and more held behind it), blocked (messages held behind runs), parked_keys
-        (keys whose later records wait in the log), dead_letters (not yet confirmed)."""
-        return {
-            "outstanding": len(self._msgs),
-            "ready": len(self._ready),
-            "timers": len(self._timers),
-            "in_flight": self._inflight,
-            "keys": len(self._chains),
-            "blocked_keys": sum(1 for c in self._chains.values() if c.counted),
-            "blocked": self._blocked,
-            "parked_keys": len(self._parked),
-            "dead_letters": len(self._dead_untaken) + len(self._dead_taken),
-        }

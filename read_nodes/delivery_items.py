@@ -1,0 +1,77 @@
+"""The records ``GroupDelivery`` keeps: a held message (``Msg``), the one deadline of a
+poll (``Timer``), the messages of one (key, context) (``Chain``) and a member
+(``Consumer``). Plain slotted records, no logic beyond their construction.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from isolation.context import IsolationContext
+from read_nodes.delivery_types import DeliveryEntry
+
+WAITING, READY, INFLIGHT, DELAYED = range(4)
+
+Pos = tuple[int, int]
+ChainKey = tuple[bytes, IsolationContext]
+ParkKey = tuple[int, int]
+"""(context id, key hash) of a parked key."""
+
+
+class Msg:
+    __slots__ = ("seq", "entry", "chain", "state", "holder", "count", "due", "timer")
+
+    def __init__(self, seq: int, entry: DeliveryEntry, chain: Chain | None) -> None:
+        self.seq = seq
+        self.entry = entry
+        self.chain = chain
+        self.state = WAITING
+        self.holder: str | None = None
+        self.count = 0
+        self.due: int | None = None
+        self.timer: Timer | None = None
+
+
+class Timer:
+    """One deadline shared by the messages of one poll (or one nack delay). A message
+    leaves it when it is acked, failed or redelivered (``live`` counts those still on
+    it); once none is left the list is dropped, so a stale entry holds nothing."""
+
+    __slots__ = ("due", "msgs", "live")
+
+    def __init__(self, due: int, msgs: list[Msg]) -> None:
+        self.due = due
+        self.msgs: list[Msg] | None = msgs
+        self.live = len(msgs)
+
+
+class Chain:
+    """The messages of one (key, context) held here: ``pending`` (not in flight, in
+    key order; its head may be delayed by a nack) and ``run`` (in flight, in key
+    order: the one run the key may have out). ``counted``: how many of ``pending``
+    count as blocked read-ahead (all of them while a run is out, else none)."""
+
+    __slots__ = ("key", "parked_key", "pending", "run", "counted")
+
+    def __init__(self, key: ChainKey, parked_key: ParkKey) -> None:
+        self.key = key
+        self.parked_key = parked_key
+        self.pending: deque[Msg] = deque()
+        self.run: dict[Msg, None] = {}  # in flight, in key order (insertion order)
+        self.counted = 0
+
+
+class Consumer:
+    __slots__ = ("ctx", "vps", "inflight", "last_seen")
+
+    def __init__(self, ctx: IsolationContext, vps: frozenset[int], last_seen: int) -> None:
+        self.ctx = ctx
+        self.vps = vps
+        self.inflight: set[Pos] = set()
+        self.last_seen = last_seen
+
+
+def check_now(now_ms: object) -> int:
+    if not isinstance(now_ms, int) or isinstance(now_ms, bool):
+        raise ValueError(f"now_ms must be an integer, got {now_ms!r}")
+    return now_ms
