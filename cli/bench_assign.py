@@ -16,8 +16,8 @@ from typing import TypeVar
 
 import typer
 
-from isolation.context import IsolationContext
-from virtual_partitions.assignment import AssignmentResult, assign
+from vpq.isolation.context import IsolationContext
+from vpq.virtual_partitions.assignment import AssignmentResult, assign
 
 T = TypeVar("T")
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import typer
 
-from common import event_loop
+from vpq.common import event_loop
 
 
 def bench_ceiling(
@@ -25,7 +25,7 @@ def bench_ceiling(
     data_dir: Path = typer.Option(Path(".vpq/bench"), help="where the results file and owned servers' data go"),
 ) -> None:
     """How far vpq is from the floor of its two HTTP hops, next to Redis (scenario 1)."""
-    from load.ceiling import CeilingConfig, parse_systems, report_lines, run_ceiling
+    from vpq.load.ceiling import CeilingConfig, parse_systems, report_lines, run_ceiling
 
     try:
         chosen = parse_systems(systems)

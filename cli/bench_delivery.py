@@ -23,12 +23,12 @@ from urllib.parse import urlparse
 
 import typer
 
-from cli.bench_platform import DATA_HELP, PP_HELP, URL_HELP, execute, fmt_ms
-from load.platform_bench.catchup import CatchupConfig, run_catchup
-from load.platform_bench.envflood import EnvfloodConfig, run_envflood
-from load.platform_bench.hotkey import HotkeyConfig, run_hotkey
-from load.platform_bench.proc_cpu import platform_root, rss_by_role
-from sdk.client import AsyncClient
+from vpq.cli.bench_platform import DATA_HELP, PP_HELP, URL_HELP, execute, fmt_ms
+from vpq.load.platform_bench.catchup import CatchupConfig, run_catchup
+from vpq.load.platform_bench.envflood import EnvfloodConfig, run_envflood
+from vpq.load.platform_bench.hotkey import HotkeyConfig, run_hotkey
+from vpq.load.platform_bench.proc_cpu import platform_root, rss_by_role
+from vpq.sdk.client import AsyncClient
 
 C = TypeVar("C")
 Echo = Callable[[str], None]

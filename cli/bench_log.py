@@ -27,12 +27,12 @@ from pathlib import Path
 import orjson
 import typer
 
-from cli.bench import bench_app
-from common import event_loop
-from config.settings import LogSettings
-from write_nodes.group_commit import default_fsync
-from write_nodes.log import PartitionLog
-from write_nodes.records import VALUE_RAW, Record
+from vpq.cli.bench import bench_app
+from vpq.common import event_loop
+from vpq.config.settings import LogSettings
+from vpq.write_nodes.group_commit import default_fsync
+from vpq.write_nodes.log import PartitionLog
+from vpq.write_nodes.records import VALUE_RAW, Record
 
 _HISTORY = 10_000_000  # I/O rounds remembered by the committer
 

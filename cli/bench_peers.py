@@ -14,7 +14,7 @@ from pathlib import Path
 
 import typer
 
-from common import event_loop
+from vpq.common import event_loop
 
 SYSTEMS_DEFAULT = "vpq,redis,nats,rabbitmq"
 
@@ -31,8 +31,8 @@ def bench_peers(
 ) -> None:
     """Benchmark vpq against its peers, side by side; print figures and ratios."""
     # imported here: the drivers and matplotlib are heavy and only this command needs them
-    from load.harness import HarnessConfig, parse_scenarios, run_harness, summary
-    from load.peers.registry import parse_systems
+    from vpq.load.harness import HarnessConfig, parse_scenarios, run_harness, summary
+    from vpq.load.peers.registry import parse_systems
 
     try:
         chosen = parse_systems(systems)

@@ -28,15 +28,15 @@ from typing import Any, Optional
 
 import typer
 
-from common import event_loop
-from load.platform_bench.drain import DrainConfig, run_drain
-from load.platform_bench.latency import LatencyConfig, run_latency
-from load.platform_bench.measure import median_of_runs
-from load.platform_bench.proc_cpu import cpu_by_role, cpu_shares
-from load.platform_bench.produce import ProduceConfig, run_produce
-from load.platform_bench.target import PlatformTarget, TargetUnavailable
-from sdk.client import AsyncClient
-from sdk.errors import VpqClientError
+from vpq.common import event_loop
+from vpq.load.platform_bench.drain import DrainConfig, run_drain
+from vpq.load.platform_bench.latency import LatencyConfig, run_latency
+from vpq.load.platform_bench.measure import median_of_runs
+from vpq.load.platform_bench.proc_cpu import cpu_by_role, cpu_shares
+from vpq.load.platform_bench.produce import ProduceConfig, run_produce
+from vpq.load.platform_bench.target import PlatformTarget, TargetUnavailable
+from vpq.sdk.client import AsyncClient
+from vpq.sdk.errors import VpqClientError
 
 # a benchmark run: (client, echo, CPU seconds per platform role sampler or None) -> figures
 Runner = Callable[

@@ -24,10 +24,10 @@ from typing import Optional
 import orjson
 import typer
 
-from cli.bench import bench_app
-from common import event_loop
-from common.redis_server import RedisServer
-from load.powerloss import RoundResult, run_campaign
+from vpq.cli.bench import bench_app
+from vpq.common import event_loop
+from vpq.common.redis_server import RedisServer
+from vpq.load.powerloss import RoundResult, run_campaign
 
 
 def bench_powerloss(

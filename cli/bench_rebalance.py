@@ -19,7 +19,7 @@ from pathlib import Path
 
 import typer
 
-from config.settings import RebalanceSettings
+from vpq.config.settings import RebalanceSettings
 
 VPS_PER_QUEUE = 16
 
@@ -29,10 +29,10 @@ def run_bench(
 ) -> dict[str, object]:
     """Run the benchmark and return its figures."""
     # pyspark, pyarrow and matplotlib are loaded when the benchmark runs, not with the CLI
-    from spark_rebalance.report import write_chart
-    from spark_rebalance.runner import rebalance_once
-    from spark_rebalance.session import make_spark, stop_spark
-    from spark_rebalance.synthetic import placement_for, queue_sizes, stats_windows, write_stats, zipf_loads
+    from vpq.spark_rebalance.report import write_chart
+    from vpq.spark_rebalance.runner import rebalance_once
+    from vpq.spark_rebalance.session import make_spark, stop_spark
+    from vpq.spark_rebalance.synthetic import placement_for, queue_sizes, stats_windows, write_stats, zipf_loads
 
     settings = RebalanceSettings()
     window_ms = settings.window_ms

@@ -20,7 +20,7 @@ import typer
 from rich.console import Console, RenderableType
 from rich.text import Text
 
-from cli.tables import (
+from vpq.cli.tables import (
     cluster_detail,
     group_detail,
     message_line,
@@ -28,10 +28,10 @@ from cli.tables import (
     queue_detail,
     queues_table,
 )
-from sdk.client import DEFAULT_URL, AsyncClient
-from sdk.errors import GatewayConnectionError, GatewayTimeoutError, VpqClientError
-from sdk.models import Message, ProduceMessage
-from sdk.retry import RetryPolicy
+from vpq.sdk.client import DEFAULT_URL, AsyncClient
+from vpq.sdk.errors import GatewayConnectionError, GatewayTimeoutError, VpqClientError
+from vpq.sdk.models import Message, ProduceMessage
+from vpq.sdk.retry import RetryPolicy
 
 T = TypeVar("T")
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import typer
 
-from cli.bench import bench_app
-from cli.commands import register_commands
-from cli.rebalance import rebalance
-from cli.up import up
+from vpq.cli.bench import bench_app
+from vpq.cli.commands import register_commands
+from vpq.cli.rebalance import rebalance
+from vpq.cli.up import up
 
 app = typer.Typer(
     name="vpq",

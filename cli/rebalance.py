@@ -35,21 +35,21 @@ import typer
 from redis.exceptions import RedisError
 from rich.console import Console
 
-from cli.rebalance_report import print_outcome
-from common.errors import VpqError
-from common.runfiles import read_redis_url, read_settings, settings_path
-from config.settings import Settings, load_settings
-from metadata.connection import ClientOptions
-from metadata.maps import MapConflictError
-from metadata.store import MetadataStore
-from spark_rebalance.fence_client import WRITE_ROLE, HttpFenceClient
-from spark_rebalance.fences import FenceStore
-from spark_rebalance.publisher import Publisher, describe
-from virtual_partitions.placement import PlacementMap
-from write_nodes.cluster_meta import read_partition_count
+from vpq.cli.rebalance_report import print_outcome
+from vpq.common.errors import VpqError
+from vpq.common.runfiles import read_redis_url, read_settings, settings_path
+from vpq.config.settings import Settings, load_settings
+from vpq.metadata.connection import ClientOptions
+from vpq.metadata.maps import MapConflictError
+from vpq.metadata.store import MetadataStore
+from vpq.spark_rebalance.fence_client import WRITE_ROLE, HttpFenceClient
+from vpq.spark_rebalance.fences import FenceStore
+from vpq.spark_rebalance.publisher import Publisher, describe
+from vpq.virtual_partitions.placement import PlacementMap
+from vpq.write_nodes.cluster_meta import read_partition_count
 
 if TYPE_CHECKING:
-    from spark_rebalance.runner import RebalanceOutcome
+    from vpq.spark_rebalance.runner import RebalanceOutcome
 
 err_console = Console(stderr=True, highlight=False)
 CLIENT_OPTIONS = ClientOptions(socket_timeout=10.0, connect_timeout=2.0, retries=2)
@@ -126,7 +126,7 @@ async def _one_round(
     )
     if state.fence_note:
         console.print(f"[yellow]note:[/] {state.fence_note}")
-    from spark_rebalance.runner import default_stats_uri, rebalance_once  # pyspark: loaded when used
+    from vpq.spark_rebalance.runner import default_stats_uri, rebalance_once  # pyspark: loaded when used
 
     now_ms = int(time.time() * 1000)
     t0 = time.monotonic()
@@ -150,7 +150,7 @@ async def _one_round(
 
 async def run_rebalance(target: Target, dry_run: bool, master: str, every: float | None, console: Console) -> int:
     """The command's body; returns the exit status."""
-    from spark_rebalance.session import make_spark, stop_spark  # pyspark: loaded when used
+    from vpq.spark_rebalance.session import make_spark, stop_spark  # pyspark: loaded when used
 
     md = MetadataStore(target.settings.redis, url=target.redis_url, options=CLIENT_OPTIONS)
     try:

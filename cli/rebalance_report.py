@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from config.settings import RebalanceSettings
-from spark_rebalance.report import chart_path, render_plan, write_chart
+from vpq.config.settings import RebalanceSettings
+from vpq.spark_rebalance.report import chart_path, render_plan, write_chart
 
 if TYPE_CHECKING:  # pyspark is loaded by the command that runs Spark, not with the CLI
-    from spark_rebalance.runner import RebalanceOutcome
+    from vpq.spark_rebalance.runner import RebalanceOutcome
 
 
 def print_outcome(

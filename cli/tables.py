@@ -16,7 +16,7 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from sdk.models import Message, ProduceResult
+from vpq.sdk.models import Message, ProduceResult
 
 QUEUE_COLUMNS = (
     "name",

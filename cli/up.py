@@ -22,10 +22,10 @@ import aiohttp
 import typer
 from rich.console import Console
 
-from common.redis_server import RedisServer, RedisServerError
-from common.runfiles import run_dir, write_redis_url, write_settings
-from common.supervisor import ChildSpec, Supervisor
-from config.settings import Settings, load_settings
+from vpq.common.redis_server import RedisServer, RedisServerError
+from vpq.common.runfiles import run_dir, write_redis_url, write_settings
+from vpq.common.supervisor import ChildSpec, Supervisor
+from vpq.config.settings import Settings, load_settings
 
 console = Console(stderr=True, highlight=False)
 
@@ -185,22 +185,22 @@ async def _start_children(supervisor: Supervisor, settings: Settings, settings_f
     common = ["--settings", str(settings_file), "--redis-url", redis_url]
     for i in range(settings.cluster.write_nodes):
         await supervisor.start_child(
-            ChildSpec(f"write-{i}", [py, "-m", "write_nodes.main", *common, "--node-id", f"w{i}", "--index", str(i)])
+            ChildSpec(f"write-{i}", [py, "-m", "vpq.write_nodes.main", *common, "--node-id", f"w{i}", "--index", str(i)])
         )
     for j in range(settings.cluster.read_nodes):
         await supervisor.start_child(
-            ChildSpec(f"read-{j}", [py, "-m", "read_nodes.main", *common, "--node-id", f"r{j}"])
+            ChildSpec(f"read-{j}", [py, "-m", "vpq.read_nodes.main", *common, "--node-id", f"r{j}"])
         )
-    await supervisor.start_child(ChildSpec("gateway", [py, "-m", "gateway.main", *common]))
+    await supervisor.start_child(ChildSpec("gateway", [py, "-m", "vpq.gateway.main", *common]))
 
 
 async def _start_in_process(settings: Settings, redis_url: str) -> list:
     """Every vpq role in this process (the roles stay separate objects)."""
-    from gateway.app import create_app
-    from gateway.cluster_backend import ClusterBackend
-    from gateway.server import GatewayServer
-    from read_nodes.service import ReadNodeService
-    from write_nodes.service import WriteNodeService
+    from vpq.gateway.app import create_app
+    from vpq.gateway.cluster_backend import ClusterBackend
+    from vpq.gateway.server import GatewayServer
+    from vpq.read_nodes.service import ReadNodeService
+    from vpq.write_nodes.service import WriteNodeService
 
     started: list = []
     try:

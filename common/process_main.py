@@ -10,7 +10,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from common import gc_policy
+from vpq.common import gc_policy
 
 
 class Component(Protocol):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from config.settings import Settings
+from vpq.config.settings import Settings
 
 
 def run_dir(data_dir: Path) -> Path:

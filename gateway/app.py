@@ -14,11 +14,11 @@ from collections.abc import AsyncIterator
 import orjson
 from aiohttp import web
 
-from config.settings import GatewaySettings, QueueDefaults
-from gateway.auth import Authorizer, auth_middleware
-from gateway.backend import Backend
-from gateway.docs_page import render_docs
-from gateway.keys import (
+from vpq.config.settings import GatewaySettings, QueueDefaults
+from vpq.gateway.auth import Authorizer, auth_middleware
+from vpq.gateway.backend import Backend
+from vpq.gateway.docs_page import render_docs
+from vpq.gateway.keys import (
     AUTH_KEY,
     BACKEND_KEY,
     DOCS_HTML_KEY,
@@ -29,11 +29,11 @@ from gateway.keys import (
     ROUTES_KEY,
     SETTINGS_KEY,
 )
-from gateway.metrics import GatewayMetrics
-from gateway.middleware import error_middleware, metrics_middleware, params_middleware
-from gateway.openapi import build_openapi
-from gateway.routes import ROUTES, add_routes
-from gateway.routes_spec import RouteIndex
+from vpq.gateway.metrics import GatewayMetrics
+from vpq.gateway.middleware import error_middleware, metrics_middleware, params_middleware
+from vpq.gateway.openapi import build_openapi
+from vpq.gateway.routes import ROUTES, add_routes
+from vpq.gateway.routes_spec import RouteIndex
 
 
 async def _backend_lifecycle(app: web.Application) -> AsyncIterator[None]:

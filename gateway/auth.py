@@ -24,9 +24,9 @@ from fnmatch import fnmatchcase
 
 from aiohttp import web
 
-from common.errors import Forbidden, Unauthorized
-from config.settings import AuthToken, GatewaySettings
-from gateway.routes_spec import Access, RouteSpec
+from vpq.common.errors import Forbidden, Unauthorized
+from vpq.config.settings import AuthToken, GatewaySettings
+from vpq.gateway.routes_spec import Access, RouteSpec
 
 SCOPES = ("produce", "consume", "admin")
 PRINCIPAL_KEY = web.RequestKey("vpq_principal", AuthToken)

@@ -25,9 +25,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
-from isolation.context import IsolationContext
-from common.poll_body import PolledBody
-from write_nodes.outgoing import OutgoingBatch, ProduceResults
+from vpq.isolation.context import IsolationContext
+from vpq.common.poll_body import PolledBody
+from vpq.write_nodes.outgoing import OutgoingBatch, ProduceResults
 
 
 class ResolvedMessage(NamedTuple):

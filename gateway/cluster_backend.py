@@ -32,29 +32,29 @@ from typing import Any, TypeVar
 
 import aiohttp
 
-from common.errors import NotFound, PayloadTooLarge, Unavailable, VpqError
-from common.lifecycle import close_all
-from config.settings import Settings
-from gateway.backend import JoinSpec
-from gateway.cluster_errors import metadata_errors
-from gateway.cluster_groups import GroupCaller
-from gateway.cluster_metrics import NodeMetricsScraper, registered_nodes
-from gateway.cluster_queues import EMPTY_MAP, QueueAdmin
-from gateway.cluster_traffic import TrafficMeter
-from gateway.log_ends import LogEnds
-from gateway.node_directory import ReadNodeDirectory, WriteNodeDirectory
-from metadata.events import EventListener
-from metadata.map_cache import MapCache
-from metadata.queues import QueueRecord
-from metadata.store import MetadataStore
-from common.poll_body import PolledBody
-from read_nodes.client import ReadNodeClient
-from virtual_partitions.router import ProduceRouter
-from write_nodes.append_accumulator import AppendAccumulator
-from write_nodes.client import WriteNodeClient
-from write_nodes.cluster_meta import get_or_init_partition_count
-from write_nodes.outgoing import OutgoingBatch, ProduceResults
-from write_nodes.produce import Appender, AppendPolicy
+from vpq.common.errors import NotFound, PayloadTooLarge, Unavailable, VpqError
+from vpq.common.lifecycle import close_all
+from vpq.config.settings import Settings
+from vpq.gateway.backend import JoinSpec
+from vpq.gateway.cluster_errors import metadata_errors
+from vpq.gateway.cluster_groups import GroupCaller
+from vpq.gateway.cluster_metrics import NodeMetricsScraper, registered_nodes
+from vpq.gateway.cluster_queues import EMPTY_MAP, QueueAdmin
+from vpq.gateway.cluster_traffic import TrafficMeter
+from vpq.gateway.log_ends import LogEnds
+from vpq.gateway.node_directory import ReadNodeDirectory, WriteNodeDirectory
+from vpq.metadata.events import EventListener
+from vpq.metadata.map_cache import MapCache
+from vpq.metadata.queues import QueueRecord
+from vpq.metadata.store import MetadataStore
+from vpq.common.poll_body import PolledBody
+from vpq.read_nodes.client import ReadNodeClient
+from vpq.virtual_partitions.router import ProduceRouter
+from vpq.write_nodes.append_accumulator import AppendAccumulator
+from vpq.write_nodes.client import WriteNodeClient
+from vpq.write_nodes.cluster_meta import get_or_init_partition_count
+from vpq.write_nodes.outgoing import OutgoingBatch, ProduceResults
+from vpq.write_nodes.produce import Appender, AppendPolicy
 
 log = logging.getLogger("vpq.gateway.cluster")
 T = TypeVar("T")

@@ -15,9 +15,9 @@ from contextlib import contextmanager
 
 from redis.exceptions import RedisError
 
-from common.errors import BadRequest, Conflict, NotFound, Unavailable
-from metadata.errors import QueueConfigError, QueueConflictError, QueueNotFoundError
-from metadata.maps import MapConflictError
+from vpq.common.errors import BadRequest, Conflict, NotFound, Unavailable
+from vpq.metadata.errors import QueueConfigError, QueueConflictError, QueueNotFoundError
+from vpq.metadata.maps import MapConflictError
 
 RETRY_AFTER_S = 1.0
 

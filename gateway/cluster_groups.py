@@ -22,9 +22,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from common.errors import Conflict, Unavailable
-from gateway.node_directory import NodeRef, ReadNodeDirectory
-from write_nodes.client import NODE_UNREACHABLE
+from vpq.common.errors import Conflict, Unavailable
+from vpq.gateway.node_directory import NodeRef, ReadNodeDirectory
+from vpq.write_nodes.client import NODE_UNREACHABLE
 
 T = TypeVar("T")
 

@@ -30,7 +30,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.parser import text_string_to_metric_families
 from redis.exceptions import RedisError
 
-from metadata.leases import NodeRegistry
+from vpq.metadata.leases import NodeRegistry
 
 log = logging.getLogger("vpq.gateway.metrics")
 

@@ -23,7 +23,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from virtual_partitions.placement import QueuePlacement, initial_placement
+from vpq.virtual_partitions.placement import QueuePlacement, initial_placement
 
 
 def load_hint(queues: Mapping[str, Any], pps: Sequence[int]) -> dict[int, int]:

@@ -42,12 +42,12 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from gateway.cluster_errors import metadata_errors
-from gateway.cluster_placement import lineage_repair_splits
-from gateway.cluster_traffic import TrafficMeter
-from gateway.map_batcher import MapBatcher
-from metadata.queues import QueueRecord
-from metadata.store import MetadataStore
+from vpq.gateway.cluster_errors import metadata_errors
+from vpq.gateway.cluster_placement import lineage_repair_splits
+from vpq.gateway.cluster_traffic import TrafficMeter
+from vpq.gateway.map_batcher import MapBatcher
+from vpq.metadata.queues import QueueRecord
+from vpq.metadata.store import MetadataStore
 
 EMPTY_MAP: dict[str, Any] = {"epoch": 0, "queues": {}}
 QueueChange = Callable[[str, Mapping[str, Any]], Awaitable[None]]

@@ -6,9 +6,9 @@ import logging
 
 from aiohttp import web
 
-from common.errors import Unavailable, VpqError
-from gateway.http import json_response
-from gateway.keys import BACKEND_KEY, DOCS_HTML_KEY, METRICS_KEY, OPENAPI_JSON_KEY
+from vpq.common.errors import Unavailable, VpqError
+from vpq.gateway.http import json_response
+from vpq.gateway.keys import BACKEND_KEY, DOCS_HTML_KEY, METRICS_KEY, OPENAPI_JSON_KEY
 
 log = logging.getLogger(__name__)
 

@@ -14,9 +14,9 @@ import orjson
 from aiohttp import web
 from pydantic import ValidationError
 
-from common.errors import BadRequest, InternalError
-from gateway.backend import ResolvedMessage
-from gateway.http import (
+from vpq.common.errors import BadRequest, InternalError
+from vpq.gateway.backend import ResolvedMessage
+from vpq.gateway.http import (
     JSON_CONTENT_TYPE,
     bad_request_from,
     describe_errors,
@@ -24,11 +24,11 @@ from gateway.http import (
     parse_json_object,
     read_json_body,
 )
-from gateway.keys import BACKEND_KEY, METRICS_KEY, SETTINGS_KEY
-from gateway.models import ProduceMessage, ProduceRequest
-from gateway.produce_decode import decode_plain
-from isolation.context import IsolationContext, IsolationError, PartialContext, resolve
-from write_nodes.outgoing import OutgoingBatch, ProduceResults
+from vpq.gateway.keys import BACKEND_KEY, METRICS_KEY, SETTINGS_KEY
+from vpq.gateway.models import ProduceMessage, ProduceRequest
+from vpq.gateway.produce_decode import decode_plain
+from vpq.isolation.context import IsolationContext, IsolationError, PartialContext, resolve
+from vpq.write_nodes.outgoing import OutgoingBatch, ProduceResults
 
 
 def batch_error(exc: ValidationError) -> BadRequest:

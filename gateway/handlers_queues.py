@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from common.errors import BadRequest
-from gateway.auth import principal
-from gateway.http import json_response, read_json_object, validate
-from gateway.keys import AUTH_KEY, BACKEND_KEY, QUEUE_DEFAULTS_KEY, SETTINGS_KEY
-from gateway.models import QueueConfigRequest
+from vpq.common.errors import BadRequest
+from vpq.gateway.auth import principal
+from vpq.gateway.http import json_response, read_json_object, validate
+from vpq.gateway.keys import AUTH_KEY, BACKEND_KEY, QUEUE_DEFAULTS_KEY, SETTINGS_KEY
+from vpq.gateway.models import QueueConfigRequest
 
 
 async def put_queue(request: web.Request) -> web.Response:

@@ -19,8 +19,8 @@ import orjson
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
-from common.errors import BadRequest, PayloadTooLarge, UnsupportedMediaType
-from isolation.context import IsolationError, PartialContext, parse_isolation_headers
+from vpq.common.errors import BadRequest, PayloadTooLarge, UnsupportedMediaType
+from vpq.isolation.context import IsolationError, PartialContext, parse_isolation_headers
 
 M = TypeVar("M", bound=BaseModel)
 

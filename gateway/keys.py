@@ -6,11 +6,11 @@ from typing import Any
 
 from aiohttp import web
 
-from config.settings import GatewaySettings, QueueDefaults
-from gateway.auth import Authorizer
-from gateway.backend import Backend
-from gateway.metrics import GatewayMetrics
-from gateway.routes_spec import RouteIndex
+from vpq.config.settings import GatewaySettings, QueueDefaults
+from vpq.gateway.auth import Authorizer
+from vpq.gateway.backend import Backend
+from vpq.gateway.metrics import GatewayMetrics
+from vpq.gateway.routes_spec import RouteIndex
 
 SETTINGS_KEY = web.AppKey("vpq_gateway_settings", GatewaySettings)
 QUEUE_DEFAULTS_KEY = web.AppKey("vpq_queue_defaults", QueueDefaults)

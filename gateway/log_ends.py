@@ -16,8 +16,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.node_directory import WriteNodeDirectory
-from write_nodes.client import WriteNodeClient
+from vpq.gateway.node_directory import WriteNodeDirectory
+from vpq.write_nodes.client import WriteNodeClient
 
 log = logging.getLogger(__name__)
 

@@ -6,11 +6,11 @@ import argparse
 import logging
 from pathlib import Path
 
-from common.process_main import run, run_until_signalled, setup_logging
-from common.runfiles import read_settings
-from gateway.app import create_app
-from gateway.cluster_backend import ClusterBackend
-from gateway.server import GatewayServer
+from vpq.common.process_main import run, run_until_signalled, setup_logging
+from vpq.common.runfiles import read_settings
+from vpq.gateway.app import create_app
+from vpq.gateway.cluster_backend import ClusterBackend
+from vpq.gateway.server import GatewayServer
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -43,10 +43,10 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from common.errors import Unavailable
-from gateway.cluster_placement import MapEdit, add_load, apply_edits, clean_creation, placement_load, plan_placement
-from metadata.aio import cancel_and_wait
-from metadata.maps import LineageRange, MapConflictError, MapStore
+from vpq.common.errors import Unavailable
+from vpq.gateway.cluster_placement import MapEdit, add_load, apply_edits, clean_creation, placement_load, plan_placement
+from vpq.metadata.aio import cancel_and_wait
+from vpq.metadata.maps import LineageRange, MapConflictError, MapStore
 
 log = logging.getLogger("vpq.gateway.map_batcher")
 RETRY_AFTER_S = 1.0

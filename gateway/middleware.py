@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 from pydantic import ValidationError
 
-from common.errors import (
+from vpq.common.errors import (
     BadRequest,
     InternalError,
     MethodNotAllowed,
@@ -36,9 +36,9 @@ from common.errors import (
     UnsupportedMediaType,
     VpqError,
 )
-from gateway.http import bad_request_from, json_response
-from gateway.metrics import UNMATCHED_ROUTE, GatewayMetrics
-from gateway.models import NAME_RULE, is_valid_name
+from vpq.gateway.http import bad_request_from, json_response
+from vpq.gateway.metrics import UNMATCHED_ROUTE, GatewayMetrics
+from vpq.gateway.models import NAME_RULE, is_valid_name
 
 log = logging.getLogger(__name__)
 

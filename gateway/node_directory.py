@@ -31,9 +31,9 @@ from typing import Any, NamedTuple
 
 import mmh3
 
-from common.errors import Unavailable
-from gateway.cluster_errors import metadata_errors
-from metadata.leases import LeaseManager, NodeRegistry, pp_resource
+from vpq.common.errors import Unavailable
+from vpq.gateway.cluster_errors import metadata_errors
+from vpq.metadata.leases import LeaseManager, NodeRegistry, pp_resource
 
 WRITE_ROLE = "write"
 READ_ROLE = "read"

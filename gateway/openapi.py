@@ -21,9 +21,9 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
-from gateway.models import ISOLATION_PATTERN, NAME_PATTERN
-from gateway.responses import ErrorResponse
-from gateway.routes_spec import Access, RouteSpec
+from vpq.gateway.models import ISOLATION_PATTERN, NAME_PATTERN
+from vpq.gateway.responses import ErrorResponse
+from vpq.gateway.routes_spec import Access, RouteSpec
 
 OPENAPI_VERSION = "3.1.0"
 REF_PREFIX = "#/components/schemas/"

@@ -35,10 +35,10 @@ from typing import Annotated, Any
 import msgspec
 import orjson
 
-from gateway.models import ISOLATION_PATTERN, MAX_BATCH_MESSAGES
-from isolation.context import IsolationError, PartialContext, resolve
-from write_nodes.outgoing import OutgoingBatch
-from write_nodes.records import VALUE_JSON, encode_headers
+from vpq.gateway.models import ISOLATION_PATTERN, MAX_BATCH_MESSAGES
+from vpq.isolation.context import IsolationError, PartialContext, resolve
+from vpq.write_nodes.outgoing import OutgoingBatch
+from vpq.write_nodes.records import VALUE_JSON, encode_headers
 
 
 IsolationName = Annotated[str, msgspec.Meta(pattern=ISOLATION_PATTERN)]

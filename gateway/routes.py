@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from gateway import handlers_consume as consume
-from gateway import handlers_meta as meta
-from gateway import handlers_produce as produce
-from gateway import handlers_queues as queues
-from gateway.models import AckRequest, JoinRequest, NackRequest, PollRequest, ProduceRequest, QueueConfigRequest
-from gateway.responses import (
+from vpq.gateway import handlers_consume as consume
+from vpq.gateway import handlers_meta as meta
+from vpq.gateway import handlers_produce as produce
+from vpq.gateway import handlers_queues as queues
+from vpq.gateway.models import AckRequest, JoinRequest, NackRequest, PollRequest, ProduceRequest, QueueConfigRequest
+from vpq.gateway.responses import (
     AckResponse,
     ClusterInfo,
     CurrentMap,
@@ -23,7 +23,7 @@ from gateway.responses import (
     QueueInfo,
     QueueList,
 )
-from gateway.routes_spec import Access, RouteSpec
+from vpq.gateway.routes_spec import Access, RouteSpec
 
 Q = "/v1/queues/{queue}"
 CONSUMERS = Q + "/groups/{group}/consumers"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from config.settings import GatewaySettings
+from vpq.config.settings import GatewaySettings
 
 
 class GatewayServer:

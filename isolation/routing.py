@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable
 
-from isolation.context import IsolationContext
+from vpq.isolation.context import IsolationContext
 
 _CACHE_LIMIT = 65536
 

@@ -36,14 +36,14 @@ from typing import Any
 
 import psutil
 
-from common.redis_server import free_port
-from load.peers import registry
-from load.peers.redis_streams import RedisStreams
-from load.peers.vpq import Vpq
-from load.platform_bench.proc_cpu import cpu_by_role
-from load.scenarios.common import produce_closed
-from load.system import System, SystemUnavailable
-from sdk.client import AsyncClient
+from vpq.common.redis_server import free_port
+from vpq.load.peers import registry
+from vpq.load.peers.redis_streams import RedisStreams
+from vpq.load.peers.vpq import Vpq
+from vpq.load.platform_bench.proc_cpu import cpu_by_role
+from vpq.load.scenarios.common import produce_closed
+from vpq.load.system import System, SystemUnavailable
+from vpq.sdk.client import AsyncClient
 
 SYSTEM_NAMES: tuple[str, ...] = ("null-1hop", "null-2hop", "redis", "vpq")
 GOAL_RATIO = 3.0
@@ -69,7 +69,7 @@ class NullHttp:
     async def _spawn(self, role: str, *args: str) -> int:
         port = free_port()
         self._procs[role] = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "load.null_servers", role, "--port", str(port), *args,
+            sys.executable, "-m", "vpq.load.null_servers", role, "--port", str(port), *args,
             stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
         )  # fmt: skip
         await _wait_for_port(port, self._procs[role])

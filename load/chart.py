@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from load.report import check_totals
+from vpq.load.report import check_totals
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

@@ -35,14 +35,14 @@ from typing import Any
 
 import psutil
 
-from load.chart import write_chart
-from load.markdown import results_markdown
-from load.peers.registry import NATS_URL, RABBITMQ_URL, SYSTEM_NAMES, Endpoints, make_system, work_dir
-from load.profiles import Profile, profile_for
-from load.report import check_totals, headline, ratios, scenario_lines
-from load.scenarios import s1_produce, s2_latency, s3_queues, s4_consumers, s5_catchup
-from load.scenarios.common import Context
-from load.system import System, SystemUnavailable
+from vpq.load.chart import write_chart
+from vpq.load.markdown import results_markdown
+from vpq.load.peers.registry import NATS_URL, RABBITMQ_URL, SYSTEM_NAMES, Endpoints, make_system, work_dir
+from vpq.load.profiles import Profile, profile_for
+from vpq.load.report import check_totals, headline, ratios, scenario_lines
+from vpq.load.scenarios import s1_produce, s2_latency, s3_queues, s4_consumers, s5_catchup
+from vpq.load.scenarios.common import Context
+from vpq.load.system import System, SystemUnavailable
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from locust import events
 
-from load.locust_common import LoadOptions, parse_list
+from vpq.load.locust_common import LoadOptions, parse_list
 
 DEFAULTS = LoadOptions()
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from load.payload import make_payload
+from vpq.load.payload import make_payload
 
 
 def parse_list(text: str) -> list[str]:

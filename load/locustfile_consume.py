@@ -19,8 +19,8 @@ import gevent
 import orjson
 from locust import FastHttpUser, task
 
-from load.locust_args import options_from
-from load.locust_common import LoadOptions
+from vpq.load.locust_args import options_from
+from vpq.load.locust_common import LoadOptions
 
 _numbers = itertools.count()
 

@@ -17,8 +17,8 @@ from typing import Any
 
 from locust import FastHttpUser, events, task
 
-from load.locust_args import options_from
-from load.locust_common import LoadOptions, produce_request
+from vpq.load.locust_args import options_from
+from vpq.load.locust_common import LoadOptions, produce_request
 
 
 @events.test_start.add_listener

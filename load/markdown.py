@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from load.report import check_totals, lower_is_better
+from vpq.load.report import check_totals, lower_is_better
 
 
 def _n(value: Any, digits: int = 0) -> str:

@@ -27,14 +27,14 @@ from typing import Any
 
 import aiohttp
 
-from common.errors import VpqError
-from config.settings import ClusterSettings, LogSettings, RebalanceSettings, RedisSettings, Settings
-from load.powerloss_check import DeliveryCheck, check_delivery, message_value
-from metadata.store import MetadataStore
-from write_nodes.client import WriteNodeClient
-from write_nodes.records import Record, build_batch, decode_batches
-from write_nodes.service import PARTITIONS_SUBDIR, WriteNodeService
-from write_nodes.sim_disk import CrashMode, SimDisk, SimOp
+from vpq.common.errors import VpqError
+from vpq.config.settings import ClusterSettings, LogSettings, RebalanceSettings, RedisSettings, Settings
+from vpq.load.powerloss_check import DeliveryCheck, check_delivery, message_value
+from vpq.metadata.store import MetadataStore
+from vpq.write_nodes.client import WriteNodeClient
+from vpq.write_nodes.records import Record, build_batch, decode_batches
+from vpq.write_nodes.service import PARTITIONS_SUBDIR, WriteNodeService
+from vpq.write_nodes.sim_disk import CrashMode, SimDisk, SimOp
 
 QUEUE = "powerloss"
 PARTITION = 0

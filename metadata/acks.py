@@ -38,9 +38,9 @@ from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
 
-from metadata.errors import AckStateTooLargeError
-from metadata.keys import Keys
-from metadata.leases import group_resource
+from vpq.metadata.errors import AckStateTooLargeError
+from vpq.metadata.keys import Keys
+from vpq.metadata.leases import group_resource
 
 DEFAULT_MAX_ACKED_ABOVE = 10_000
 

@@ -22,7 +22,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import BusyLoadingError, ConnectionError, TimeoutError
 
-from config.settings import RedisSettings
+from vpq.config.settings import RedisSettings
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ import re
 
 import redis.asyncio as aioredis
 
-from metadata.keys import Keys
+from vpq.metadata.keys import Keys
 
 _NAME_RE = re.compile(r"[a-z0-9-]{0,63}")
 DEFAULT_ENV = "prod"

@@ -37,8 +37,8 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError, RedisError, TimeoutError
 
-from metadata.aio import cancel_and_wait
-from metadata.keys import Keys
+from vpq.metadata.aio import cancel_and_wait
+from vpq.metadata.keys import Keys
 
 log = logging.getLogger(__name__)
 

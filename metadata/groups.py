@@ -28,10 +28,10 @@ from typing import Any, Literal
 
 import redis.asyncio as aioredis
 
-from metadata.contexts import normalize
-from metadata.events import ANNOUNCE_LUA
-from metadata.keys import Keys
-from metadata.names import check_id, check_name
+from vpq.metadata.contexts import normalize
+from vpq.metadata.events import ANNOUNCE_LUA
+from vpq.metadata.keys import Keys
+from vpq.metadata.names import check_id, check_name
 
 StartPosition = Literal["earliest", "latest"]
 

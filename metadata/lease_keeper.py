@@ -29,8 +29,8 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from metadata.aio import cancel_and_wait
-from metadata.leases import LeaseManager, NodeRegistry
+from vpq.metadata.aio import cancel_and_wait
+from vpq.metadata.leases import LeaseManager, NodeRegistry
 
 log = logging.getLogger(__name__)
 

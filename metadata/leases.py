@@ -30,9 +30,9 @@ from typing import Any, NamedTuple
 
 import redis.asyncio as aioredis
 
-from metadata.events import ANNOUNCE_LUA
-from metadata.keys import Keys
-from metadata.names import check_id, check_name
+from vpq.metadata.events import ANNOUNCE_LUA
+from vpq.metadata.keys import Keys
+from vpq.metadata.names import check_id, check_name
 
 _RESOURCE_RE = re.compile(r"[A-Za-z0-9._:-]{1,300}")
 _ROLE_RE = re.compile(r"[a-z][a-z0-9_-]{0,31}")

@@ -29,9 +29,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from metadata.events import EventListener
-from metadata.maps import MapStore
-from metadata.queues import QueueRecord, QueueRegistry
+from vpq.metadata.events import EventListener
+from vpq.metadata.maps import MapStore
+from vpq.metadata.queues import QueueRecord, QueueRegistry
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,8 +50,8 @@ from typing import Any, NamedTuple
 import orjson
 import redis.asyncio as aioredis
 
-from metadata.events import ANNOUNCE_LUA
-from metadata.keys import Keys
+from vpq.metadata.events import ANNOUNCE_LUA
+from vpq.metadata.keys import Keys
 
 # KEYS: map, events_version, events_log ; ARGV: expected, new epoch, body, channel
 _PUBLISH = ANNOUNCE_LUA + """

@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from config.settings import QueueDefaults
-from metadata.errors import QueueConfigError
+from vpq.config.settings import QueueDefaults
+from vpq.metadata.errors import QueueConfigError
 
 FIELDS: tuple[str, ...] = (
     "virtual_partitions",

@@ -27,12 +27,12 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from config.settings import QueueDefaults
-from metadata.errors import QueueConflictError, QueueNotFoundError
-from metadata.events import ANNOUNCE_LUA
-from metadata.keys import Keys
-from metadata.names import check_name
-from metadata.queue_config import default_config, validate_partial
+from vpq.config.settings import QueueDefaults
+from vpq.metadata.errors import QueueConflictError, QueueNotFoundError
+from vpq.metadata.events import ANNOUNCE_LUA
+from vpq.metadata.keys import Keys
+from vpq.metadata.names import check_name
+from vpq.metadata.queue_config import default_config, validate_partial
 
 # KEYS: queues, queue_ids, queue_seq, events_version, events_log
 # ARGV: name, partial config JSON, default config JSON, channel

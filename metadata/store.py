@@ -18,16 +18,16 @@ from __future__ import annotations
 
 import redis.asyncio as aioredis
 
-from config.settings import QueueDefaults, RedisSettings
-from metadata.acks import DEFAULT_MAX_ACKED_ABOVE, AckStore
-from metadata.connection import ClientOptions, client_from_settings
-from metadata.contexts import ContextRegistry
-from metadata.events import Announcer, EventListener
-from metadata.groups import GroupStore
-from metadata.keys import Keys
-from metadata.leases import LeaseManager, NodeRegistry
-from metadata.maps import MapStore
-from metadata.queues import QueueRegistry
+from vpq.config.settings import QueueDefaults, RedisSettings
+from vpq.metadata.acks import DEFAULT_MAX_ACKED_ABOVE, AckStore
+from vpq.metadata.connection import ClientOptions, client_from_settings
+from vpq.metadata.contexts import ContextRegistry
+from vpq.metadata.events import Announcer, EventListener
+from vpq.metadata.groups import GroupStore
+from vpq.metadata.keys import Keys
+from vpq.metadata.leases import LeaseManager, NodeRegistry
+from vpq.metadata.maps import MapStore
+from vpq.metadata.queues import QueueRegistry
 
 
 class MetadataStore:

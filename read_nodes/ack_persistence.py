@@ -46,9 +46,9 @@ from collections.abc import Iterable, Mapping
 
 import redis.asyncio as aioredis
 
-from metadata.keys import Keys
-from metadata.leases import group_resource
-from read_nodes.ack_tracker import PartitionAckState
+from vpq.metadata.keys import Keys
+from vpq.metadata.leases import group_resource
+from vpq.read_nodes.ack_tracker import PartitionAckState
 
 FORMAT_VERSION = "2"
 LEGACY_VERSION = "1"  # per pp, no parked keys: still read

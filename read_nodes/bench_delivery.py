@@ -22,11 +22,11 @@ import time
 
 import typer
 
-from isolation.context import IsolationContext
-from read_nodes.delivery import GroupDelivery
-from read_nodes.delivery_types import ConsumerSpec, DeliveryConfig, DeliveryEntry
-from virtual_partitions.assignment import assign
-from virtual_partitions.hashing import key_hash
+from vpq.isolation.context import IsolationContext
+from vpq.read_nodes.delivery import GroupDelivery
+from vpq.read_nodes.delivery_types import ConsumerSpec, DeliveryConfig, DeliveryEntry
+from vpq.virtual_partitions.assignment import assign
+from vpq.virtual_partitions.hashing import key_hash
 
 PROD = IsolationContext()
 

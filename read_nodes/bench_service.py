@@ -33,19 +33,19 @@ from typing import Any
 import aiohttp
 import orjson
 
-from common.redis_server import RedisServer
-from config.settings import ClusterSettings, QueueDefaults, RedisSettings, Settings
-from gateway.cluster_queues import QueueAdmin
-from gateway.cluster_traffic import TrafficMeter
-from gateway.node_directory import WriteNodeDirectory
-from metadata.map_cache import MapCache
-from metadata.store import MetadataStore
-from read_nodes.client import ReadNodeClient
-from read_nodes.service import ReadNodeService
-from virtual_partitions.router import ProduceRouter
-from write_nodes.append_accumulator import AppendAccumulator
-from write_nodes.client import WriteNodeClient
-from write_nodes.produce import Appender, PlainMessage
+from vpq.common.redis_server import RedisServer
+from vpq.config.settings import ClusterSettings, QueueDefaults, RedisSettings, Settings
+from vpq.gateway.cluster_queues import QueueAdmin
+from vpq.gateway.cluster_traffic import TrafficMeter
+from vpq.gateway.node_directory import WriteNodeDirectory
+from vpq.metadata.map_cache import MapCache
+from vpq.metadata.store import MetadataStore
+from vpq.read_nodes.client import ReadNodeClient
+from vpq.read_nodes.service import ReadNodeService
+from vpq.virtual_partitions.router import ProduceRouter
+from vpq.write_nodes.append_accumulator import AppendAccumulator
+from vpq.write_nodes.client import WriteNodeClient
+from vpq.write_nodes.produce import Appender, PlainMessage
 
 
 def _pct(values: list[float], p: float) -> float:
@@ -70,7 +70,7 @@ async def _drain(client: ReadNodeClient, address: str, queue: str, group: str, c
 
 
 async def run(messages: int, consumers: int, queues: int, pps: int) -> dict[str, Any]:
-    from write_nodes.service import WriteNodeService
+    from vpq.write_nodes.service import WriteNodeService
 
     tmp = Path(tempfile.mkdtemp(prefix="vpq-bench-read-"))
     redis = RedisServer(data_dir=tmp / "redis", appendonly=False)

@@ -17,10 +17,10 @@ from urllib.parse import quote
 import aiohttp
 import orjson
 
-from common.errors import InternalError
-from common.poll_body import PolledBody
-from read_nodes.handlers import MESSAGE_COUNT_HEADER
-from write_nodes.client import BAD_NODE_ANSWER, MAX_WAIT_MS, call_node
+from vpq.common.errors import InternalError
+from vpq.common.poll_body import PolledBody
+from vpq.read_nodes.handlers import MESSAGE_COUNT_HEADER
+from vpq.write_nodes.client import BAD_NODE_ANSWER, MAX_WAIT_MS, call_node
 
 
 def _seg(name: str) -> str:

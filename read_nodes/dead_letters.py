@@ -27,11 +27,11 @@ from collections.abc import Sequence
 
 import mmh3
 
-from gateway.cluster_queues import QueueAdmin
-from read_nodes.delivery_types import DeadLetter
-from read_nodes.tailer import RecordSource
-from write_nodes.produce import Appender, PlainMessage
-from write_nodes.records import VALUE_JSON
+from vpq.gateway.cluster_queues import QueueAdmin
+from vpq.read_nodes.delivery_types import DeadLetter
+from vpq.read_nodes.tailer import RecordSource
+from vpq.write_nodes.produce import Appender, PlainMessage
+from vpq.write_nodes.records import VALUE_JSON
 
 log = logging.getLogger(__name__)
 

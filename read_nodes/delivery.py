@@ -72,16 +72,16 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable
 
-from isolation.context import IsolationContext
-from isolation.routing import Router
-from read_nodes.ack_tracker import AckTracker
-from read_nodes.delivery_items import (
+from vpq.isolation.context import IsolationContext
+from vpq.isolation.routing import Router
+from vpq.read_nodes.ack_tracker import AckTracker
+from vpq.read_nodes.delivery_items import (
     DELAYED, INFLIGHT, READY, WAITING, Chain, ChainKey, Consumer, Msg, ParkKey, Pos, Timer, check_now,
 )
-from read_nodes.delivery_membership import DeliveryMembership
-from read_nodes.delivery_parking import DeliveryParking
-from read_nodes.delivery_reports import DeliveryReports
-from read_nodes.delivery_types import (
+from vpq.read_nodes.delivery_membership import DeliveryMembership
+from vpq.read_nodes.delivery_parking import DeliveryParking
+from vpq.read_nodes.delivery_reports import DeliveryReports
+from vpq.read_nodes.delivery_types import (
     Admission,
     DeadLetter,
     Delivery,
@@ -89,9 +89,9 @@ from read_nodes.delivery_types import (
     DeliveryEntry,
     DeliveryFull,
 )
-from read_nodes.message_id import decode_message_ids, encode_message_id
-from read_nodes.ready_buckets import FIRST_DELIVERY, REDELIVERY, ReadyBuckets
-from read_nodes.routing_table import RouterFactory, RoutingTable
+from vpq.read_nodes.message_id import decode_message_ids, encode_message_id
+from vpq.read_nodes.ready_buckets import FIRST_DELIVERY, REDELIVERY, ReadyBuckets
+from vpq.read_nodes.routing_table import RouterFactory, RoutingTable
 
 
 class GroupDelivery(DeliveryMembership, DeliveryParking, DeliveryReports):

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from collections import deque
 
-from isolation.context import IsolationContext
-from read_nodes.delivery_types import DeliveryEntry
+from vpq.isolation.context import IsolationContext
+from vpq.read_nodes.delivery_types import DeliveryEntry
 
 WAITING, READY, INFLIGHT, DELAYED = range(4)
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from isolation.context import IsolationContext
-from read_nodes.delivery_items import INFLIGHT, Consumer, check_now
-from read_nodes.delivery_types import ConsumerSpec, UnknownConsumer
-from virtual_partitions.hashing import check_virtual_partitions
+from vpq.isolation.context import IsolationContext
+from vpq.read_nodes.delivery_items import INFLIGHT, Consumer, check_now
+from vpq.read_nodes.delivery_types import ConsumerSpec, UnknownConsumer
+from vpq.virtual_partitions.hashing import check_virtual_partitions
 
 
 class DeliveryMembership:

@@ -6,7 +6,7 @@ holds, when a key has room for a refill, and the parked segments in the ack stat
 
 from __future__ import annotations
 
-from read_nodes.delivery_items import Msg, ParkKey
+from vpq.read_nodes.delivery_items import Msg, ParkKey
 
 
 class DeliveryParking:

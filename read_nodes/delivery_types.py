@@ -11,8 +11,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
-from isolation.context import IsolationContext
-from virtual_partitions.hashing import HASH_SPACE, check_virtual_partitions
+from vpq.isolation.context import IsolationContext
+from vpq.virtual_partitions.hashing import HASH_SPACE, check_virtual_partitions
 
 Ordering = Literal["key", "none"]
 

@@ -40,21 +40,21 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from common.errors import BadRequest, Conflict, NotFound, Unavailable, VpqError
-from isolation.context import IsolationContext
-from metadata.aio import cancel_and_wait
-from metadata.names import check_id
-from metadata.queues import QueueRecord
-from read_nodes.ack_persistence import AckSnapshots
-from read_nodes.delivery import GroupDelivery
-from read_nodes.delivery_types import DeadLetter, Delivery, DeliveryConfig, UnknownConsumer, stream_pp
-from read_nodes.group_members import GroupMembers, new_consumer_id
-from read_nodes.ingestor import Ingestor
-from read_nodes.lineage_order import LineageOrder
-from read_nodes.message_id import MessageIdError, decode_message_ids
-from read_nodes.messages import render_message
-from read_nodes.metrics import DeliveryCounters, NoCounters
-from read_nodes.node_parts import NodeParts, monotonic_ms, wall_ms
+from vpq.common.errors import BadRequest, Conflict, NotFound, Unavailable, VpqError
+from vpq.isolation.context import IsolationContext
+from vpq.metadata.aio import cancel_and_wait
+from vpq.metadata.names import check_id
+from vpq.metadata.queues import QueueRecord
+from vpq.read_nodes.ack_persistence import AckSnapshots
+from vpq.read_nodes.delivery import GroupDelivery
+from vpq.read_nodes.delivery_types import DeadLetter, Delivery, DeliveryConfig, UnknownConsumer, stream_pp
+from vpq.read_nodes.group_members import GroupMembers, new_consumer_id
+from vpq.read_nodes.ingestor import Ingestor
+from vpq.read_nodes.lineage_order import LineageOrder
+from vpq.read_nodes.message_id import MessageIdError, decode_message_ids
+from vpq.read_nodes.messages import render_message
+from vpq.read_nodes.metrics import DeliveryCounters, NoCounters
+from vpq.read_nodes.node_parts import NodeParts, monotonic_ms, wall_ms
 
 log = logging.getLogger(__name__)
 

@@ -25,11 +25,11 @@ import logging
 import time
 import uuid
 
-from isolation.context import IsolationContext
-from metadata.store import MetadataStore
-from read_nodes.delivery import GroupDelivery
-from read_nodes.delivery_types import ConsumerSpec
-from virtual_partitions.assignment import AssignmentResult, assign
+from vpq.isolation.context import IsolationContext
+from vpq.metadata.store import MetadataStore
+from vpq.read_nodes.delivery import GroupDelivery
+from vpq.read_nodes.delivery_types import ConsumerSpec
+from vpq.virtual_partitions.assignment import AssignmentResult, assign
 
 log = logging.getLogger(__name__)
 

@@ -20,10 +20,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Literal
 
-from common.errors import Unavailable, VpqError
-from read_nodes.lineage_order import LineageOrder
-from read_nodes.tailer import PartitionLocator
-from write_nodes.client import WriteNodeClient
+from vpq.common.errors import Unavailable, VpqError
+from vpq.read_nodes.lineage_order import LineageOrder
+from vpq.read_nodes.tailer import PartitionLocator
+from vpq.write_nodes.client import WriteNodeClient
 
 StartPosition = Literal["earliest", "latest"]
 

@@ -35,13 +35,13 @@ import orjson
 from aiohttp import web
 from redis.exceptions import RedisError
 
-from common.errors import BadRequest, InternalError, MethodNotAllowed, NotFound, Unavailable, VpqError
-from isolation.context import IsolationContext, IsolationError
-from metadata.names import check_name
+from vpq.common.errors import BadRequest, InternalError, MethodNotAllowed, NotFound, Unavailable, VpqError
+from vpq.isolation.context import IsolationContext, IsolationError
+from vpq.metadata.names import check_name
 
 if TYPE_CHECKING:
-    from read_nodes.group_host import GroupHost
-    from read_nodes.service import ReadNodeService
+    from vpq.read_nodes.group_host import GroupHost
+    from vpq.read_nodes.service import ReadNodeService
 
 T = TypeVar("T")
 

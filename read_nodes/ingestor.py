@@ -40,13 +40,13 @@ from dataclasses import dataclass
 
 from typing import Any
 
-from common.errors import VpqError
-from read_nodes.delivery import GroupDelivery
-from read_nodes.delivery_types import Admission, DeliveryEntry, DeliveryFull, stream_ctx_id, stream_of, stream_pp
-from read_nodes.lineage_order import Decision, LineageOrder
-from read_nodes.parked_keys import ParkedKeys, ParkKey
-from read_nodes.tailer import Listener
-from read_nodes.tailer_pool import TailerPool
+from vpq.common.errors import VpqError
+from vpq.read_nodes.delivery import GroupDelivery
+from vpq.read_nodes.delivery_types import Admission, DeliveryEntry, DeliveryFull, stream_ctx_id, stream_of, stream_pp
+from vpq.read_nodes.lineage_order import Decision, LineageOrder
+from vpq.read_nodes.parked_keys import ParkedKeys, ParkKey
+from vpq.read_nodes.tailer import Listener
+from vpq.read_nodes.tailer_pool import TailerPool
 
 log = logging.getLogger(__name__)
 

@@ -33,8 +33,8 @@ from typing import Any
 
 import orjson
 
-from isolation.context import IsolationContext
-from write_nodes.records import VALUE_JSON, Record
+from vpq.isolation.context import IsolationContext
+from vpq.write_nodes.records import VALUE_JSON, Record
 
 _loads = orjson.loads
 _b64 = base64.b64encode

@@ -47,7 +47,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from redis.exceptions import RedisError
 
-from common.errors import VpqError
+from vpq.common.errors import VpqError
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 """The classic Prometheus text format, what ``generate_latest`` writes."""

@@ -11,16 +11,16 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from config.settings import Settings
-from gateway.cluster_queues import QueueAdmin
-from gateway.node_directory import WriteNodeDirectory
-from metadata.map_cache import MapCache
-from metadata.store import MetadataStore
-from read_nodes.ack_persistence import AckStateStore
-from read_nodes.dead_letters import DeadLetterProducer
-from read_nodes.tailer import RecordSource
-from read_nodes.tailer_pool import TailerPool
-from write_nodes.client import WriteNodeClient
+from vpq.config.settings import Settings
+from vpq.gateway.cluster_queues import QueueAdmin
+from vpq.gateway.node_directory import WriteNodeDirectory
+from vpq.metadata.map_cache import MapCache
+from vpq.metadata.store import MetadataStore
+from vpq.read_nodes.ack_persistence import AckStateStore
+from vpq.read_nodes.dead_letters import DeadLetterProducer
+from vpq.read_nodes.tailer import RecordSource
+from vpq.read_nodes.tailer_pool import TailerPool
+from vpq.write_nodes.client import WriteNodeClient
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from isolation.context import IsolationContext
+from vpq.isolation.context import IsolationContext
 
 RouteFn = Callable[[IsolationContext], IsolationContext | None]
 RouterFactory = Callable[[frozenset[IsolationContext]], RouteFn]

@@ -36,37 +36,37 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from common.errors import Conflict, NotFound
-from common.lifecycle import close_all
-from config.settings import Settings
-from gateway.cluster_errors import metadata_errors
-from gateway.cluster_queues import QueueAdmin
-from gateway.cluster_traffic import TrafficMeter
-from gateway.log_ends import LogEnds
-from gateway.node_directory import WriteNodeDirectory
-from isolation.context import IsolationContext
-from metadata.aio import cancel_and_wait
-from metadata.events import EventListener
-from metadata.lease_keeper import LeaseKeeper
-from metadata.leases import group_resource
-from metadata.map_cache import MapCache
-from metadata.store import MetadataStore
-from read_nodes.ack_persistence import AckStateStore
-from read_nodes.dead_letters import DeadLetterProducer
-from read_nodes.group_host import GroupHost
-from read_nodes.group_start import start_offsets
-from read_nodes.handlers import build_app
-from read_nodes.lineage_order import LineageOrder
-from read_nodes.metrics import ReadNodeMetrics
-from read_nodes.node_parts import NodeParts, ReadNodeOptions
-from read_nodes.record_cache import RecordCache
-from read_nodes.tailer import RecordSource
-from read_nodes.tailer_pool import TailerPool
-from virtual_partitions.router import ProduceRouter
-from write_nodes.append_accumulator import AppendAccumulator
-from write_nodes.client import WriteNodeClient
-from write_nodes.cluster_meta import read_partition_count
-from write_nodes.produce import Appender
+from vpq.common.errors import Conflict, NotFound
+from vpq.common.lifecycle import close_all
+from vpq.config.settings import Settings
+from vpq.gateway.cluster_errors import metadata_errors
+from vpq.gateway.cluster_queues import QueueAdmin
+from vpq.gateway.cluster_traffic import TrafficMeter
+from vpq.gateway.log_ends import LogEnds
+from vpq.gateway.node_directory import WriteNodeDirectory
+from vpq.isolation.context import IsolationContext
+from vpq.metadata.aio import cancel_and_wait
+from vpq.metadata.events import EventListener
+from vpq.metadata.lease_keeper import LeaseKeeper
+from vpq.metadata.leases import group_resource
+from vpq.metadata.map_cache import MapCache
+from vpq.metadata.store import MetadataStore
+from vpq.read_nodes.ack_persistence import AckStateStore
+from vpq.read_nodes.dead_letters import DeadLetterProducer
+from vpq.read_nodes.group_host import GroupHost
+from vpq.read_nodes.group_start import start_offsets
+from vpq.read_nodes.handlers import build_app
+from vpq.read_nodes.lineage_order import LineageOrder
+from vpq.read_nodes.metrics import ReadNodeMetrics
+from vpq.read_nodes.node_parts import NodeParts, ReadNodeOptions
+from vpq.read_nodes.record_cache import RecordCache
+from vpq.read_nodes.tailer import RecordSource
+from vpq.read_nodes.tailer_pool import TailerPool
+from vpq.virtual_partitions.router import ProduceRouter
+from vpq.write_nodes.append_accumulator import AppendAccumulator
+from vpq.write_nodes.client import WriteNodeClient
+from vpq.write_nodes.cluster_meta import read_partition_count
+from vpq.write_nodes.produce import Appender
 
 log = logging.getLogger("vpq.read_node")
 

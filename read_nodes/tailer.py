@@ -35,13 +35,13 @@ from typing import Protocol
 
 import aiohttp
 
-from common.errors import VpqError
-from isolation.context import IsolationContext
-from read_nodes.messages import TailedRecord
-from read_nodes.queue_index import QueueIndex
-from read_nodes.record_cache import RecordCache
-from write_nodes.errors import CorruptBatchError
-from write_nodes.records import iter_batches
+from vpq.common.errors import VpqError
+from vpq.isolation.context import IsolationContext
+from vpq.read_nodes.messages import TailedRecord
+from vpq.read_nodes.queue_index import QueueIndex
+from vpq.read_nodes.record_cache import RecordCache
+from vpq.write_nodes.errors import CorruptBatchError
+from vpq.write_nodes.records import iter_batches
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ cache (it is read from the write node if someone comes for it).
 
 from __future__ import annotations
 
-from read_nodes.tailer import Listener, PartitionTailer, RecordSource
+from vpq.read_nodes.tailer import Listener, PartitionTailer, RecordSource
 
 
 class TailerPool:

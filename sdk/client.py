@@ -25,14 +25,14 @@ import aiohttp
 import orjson
 from yarl import URL
 
-from sdk.errors import (
+from vpq.sdk.errors import (
     ClientClosedError,
     GatewayConnectionError,
     GatewayTimeoutError,
     VpqClientError,
     error_from_response,
 )
-from sdk.models import (
+from vpq.sdk.models import (
     ClusterInfo,
     CurrentMap,
     GroupInfo,
@@ -44,7 +44,7 @@ from sdk.models import (
     dump_produce_body,
     produce_body,
 )
-from sdk.retry import NO_RETRY, RetryPolicy, parse_retry_after
+from vpq.sdk.retry import NO_RETRY, RetryPolicy, parse_retry_after
 
 log = logging.getLogger(__name__)
 

@@ -42,9 +42,9 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from sdk.client import AsyncClient
-from sdk.errors import NotFoundError, VpqClientError
-from sdk.models import JoinResult, Message
+from vpq.sdk.client import AsyncClient
+from vpq.sdk.errors import NotFoundError, VpqClientError
+from vpq.sdk.models import JoinResult, Message
 
 log = logging.getLogger(__name__)
 

@@ -33,9 +33,9 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
-from sdk.client import AsyncClient
-from sdk.errors import ClientClosedError, VpqClientError
-from sdk.models import ProduceMessage, ProduceResult, dump_message
+from vpq.sdk.client import AsyncClient
+from vpq.sdk.errors import ClientClosedError, VpqClientError
+from vpq.sdk.models import ProduceMessage, ProduceResult, dump_message
 
 log = logging.getLogger(__name__)
 

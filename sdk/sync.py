@@ -15,9 +15,9 @@ from collections.abc import Coroutine, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
-from sdk.client import DEFAULT_URL, AsyncClient
-from sdk.errors import ClientClosedError
-from sdk.models import (
+from vpq.sdk.client import DEFAULT_URL, AsyncClient
+from vpq.sdk.errors import ClientClosedError
+from vpq.sdk.models import (
     ClusterInfo,
     CurrentMap,
     GroupInfo,
@@ -27,7 +27,7 @@ from sdk.models import (
     ProduceResults,
     QueueInfo,
 )
-from sdk.retry import RetryPolicy
+from vpq.sdk.retry import RetryPolicy
 
 T = TypeVar("T")
 

@@ -24,9 +24,9 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from spark_rebalance.fences import Fence
-from spark_rebalance.plan_model import Split
-from virtual_partitions.placement import VpMove
+from vpq.spark_rebalance.fences import Fence
+from vpq.spark_rebalance.plan_model import Split
+from vpq.virtual_partitions.placement import VpMove
 
 
 class RangeLike(Protocol):

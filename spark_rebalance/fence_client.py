@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import aiohttp
 
-from common.errors import InternalError, Unavailable
-from metadata.leases import LeaseManager, NodeRegistry, pp_resource
-from write_nodes.client import BAD_NODE_ANSWER, call_node
+from vpq.common.errors import InternalError, Unavailable
+from vpq.metadata.leases import LeaseManager, NodeRegistry, pp_resource
+from vpq.write_nodes.client import BAD_NODE_ANSWER, call_node
 
 WRITE_ROLE = "write"
 FENCE_PATH = "/internal/v1/partitions/{pp}/fence"

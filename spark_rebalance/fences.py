@@ -38,9 +38,9 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from metadata.events import ANNOUNCE_LUA
-from metadata.keys import Keys
-from metadata.maps import check_map, encode_map
+from vpq.metadata.events import ANNOUNCE_LUA
+from vpq.metadata.keys import Keys
+from vpq.metadata.maps import check_map, encode_map
 
 PUBLISHED = 1
 CONFLICT = 0

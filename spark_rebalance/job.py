@@ -47,9 +47,9 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from config.settings import RebalanceSettings
-from spark_rebalance.plan_model import VpLoad
-from spark_rebalance.stats_schema import DATE_PARTITION, HEARTBEAT_QUEUE, spark_schema
+from vpq.config.settings import RebalanceSettings
+from vpq.spark_rebalance.plan_model import VpLoad
+from vpq.spark_rebalance.stats_schema import DATE_PARTITION, HEARTBEAT_QUEUE, spark_schema
 
 
 class StatisticsError(Exception):

@@ -16,8 +16,8 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from config.settings import QueueDefaults, RebalanceSettings
-from virtual_partitions.placement import PlacementMap, VpMove
+from vpq.config.settings import QueueDefaults, RebalanceSettings
+from vpq.virtual_partitions.placement import PlacementMap, VpMove
 
 MiB = 1024 * 1024
 

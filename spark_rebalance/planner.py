@@ -28,9 +28,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from spark_rebalance.balancer import EPS, Balancer, Item
-from spark_rebalance.plan_model import Imbalance, PartitionLoad, Plan, PlannerOptions, Split, VpLoad
-from virtual_partitions.placement import PlacementMap, QueuePlacement, moves_between
+from vpq.spark_rebalance.balancer import EPS, Balancer, Item
+from vpq.spark_rebalance.plan_model import Imbalance, PartitionLoad, Plan, PlannerOptions, Split, VpLoad
+from vpq.virtual_partitions.placement import PlacementMap, QueuePlacement, moves_between
 
 _ZERO = VpLoad(0.0, 0.0)
 

@@ -32,10 +32,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from common.errors import VpqError
-from metadata.maps import MapConflictError
-from metadata.store import MetadataStore
-from spark_rebalance.cutover import (
+from vpq.common.errors import VpqError
+from vpq.metadata.maps import MapConflictError
+from vpq.metadata.store import MetadataStore
+from vpq.spark_rebalance.cutover import (
     LineageState,
     SplitStep,
     apply_splits,
@@ -46,9 +46,9 @@ from spark_rebalance.cutover import (
     rebase_moves,
     resolve_lineage,
 )
-from spark_rebalance.fences import BUSY, GONE, PUBLISHED, Fence, FenceStore, fence_of
-from spark_rebalance.plan_model import Plan
-from virtual_partitions.placement import VpMove
+from vpq.spark_rebalance.fences import BUSY, GONE, PUBLISHED, Fence, FenceStore, fence_of
+from vpq.spark_rebalance.plan_model import Plan
+from vpq.virtual_partitions.placement import VpMove
 
 EMPTY_MAP: dict[str, Any] = {"epoch": 0, "queues": {}}
 

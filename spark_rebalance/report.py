@@ -19,7 +19,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from spark_rebalance.plan_model import PartitionLoad, Plan
+from vpq.spark_rebalance.plan_model import PartitionLoad, Plan
 
 CHART_SUBDIR = "rebalance"
 

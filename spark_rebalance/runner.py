@@ -17,11 +17,11 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from config.settings import QueueDefaults, RebalanceSettings
-from spark_rebalance.job import JobOptions, JobResult, StatisticsError, run_job
-from spark_rebalance.plan_model import Plan, PlannerOptions
-from spark_rebalance.planner import plan as make_plan
-from virtual_partitions.placement import PlacementMap
+from vpq.config.settings import QueueDefaults, RebalanceSettings
+from vpq.spark_rebalance.job import JobOptions, JobResult, StatisticsError, run_job
+from vpq.spark_rebalance.plan_model import Plan, PlannerOptions
+from vpq.spark_rebalance.planner import plan as make_plan
+from vpq.virtual_partitions.placement import PlacementMap
 
 STATS_SUBDIR = "stats"
 

@@ -33,9 +33,9 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from isolation.context import check_name
-from virtual_partitions.hashing import check_virtual_partitions
-from virtual_partitions.placement import check_queue_name
+from vpq.isolation.context import check_name
+from vpq.virtual_partitions.hashing import check_virtual_partitions
+from vpq.virtual_partitions.placement import check_queue_name
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from spark_rebalance.stats_schema import (
+from vpq.spark_rebalance.stats_schema import (
     DATE_PARTITION,
     TrafficRow,
     check_node_id,

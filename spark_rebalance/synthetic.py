@@ -11,10 +11,10 @@ import random
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
-from spark_rebalance.plan_model import VpLoad
-from spark_rebalance.stats_schema import TrafficRow
-from spark_rebalance.stats_writer import StatsWriter
-from virtual_partitions.placement import PlacementMap, QueuePlacement, initial_placement
+from vpq.spark_rebalance.plan_model import VpLoad
+from vpq.spark_rebalance.stats_schema import TrafficRow
+from vpq.spark_rebalance.stats_writer import StatsWriter
+from vpq.virtual_partitions.placement import PlacementMap, QueuePlacement, initial_placement
 
 Loads = dict[tuple[str, int], VpLoad]
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from spark_rebalance.stats_schema import TrafficRow
+from vpq.spark_rebalance.stats_schema import TrafficRow
 
 _Key = tuple[str, int, int, str, str]
 MAX_CHECKED_NAMES = 200_000

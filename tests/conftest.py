@@ -9,9 +9,9 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
-from common.redis_server import RedisServer, find_redis_server
-from config.settings import RedisSettings
-from metadata.store import MetadataStore
+from vpq.common.redis_server import RedisServer, find_redis_server
+from vpq.config.settings import RedisSettings
+from vpq.metadata.store import MetadataStore
 from tests.needs import missing
 
 

@@ -13,7 +13,7 @@ from typing import NoReturn
 
 import pytest
 
-from common.redis_server import find_redis_server
+from vpq.common.redis_server import find_redis_server
 
 STRICT = os.environ.get("VPQ_TEST_STRICT") == "1"
 

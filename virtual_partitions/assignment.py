@@ -38,7 +38,7 @@ from collections.abc import Callable, Hashable, Iterator, Mapping
 from types import MappingProxyType
 from typing import Any, Generic, TypeVar
 
-from virtual_partitions.hashing import check_virtual_partitions, is_power_of_two
+from vpq.virtual_partitions.hashing import check_virtual_partitions, is_power_of_two
 
 C = TypeVar("C", bound=Hashable)
 

@@ -32,8 +32,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from virtual_partitions.hashing import check_virtual_partitions
-from virtual_partitions.placement import QueuePlacement
+from vpq.virtual_partitions.hashing import check_virtual_partitions
+from vpq.virtual_partitions.placement import QueuePlacement
 
 
 def _check_offset(value: object, what: str) -> int:

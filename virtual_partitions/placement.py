@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from virtual_partitions.hashing import check_virtual_partitions, key_hash
+from vpq.virtual_partitions.hashing import check_virtual_partitions, key_hash
 
 QUEUE_NAME_RE = re.compile(r"[A-Za-z0-9._-]{1,128}")
 

@@ -29,10 +29,10 @@ from typing import Any, NamedTuple
 
 import mmh3
 
-from metadata.contexts import ContextRegistry
-from metadata.errors import MetadataError, QueueNotFoundError
-from metadata.map_cache import MapCache, QueueEntry
-from virtual_partitions.hashing import KeylessSpreader, key_hash, vp_of_hash
+from vpq.metadata.contexts import ContextRegistry
+from vpq.metadata.errors import MetadataError, QueueNotFoundError
+from vpq.metadata.map_cache import MapCache, QueueEntry
+from vpq.virtual_partitions.hashing import KeylessSpreader, key_hash, vp_of_hash
 
 
 class UnknownQueueError(QueueNotFoundError):

@@ -42,10 +42,10 @@ from dataclasses import dataclass, field
 from itertools import chain
 from typing import NamedTuple, Protocol
 
-from common.errors import Unavailable, VpqError
-from write_nodes.append_frames import FRAME_HEADER, Frame
-from write_nodes.columnar import FIXED_RECORD_BYTES, ColumnarRecords, build_columnar_batch
-from write_nodes.records import HEADER_SIZE
+from vpq.common.errors import Unavailable, VpqError
+from vpq.write_nodes.append_frames import FRAME_HEADER, Frame
+from vpq.write_nodes.columnar import FIXED_RECORD_BYTES, ColumnarRecords, build_columnar_batch
+from vpq.write_nodes.records import HEADER_SIZE
 
 Answer = list[tuple[int, int] | VpqError]
 

@@ -24,11 +24,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from config.settings import LogSettings
-from write_nodes.errors import LogIOError
-from write_nodes.group_commit import FsyncFn, WriteOp
-from write_nodes.segment import LogSegment
-from write_nodes.segments import LogSegments
+from vpq.config.settings import LogSettings
+from vpq.write_nodes.errors import LogIOError
+from vpq.write_nodes.group_commit import FsyncFn, WriteOp
+from vpq.write_nodes.segment import LogSegment
+from vpq.write_nodes.segments import LogSegments
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import struct
 
-from write_nodes import columnar
-from write_nodes.errors import CorruptBatchError
-from write_nodes.records import HEADER_SIZE, MAGIC_COLUMNAR, PREFIX, PREFIX_SIZE, BatchView, decode_headers
-from write_nodes.varint import decode_svarint, decode_uvarint
+from vpq.write_nodes import columnar
+from vpq.write_nodes.errors import CorruptBatchError
+from vpq.write_nodes.records import HEADER_SIZE, MAGIC_COLUMNAR, PREFIX, PREFIX_SIZE, BatchView, decode_headers
+from vpq.write_nodes.varint import decode_svarint, decode_uvarint
 
 TrafficKey = tuple[int, int, int]
 """(queue id, vp, context id)"""

@@ -17,8 +17,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from write_nodes import filenames
-from write_nodes.storage import OS_STORAGE, Storage, fsync_directory
+from vpq.write_nodes import filenames
+from vpq.write_nodes.storage import OS_STORAGE, Storage, fsync_directory
 
 _MAGIC = "vpq-recovery-point 1"
 

@@ -27,8 +27,8 @@ import aiohttp
 import orjson
 from multidict import CIMultiDictProxy
 
-from common.errors import InternalError, Unavailable, VpqError
-from write_nodes.append_frames import Frame, encode_frames
+from vpq.common.errors import InternalError, Unavailable, VpqError
+from vpq.write_nodes.append_frames import Frame, encode_frames
 
 NODE_UNREACHABLE = "node_unreachable"
 """Code of the ``Unavailable`` raised when a node cannot be reached."""

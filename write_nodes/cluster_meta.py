@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import redis.asyncio as aioredis
 
-from metadata.keys import Keys
+from vpq.metadata.keys import Keys
 
 # KEYS: count key ; ARGV: default
 _GET_OR_INIT = """

@@ -42,9 +42,9 @@ from typing import NamedTuple
 
 from crc32c import crc32c
 
-from write_nodes.errors import CorruptBatchError
-from write_nodes.varint import decode_uvarint
-from write_nodes.records import (
+from vpq.write_nodes.errors import CorruptBatchError
+from vpq.write_nodes.varint import decode_uvarint
+from vpq.write_nodes.records import (
     _FRONT,
     _TAIL,
     COMPRESSION_MASK,

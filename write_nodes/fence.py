@@ -36,9 +36,9 @@ from typing import Any, Protocol
 import orjson
 from aiohttp import web
 
-from common.errors import BadRequest, Unavailable, VpqError
-from metadata.events import EventListener
-from spark_rebalance.fences import Fence, FenceStore
+from vpq.common.errors import BadRequest, Unavailable, VpqError
+from vpq.metadata.events import EventListener
+from vpq.spark_rebalance.fences import Fence, FenceStore
 
 log = logging.getLogger(__name__)
 

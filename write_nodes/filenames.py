@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from write_nodes.storage import OS_STORAGE, Storage
+from vpq.write_nodes.storage import OS_STORAGE, Storage
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"

@@ -33,8 +33,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from write_nodes.errors import LogIOError, PartitionOfflineError
-from write_nodes.storage import OS_STORAGE
+from vpq.write_nodes.errors import LogIOError, PartitionOfflineError
+from vpq.write_nodes.storage import OS_STORAGE
 
 FsyncFn = Callable[[int], None]
 WriteFn = Callable[[int, list[bytes]], int]

@@ -35,7 +35,7 @@ import orjson
 from aiohttp import web
 from redis.exceptions import RedisError
 
-from common.errors import (
+from vpq.common.errors import (
     BadRequest,
     InternalError,
     MethodNotAllowed,
@@ -44,14 +44,14 @@ from common.errors import (
     Unavailable,
     VpqError,
 )
-from metadata.map_cache import MapCache
-from write_nodes.append_frames import ChainGate, Frame, FrameError, decode_frames, error_entry, ok_entry
-from write_nodes.batch_scan import TrafficKey, summarize_batch
-from write_nodes.errors import CorruptBatchError, LogIOError, OffsetOutOfRangeError
-from write_nodes.fence import FenceView
-from write_nodes.metrics import WriteNodeMetrics
-from write_nodes.ownership import NOT_OWNER, PARTITION_OFFLINE, OwnedPartition, PartitionOwnership, State
-from write_nodes.records import BatchView
+from vpq.metadata.map_cache import MapCache
+from vpq.write_nodes.append_frames import ChainGate, Frame, FrameError, decode_frames, error_entry, ok_entry
+from vpq.write_nodes.batch_scan import TrafficKey, summarize_batch
+from vpq.write_nodes.errors import CorruptBatchError, LogIOError, OffsetOutOfRangeError
+from vpq.write_nodes.fence import FenceView
+from vpq.write_nodes.metrics import WriteNodeMetrics
+from vpq.write_nodes.ownership import NOT_OWNER, PARTITION_OFFLINE, OwnedPartition, PartitionOwnership, State
+from vpq.write_nodes.records import BatchView
 
 log = logging.getLogger(__name__)
 

@@ -26,16 +26,16 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
-from config.settings import LogSettings
-from write_nodes.appender import AppendMeta, SegmentAppender
-from write_nodes.checkpoint import write_checkpoint
-from write_nodes.errors import LogIOError, OffsetOutOfRangeError, PartitionOfflineError
-from write_nodes.group_commit import FsyncFn, GroupCommitter
-from write_nodes.recovery import LogLoader, RecoveryReport
-from write_nodes.records import HEADER, BatchView, Record, build_batch, restamp_base_offset
-from write_nodes.retention import SegmentInfo, segments_to_delete
-from write_nodes.segments import LogSegments
-from write_nodes.storage import OS_STORAGE, Storage
+from vpq.config.settings import LogSettings
+from vpq.write_nodes.appender import AppendMeta, SegmentAppender
+from vpq.write_nodes.checkpoint import write_checkpoint
+from vpq.write_nodes.errors import LogIOError, OffsetOutOfRangeError, PartitionOfflineError
+from vpq.write_nodes.group_commit import FsyncFn, GroupCommitter
+from vpq.write_nodes.recovery import LogLoader, RecoveryReport
+from vpq.write_nodes.records import HEADER, BatchView, Record, build_batch, restamp_base_offset
+from vpq.write_nodes.retention import SegmentInfo, segments_to_delete
+from vpq.write_nodes.segments import LogSegments
+from vpq.write_nodes.storage import OS_STORAGE, Storage
 
 MAX_BATCH_BYTES = 1 << 30
 

@@ -12,9 +12,9 @@ import argparse
 import logging
 from pathlib import Path
 
-from common.process_main import run, run_until_signalled, setup_logging
-from common.runfiles import read_settings
-from write_nodes.service import WriteNodeService
+from vpq.common.process_main import run, run_until_signalled, setup_logging
+from vpq.common.runfiles import read_settings
+from vpq.write_nodes.service import WriteNodeService
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

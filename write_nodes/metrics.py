@@ -38,11 +38,11 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from common.counter_table import CounterTable
-from config.settings import LogSettings
-from write_nodes.group_commit import FsyncFn, default_fsync
-from write_nodes.log import PartitionLog
-from write_nodes.storage import OS_STORAGE, Storage
+from vpq.common.counter_table import CounterTable
+from vpq.config.settings import LogSettings
+from vpq.write_nodes.group_commit import FsyncFn, default_fsync
+from vpq.write_nodes.log import PartitionLog
+from vpq.write_nodes.storage import OS_STORAGE, Storage
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 """The classic Prometheus text format, what ``generate_latest`` writes."""

@@ -18,8 +18,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from operator import itemgetter
 from typing import Any, NamedTuple, Protocol
 
-from write_nodes.columnar import decode_header_block
-from write_nodes.records import VALUE_JSON, VALUE_RAW, encode_headers
+from vpq.write_nodes.columnar import decode_header_block
+from vpq.write_nodes.records import VALUE_JSON, VALUE_RAW, encode_headers
 
 BytesLike = Any
 """``bytes`` or any object with the buffer protocol and ``len`` (``msgspec.Raw``)."""

@@ -54,14 +54,14 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from common.errors import Unavailable
-from config.settings import LogSettings
-from metadata.aio import cancel_and_wait
-from metadata.lease_keeper import LeaseKeeper
-from metadata.leases import LeaseManager, NodeRegistry, pp_resource
-from write_nodes.errors import LogIOError
-from write_nodes.log import PartitionLog
-from write_nodes.recovery import RecoveryReport
+from vpq.common.errors import Unavailable
+from vpq.config.settings import LogSettings
+from vpq.metadata.aio import cancel_and_wait
+from vpq.metadata.lease_keeper import LeaseKeeper
+from vpq.metadata.leases import LeaseManager, NodeRegistry, pp_resource
+from vpq.write_nodes.errors import LogIOError
+from vpq.write_nodes.log import PartitionLog
+from vpq.write_nodes.recovery import RecoveryReport
 
 log = logging.getLogger(__name__)
 

@@ -45,14 +45,14 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any, Protocol
 
-from common.errors import InternalError, NotFound, Unavailable, VpqError
-from metadata.errors import QueueNotFoundError
-from virtual_partitions.router import QueueNotPlacedError, RoutedBatch
-from write_nodes.append_accumulator import PartitionPart, part_size
-from write_nodes.client import NODE_UNREACHABLE
-from write_nodes.columnar import FIXED_RECORD_BYTES, ColumnarRecords
-from write_nodes.outgoing import OutgoingBatch, OutgoingMessage, ProduceResults
-from write_nodes.records import HEADER_SIZE
+from vpq.common.errors import InternalError, NotFound, Unavailable, VpqError
+from vpq.metadata.errors import QueueNotFoundError
+from vpq.virtual_partitions.router import QueueNotPlacedError, RoutedBatch
+from vpq.write_nodes.append_accumulator import PartitionPart, part_size
+from vpq.write_nodes.client import NODE_UNREACHABLE
+from vpq.write_nodes.columnar import FIXED_RECORD_BYTES, ColumnarRecords
+from vpq.write_nodes.outgoing import OutgoingBatch, OutgoingMessage, ProduceResults
+from vpq.write_nodes.records import HEADER_SIZE
 
 # codes of retryable write-node answers (docs/internals.md)
 STALE_MAP = "stale_map"

@@ -53,8 +53,8 @@ from typing import Protocol
 
 from crc32c import crc32c
 
-from write_nodes.errors import CorruptBatchError
-from write_nodes.varint import (
+from vpq.write_nodes.errors import CorruptBatchError
+from vpq.write_nodes.varint import (
     SMALL_LIMIT,
     UVARINT_SMALL,
     BytesLike,
@@ -438,4 +438,4 @@ def decode_batches(buf: BytesLike, *, verify: bool = True) -> list[Record]:
 
 
 # magic 2 lives in its own module, which builds on this one (imported last: no cycle)
-from write_nodes import columnar as _columnar  # noqa: E402
+from vpq.write_nodes import columnar as _columnar  # noqa: E402

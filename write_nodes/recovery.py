@@ -23,13 +23,13 @@ from pathlib import Path
 
 from crc32c import crc32c
 
-from write_nodes import filenames
-from write_nodes.checkpoint import read_checkpoint
-from write_nodes.errors import CorruptBatchError
-from write_nodes.records import CRC_START, HEADER, HEADER_SIZE, LENGTH_END, header_problem
-from write_nodes.segment import LogSegment
-from write_nodes.segments import LogSegments
-from write_nodes.storage import OS_STORAGE, Storage, fsync_directory
+from vpq.write_nodes import filenames
+from vpq.write_nodes.checkpoint import read_checkpoint
+from vpq.write_nodes.errors import CorruptBatchError
+from vpq.write_nodes.records import CRC_START, HEADER, HEADER_SIZE, LENGTH_END, header_problem
+from vpq.write_nodes.segment import LogSegment
+from vpq.write_nodes.segments import LogSegments
+from vpq.write_nodes.storage import OS_STORAGE, Storage, fsync_directory
 
 _SCAN_CHUNK = 4 * 1024 * 1024
 

@@ -20,12 +20,12 @@ import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from write_nodes import filenames
-from write_nodes.errors import CorruptBatchError
-from write_nodes.offset_index import MAX_RELATIVE, CorruptIndexError, OffsetIndex
-from write_nodes.records import HEADER, HEADER_SIZE, LENGTH_END, BatchView, header_problem
-from write_nodes.storage import OS_STORAGE, Storage
-from write_nodes.time_index import TimeIndex
+from vpq.write_nodes import filenames
+from vpq.write_nodes.errors import CorruptBatchError
+from vpq.write_nodes.offset_index import MAX_RELATIVE, CorruptIndexError, OffsetIndex
+from vpq.write_nodes.records import HEADER, HEADER_SIZE, LENGTH_END, BatchView, header_problem
+from vpq.write_nodes.storage import OS_STORAGE, Storage
+from vpq.write_nodes.time_index import TimeIndex
 
 _SCAN_CHUNK = 64 * 1024
 NO_TIMESTAMP = -(1 << 63)

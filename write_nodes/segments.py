@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 from sortedcontainers import SortedDict
 
-from write_nodes.segment import LogSegment
+from vpq.write_nodes.segment import LogSegment
 
 
 class LogSegments:

@@ -35,23 +35,23 @@ from urllib.parse import urlparse
 from aiohttp import web
 from redis.exceptions import RedisError
 
-from config.settings import Settings
-from metadata.aio import cancel_and_wait
-from metadata.contexts import ContextRegistry
-from metadata.events import EventListener
-from metadata.lease_keeper import LeaseKeeper
-from metadata.map_cache import MapCache
-from metadata.store import MetadataStore
-from spark_rebalance.fences import FenceStore
-from spark_rebalance.stats_writer import StatsWriter
-from spark_rebalance.traffic_counter import TrafficCounter
-from write_nodes.batch_scan import TrafficKey
-from write_nodes.cluster_meta import get_or_init_partition_count
-from write_nodes.fence import FenceView, wire_fence
-from write_nodes.handlers import PlacementGuard, WriteNodeHandlers, build_app
-from write_nodes.metrics import WriteNodeMetrics
-from write_nodes.ownership import WRITE_ROLE, LogFactory, PartitionOwnership
-from write_nodes.storage import OS_STORAGE, Storage
+from vpq.config.settings import Settings
+from vpq.metadata.aio import cancel_and_wait
+from vpq.metadata.contexts import ContextRegistry
+from vpq.metadata.events import EventListener
+from vpq.metadata.lease_keeper import LeaseKeeper
+from vpq.metadata.map_cache import MapCache
+from vpq.metadata.store import MetadataStore
+from vpq.spark_rebalance.fences import FenceStore
+from vpq.spark_rebalance.stats_writer import StatsWriter
+from vpq.spark_rebalance.traffic_counter import TrafficCounter
+from vpq.write_nodes.batch_scan import TrafficKey
+from vpq.write_nodes.cluster_meta import get_or_init_partition_count
+from vpq.write_nodes.fence import FenceView, wire_fence
+from vpq.write_nodes.handlers import PlacementGuard, WriteNodeHandlers, build_app
+from vpq.write_nodes.metrics import WriteNodeMetrics
+from vpq.write_nodes.ownership import WRITE_ROLE, LogFactory, PartitionOwnership
+from vpq.write_nodes.storage import OS_STORAGE, Storage
 
 log = logging.getLogger(__name__)
 

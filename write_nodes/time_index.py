@@ -14,7 +14,7 @@ from __future__ import annotations
 import struct
 from bisect import bisect_left
 
-from write_nodes.offset_index import MAX_RELATIVE, CorruptIndexError
+from vpq.write_nodes.offset_index import MAX_RELATIVE, CorruptIndexError
 
 ENTRY = struct.Struct(">qI")
 

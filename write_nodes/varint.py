@@ -10,7 +10,7 @@ pre-encoded values below 2**14, to avoid a Python loop per field.
 
 from __future__ import annotations
 
-from write_nodes.errors import CorruptBatchError
+from vpq.write_nodes.errors import CorruptBatchError
 
 MAX_VARINT_BYTES = 10
 _U64 = (1 << 64) - 1

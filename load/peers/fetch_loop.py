@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from load.system import Handler
+from vpq.load.system import Handler
 
 log = logging.getLogger(__name__)
 

@@ -30,9 +30,9 @@ import nats.errors
 import nats.js.errors
 from nats.js import api
 
-from load.peers.fetch_loop import Delivery, FetchLoop, Inbox
-from load.procmem import pid_listening_on, rss_bytes
-from load.system import ConsumerHandle, Handler, SystemUnavailable, owned_shards, shard_of
+from vpq.load.peers.fetch_loop import Delivery, FetchLoop, Inbox
+from vpq.load.procmem import pid_listening_on, rss_bytes
+from vpq.load.system import ConsumerHandle, Handler, SystemUnavailable, owned_shards, shard_of
 
 log = logging.getLogger(__name__)
 

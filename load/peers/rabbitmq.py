@@ -29,9 +29,9 @@ import aio_pika
 import aiormq
 from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractIncomingMessage
 
-from load.peers.fetch_loop import Delivery, FetchLoop, Inbox
-from load.procmem import pid_listening_on, rss_bytes
-from load.system import ConsumerHandle, Handler, SystemUnavailable, owned_shards, shard_of
+from vpq.load.peers.fetch_loop import Delivery, FetchLoop, Inbox
+from vpq.load.procmem import pid_listening_on, rss_bytes
+from vpq.load.system import ConsumerHandle, Handler, SystemUnavailable, owned_shards, shard_of
 
 DEFAULT_URL = "amqp://guest:guest@127.0.0.1:5672/"
 PUBLISH_CHANNELS = 8

@@ -27,10 +27,10 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError, ResponseError
 from redis.utils import HIREDIS_AVAILABLE
 
-from common.redis_server import RedisServer, RedisServerError
-from load.peers.fetch_loop import Delivery, FetchLoop
-from load.procmem import rss_bytes
-from load.system import GROUP, ConsumerHandle, Handler, SystemUnavailable, owned_shards, shard_of
+from vpq.common.redis_server import RedisServer, RedisServerError
+from vpq.load.peers.fetch_loop import Delivery, FetchLoop
+from vpq.load.procmem import rss_bytes
+from vpq.load.system import GROUP, ConsumerHandle, Handler, SystemUnavailable, owned_shards, shard_of
 
 PIPELINE_CHUNK = 1000
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from load.peers.redis_streams import RedisStreams
-from load.peers.vpq import Vpq
-from load.system import System, SystemUnavailable
+from vpq.load.peers.redis_streams import RedisStreams
+from vpq.load.peers.vpq import Vpq
+from vpq.load.system import System, SystemUnavailable
 
 NATS_URL = "nats://127.0.0.1:4222"
 RABBITMQ_URL = "amqp://guest:guest@127.0.0.1:5672/"
@@ -59,7 +59,7 @@ def work_dir(name: str, endpoints: Endpoints) -> Path:
 
 def _nats(url: str, layout: str, tag: str) -> System:
     try:
-        from load.peers.nats_js import NatsJetStream
+        from vpq.load.peers.nats_js import NatsJetStream
     except ImportError as exc:
         raise SystemUnavailable(f"nats: the nats-py client is not installed (pip install '.[peers]'): {exc}") from exc
     return NatsJetStream(url, layout=layout, tag=tag)
@@ -67,7 +67,7 @@ def _nats(url: str, layout: str, tag: str) -> System:
 
 def _rabbitmq(url: str, tag: str) -> System:
     try:
-        from load.peers.rabbitmq import RabbitMQ
+        from vpq.load.peers.rabbitmq import RabbitMQ
     except ImportError as exc:
         raise SystemUnavailable(f"rabbitmq: the aio-pika client is not installed (pip install '.[peers]'): {exc}") from exc
     return RabbitMQ(url, tag=tag)

@@ -26,14 +26,14 @@ from typing import Any
 from urllib.parse import urlparse
 
 
-from load.peers.vpq_process import VpqProcess, VpqProcessError
-from load.procmem import pid_listening_on, rss_bytes, topmost_ancestor_matching
-from load.system import GROUP, ConsumerHandle, Handler, SystemUnavailable, shard_of
-from sdk.client import AsyncClient
-from sdk.consumer import Consumer
-from sdk.errors import NotFoundError, VpqClientError
-from sdk.models import Message
-from sdk.retry import RetryPolicy
+from vpq.load.peers.vpq_process import VpqProcess, VpqProcessError
+from vpq.load.procmem import pid_listening_on, rss_bytes, topmost_ancestor_matching
+from vpq.load.system import GROUP, ConsumerHandle, Handler, SystemUnavailable, shard_of
+from vpq.sdk.client import AsyncClient
+from vpq.sdk.consumer import Consumer
+from vpq.sdk.errors import NotFoundError, VpqClientError
+from vpq.sdk.models import Message
+from vpq.sdk.retry import RetryPolicy
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 ADMIN_CONCURRENCY = 64  # admin requests in flight per driver, over all its calls (the gateway group-commits them)

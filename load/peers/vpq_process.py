@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 from typing import IO
 
-from common.redis_server import free_port
-from sdk.client import AsyncClient
+from vpq.common.redis_server import free_port
+from vpq.sdk.client import AsyncClient
 
 LOG_NAME = "vpq-up.log"
 # ``vpq up`` restarts crashed nodes; this many "exited with" lines before ready: give up

@@ -18,8 +18,8 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
-from load.payload import make_payload
-from load.platform_bench.measure import message_identity, owner_of_key
+from vpq.load.payload import make_payload
+from vpq.load.platform_bench.measure import message_identity, owner_of_key
 
 Send = Callable[[Sequence[tuple[str, bytes]]], Awaitable[object]]
 OnAcked = Callable[[str, int], object]

@@ -36,16 +36,16 @@ from typing import Any
 
 import psutil
 
-from load.checks import DeliveryChecker
-from load.payload import parse_payload
-from load.peers.redis_streams import RedisStreams
-from load.peers.vpq import Vpq
-from load.platform_bench.backlog import produce_ordered
-from load.platform_bench.measure import median, median_or_none
-from load.platform_bench.poll_counts import messages_per_poll, poll_counts
-from load.platform_bench.proc_cpu import own_cpu_seconds
-from load.system import System
-from sdk.client import AsyncClient
+from vpq.load.checks import DeliveryChecker
+from vpq.load.payload import parse_payload
+from vpq.load.peers.redis_streams import RedisStreams
+from vpq.load.peers.vpq import Vpq
+from vpq.load.platform_bench.backlog import produce_ordered
+from vpq.load.platform_bench.measure import median, median_or_none
+from vpq.load.platform_bench.poll_counts import messages_per_poll, poll_counts
+from vpq.load.platform_bench.proc_cpu import own_cpu_seconds
+from vpq.load.system import System
+from vpq.sdk.client import AsyncClient
 
 Echo = Callable[[str], None]
 CpuSampler = Callable[[], dict[str, float]]

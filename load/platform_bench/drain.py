@@ -35,20 +35,20 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 
-from load.checks import DeliveryChecker
-from load.payload import parse_payload
-from load.platform_bench.backlog import as_json_values, produce_ordered
-from load.platform_bench.measure import (
+from vpq.load.checks import DeliveryChecker
+from vpq.load.payload import parse_payload
+from vpq.load.platform_bench.backlog import as_json_values, produce_ordered
+from vpq.load.platform_bench.measure import (
     speedup_and_efficiency,
     spread,
     window_rate,
 )
-from load.platform_bench.proc_cpu import cpu_shares, own_cpu_seconds
-from load.platform_bench.target import scratch_queue
-from sdk.client import AsyncClient
-from sdk.consumer import Consumer
-from sdk.errors import VpqClientError
-from sdk.models import Message
+from vpq.load.platform_bench.proc_cpu import cpu_shares, own_cpu_seconds
+from vpq.load.platform_bench.target import scratch_queue
+from vpq.sdk.client import AsyncClient
+from vpq.sdk.consumer import Consumer
+from vpq.sdk.errors import VpqClientError
+from vpq.sdk.models import Message
 
 Echo = Callable[[str], None]
 

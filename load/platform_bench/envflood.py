@@ -32,16 +32,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from load.checks import DeliveryChecker
-from load.payload import make_payload, parse_payload
-from load.platform_bench.backlog import as_json_values, produce_ordered
-from load.platform_bench.target import scratch_queue
-from load.scenarios.open_loop import run_open_loop
-from load.stats import OpenLoopSchedule, summarize_ms
-from sdk.client import AsyncClient
-from sdk.consumer import Consumer
-from sdk.errors import VpqClientError
-from sdk.models import Message
+from vpq.load.checks import DeliveryChecker
+from vpq.load.payload import make_payload, parse_payload
+from vpq.load.platform_bench.backlog import as_json_values, produce_ordered
+from vpq.load.platform_bench.target import scratch_queue
+from vpq.load.scenarios.open_loop import run_open_loop
+from vpq.load.stats import OpenLoopSchedule, summarize_ms
+from vpq.sdk.client import AsyncClient
+from vpq.sdk.consumer import Consumer
+from vpq.sdk.errors import VpqClientError
+from vpq.sdk.models import Message
 
 Echo = Callable[[str], None]
 RssSampler = Callable[[], "int | None"]

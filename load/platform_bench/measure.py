@@ -21,7 +21,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from load.payload import key_name
+from vpq.load.payload import key_name
 
 
 def window_rate(times: Sequence[float], lo: float = 0.1, hi: float = 0.9) -> float:

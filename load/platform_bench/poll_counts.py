@@ -10,8 +10,8 @@ came back empty count as polls too, and so do the SDK's keep-alive polls).
 
 from __future__ import annotations
 
-from sdk.client import AsyncClient
-from sdk.errors import VpqClientError
+from vpq.sdk.client import AsyncClient
+from vpq.sdk.errors import VpqClientError
 
 _REQUESTS = "vpq_gateway_requests_total{"
 _DELIVERED = "vpq_gateway_delivered_messages_total{"

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 
 import psutil
 
-from load.procmem import pid_listening_on, topmost_ancestor_matching
+from vpq.load.procmem import pid_listening_on, topmost_ancestor_matching
 
 _ROLES = (
     ("gateway.main", "gateway"),

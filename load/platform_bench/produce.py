@@ -22,13 +22,13 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 
-from load.payload import make_payload
-from load.platform_bench.measure import RequestRecord, message_identity, requests_in_window
-from load.platform_bench.proc_cpu import own_cpu_seconds
-from load.platform_bench.target import scratch_queue
-from load.stats import summarize_ms
-from sdk.client import AsyncClient
-from sdk.errors import VpqClientError
+from vpq.load.payload import make_payload
+from vpq.load.platform_bench.measure import RequestRecord, message_identity, requests_in_window
+from vpq.load.platform_bench.proc_cpu import own_cpu_seconds
+from vpq.load.platform_bench.target import scratch_queue
+from vpq.load.stats import summarize_ms
+from vpq.sdk.client import AsyncClient
+from vpq.sdk.errors import VpqClientError
 
 Echo = Callable[[str], None]
 

@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from load.peers.vpq_process import VpqProcess, VpqProcessError
-from load.platform_bench.proc_cpu import platform_root
-from sdk.client import AsyncClient
-from sdk.errors import NotFoundError, VpqClientError
-from sdk.models import QueueInfo
+from vpq.load.peers.vpq_process import VpqProcess, VpqProcessError
+from vpq.load.platform_bench.proc_cpu import platform_root
+from vpq.sdk.client import AsyncClient
+from vpq.sdk.errors import NotFoundError, VpqClientError
+from vpq.sdk.models import QueueInfo
 
 
 _LOCAL = ("127.0.0.1", "localhost", "::1")

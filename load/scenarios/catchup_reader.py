@@ -20,9 +20,9 @@ import time
 from multiprocessing.connection import Connection
 from typing import Any
 
-from common import event_loop
-from load.payload import parse_payload
-from load.peers.registry import from_spec
+from vpq.common import event_loop
+from vpq.load.payload import parse_payload
+from vpq.load.peers.registry import from_spec
 
 
 async def _read(spec: dict[str, Any], queue: str, batch: int, conn: Connection, deadline_s: float) -> None:

@@ -21,10 +21,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from load.checks import DeliveryChecker
-from load.payload import MESSAGE_BYTES, KeySequencer, make_payload, parse_payload
-from load.profiles import Profile
-from load.system import System
+from vpq.load.checks import DeliveryChecker
+from vpq.load.payload import MESSAGE_BYTES, KeySequencer, make_payload, parse_payload
+from vpq.load.profiles import Profile
+from vpq.load.system import System
 
 log = logging.getLogger(__name__)
 

@@ -16,10 +16,10 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from load.checks import DeliveryChecker
-from load.payload import MESSAGE_BYTES, KeySequencer, key_name, make_payload
-from load.stats import OpenLoopSchedule
-from load.system import System
+from vpq.load.checks import DeliveryChecker
+from vpq.load.payload import MESSAGE_BYTES, KeySequencer, key_name, make_payload
+from vpq.load.stats import OpenLoopSchedule
+from vpq.load.system import System
 
 log = logging.getLogger(__name__)
 

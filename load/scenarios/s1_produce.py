@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from load.checks import DeliveryChecker
-from load.scenarios.common import Context, drain, produce_closed
+from vpq.load.checks import DeliveryChecker
+from vpq.load.scenarios.common import Context, drain, produce_closed
 
 TITLE = "durable produce throughput, 1 KiB, batch 1 and 100"
 BATCHES = (1, 100)

@@ -15,10 +15,10 @@ import asyncio
 import time
 from typing import Any
 
-from load.checks import DeliveryChecker
-from load.scenarios.common import Context, drain
-from load.scenarios.open_loop import OpenLoopProducer, run_open_loop, warm_up
-from load.stats import OpenLoopSchedule, summarize_ms
+from vpq.load.checks import DeliveryChecker
+from vpq.load.scenarios.common import Context, drain
+from vpq.load.scenarios.open_loop import OpenLoopProducer, run_open_loop, warm_up
+from vpq.load.stats import OpenLoopSchedule, summarize_ms
 
 TITLE = "end-to-end latency at a fixed rate (open loop, from the scheduled send time)"
 

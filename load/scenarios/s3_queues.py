@@ -43,9 +43,9 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from load.checks import CheckReport, DeliveryChecker, count_report, merge
-from load.scenarios.common import Context, ProduceRun, drain, produce_closed
-from load.system import System
+from vpq.load.checks import CheckReport, DeliveryChecker, count_report, merge
+from vpq.load.scenarios.common import Context, ProduceRun, drain, produce_closed
+from vpq.load.system import System
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from load.checks import DeliveryChecker
-from load.scenarios.common import Context, drain, produce_closed
+from vpq.load.checks import DeliveryChecker
+from vpq.load.scenarios.common import Context, drain, produce_closed
 
 TITLE = "consumer scaling with 10 ms of work per message, ordered by key and unordered"
 PRELOAD_BATCH = 100

@@ -23,12 +23,12 @@ import time
 from multiprocessing.connection import Connection
 from typing import Any
 
-from load.checks import DeliveryChecker
-from load.payload import KeySequencer
-from load.scenarios.catchup_reader import reader_main
-from load.scenarios.common import Context, produce_closed
-from load.scenarios.open_loop import OpenLoopProducer, run_open_loop, warm_up
-from load.stats import OpenLoopSchedule, summarize_ms
+from vpq.load.checks import DeliveryChecker
+from vpq.load.payload import KeySequencer
+from vpq.load.scenarios.catchup_reader import reader_main
+from vpq.load.scenarios.common import Context, produce_closed
+from vpq.load.scenarios.open_loop import OpenLoopProducer, run_open_loop, warm_up
+from vpq.load.stats import OpenLoopSchedule, summarize_ms
 
 TITLE = "catch-up read of a backlog while producing: producer p99 during catch-up vs idle"
 KEYS = 64

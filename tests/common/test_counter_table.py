@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 
-from common.counter_table import CounterTable
+from vpq.common.counter_table import CounterTable
 
 
 def _samples(text: bytes) -> list[str]:

@@ -6,7 +6,7 @@ import pickle
 
 import pytest
 
-from common.errors import (
+from vpq.common.errors import (
     BadRequest,
     Conflict,
     Forbidden,

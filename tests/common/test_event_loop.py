@@ -6,7 +6,7 @@ import asyncio
 
 import uvloop
 
-from common import event_loop
+from vpq.common import event_loop
 
 
 async def _loop_type() -> type:

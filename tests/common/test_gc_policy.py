@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from common import gc_policy
-from common.process_main import run
+from vpq.common import gc_policy
+from vpq.common.process_main import run
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 import logging
 
-from common.lifecycle import close_all
+from vpq.common.lifecycle import close_all
 
 
 async def test_close_all_runs_every_closer_in_order_despite_failures(caplog):

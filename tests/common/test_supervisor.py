@@ -3,7 +3,7 @@ import os
 import signal
 import sys
 
-from common.supervisor import ChildSpec, Supervisor
+from vpq.common.supervisor import ChildSpec, Supervisor
 
 SLEEPER = [sys.executable, "-c", "import time\nwhile True: time.sleep(1)"]
 

@@ -1,7 +1,7 @@
 import pytest
 from pydantic import ValidationError
 
-from config.settings import load_settings
+from vpq.config.settings import load_settings
 
 
 def test_defaults_are_durable_and_match_api_md():

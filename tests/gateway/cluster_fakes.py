@@ -16,10 +16,10 @@ from typing import Any
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from common.errors import BadRequest, NotFound, Unavailable, VpqError
-from write_nodes.append_frames import ChainGate, FrameError, decode_frames
-from write_nodes.errors import CorruptBatchError
-from write_nodes.records import Record, decode_batches, iter_batches, restamp_base_offset
+from vpq.common.errors import BadRequest, NotFound, Unavailable, VpqError
+from vpq.write_nodes.append_frames import ChainGate, FrameError, decode_frames
+from vpq.write_nodes.errors import CorruptBatchError
+from vpq.write_nodes.records import Record, decode_batches, iter_batches, restamp_base_offset
 
 
 def error_response(err: VpqError) -> web.Response:

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from config.settings import GatewaySettings
-from gateway.app import create_app
+from vpq.config.settings import GatewaySettings
+from vpq.gateway.app import create_app
 from tests.gateway.memory_backend import MemoryBackend
 
 MakeClient = Callable[..., Awaitable[TestClient]]

@@ -15,9 +15,9 @@ from typing import Any
 import mmh3
 import orjson
 
-from common.errors import Conflict, NotFound, PayloadTooLarge
-from gateway.backend import JoinSpec
-from write_nodes.outgoing import MessageView, OutgoingBatch
+from vpq.common.errors import Conflict, NotFound, PayloadTooLarge
+from vpq.gateway.backend import JoinSpec
+from vpq.write_nodes.outgoing import MessageView, OutgoingBatch
 
 DEFAULTS: dict[str, Any] = {
     "virtual_partitions": 16,

@@ -11,18 +11,18 @@ import orjson
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from common.errors import NotFound, PayloadTooLarge, Unavailable
-from config.settings import ClusterSettings, RedisSettings, Settings
-from gateway.app import create_app
-from gateway.backend import JoinSpec, ResolvedMessage
-from write_nodes.outgoing import OutgoingBatch
-from gateway.cluster_backend import ClusterBackend
-from gateway.node_directory import group_key, rendezvous_pick
-from isolation.context import IsolationContext
-from metadata.leases import pp_resource
-from metadata.store import MetadataStore
+from vpq.common.errors import NotFound, PayloadTooLarge, Unavailable
+from vpq.config.settings import ClusterSettings, RedisSettings, Settings
+from vpq.gateway.app import create_app
+from vpq.gateway.backend import JoinSpec, ResolvedMessage
+from vpq.write_nodes.outgoing import OutgoingBatch
+from vpq.gateway.cluster_backend import ClusterBackend
+from vpq.gateway.node_directory import group_key, rendezvous_pick
+from vpq.isolation.context import IsolationContext
+from vpq.metadata.leases import pp_resource
+from vpq.metadata.store import MetadataStore
 from tests.gateway.cluster_fakes import FakeReadNode, FakeWriteNode
-from write_nodes.produce import AppendPolicy
+from vpq.write_nodes.produce import AppendPolicy
 
 K = 2
 

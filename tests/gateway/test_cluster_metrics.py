@@ -18,13 +18,13 @@ from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from config.settings import ClusterSettings, RedisSettings, Settings
-from gateway.app import create_app
-from gateway.cluster_backend import ClusterBackend
-from gateway.cluster_metrics import NodeMetricsScraper, NodeTarget, merge_families, parse_text, render
-from metadata.store import MetadataStore
-from read_nodes.metrics import GroupSample, NodeSample, ReadNodeMetrics
-from write_nodes.metrics import WriteNodeMetrics
+from vpq.config.settings import ClusterSettings, RedisSettings, Settings
+from vpq.gateway.app import create_app
+from vpq.gateway.cluster_backend import ClusterBackend
+from vpq.gateway.cluster_metrics import NodeMetricsScraper, NodeTarget, merge_families, parse_text, render
+from vpq.metadata.store import MetadataStore
+from vpq.read_nodes.metrics import GroupSample, NodeSample, ReadNodeMetrics
+from vpq.write_nodes.metrics import WriteNodeMetrics
 
 WRITE_TEXT = """# HELP vpq_produced_messages_total Messages appended durably.
 # TYPE vpq_produced_messages_total counter

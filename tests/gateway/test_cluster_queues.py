@@ -12,14 +12,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from common.errors import BadRequest, Conflict, NotFound
-from config.settings import RedisSettings
-from gateway.cluster_placement import lineage_repair_splits, load_hint, plan_new_queue
-from gateway.cluster_queues import QueueAdmin
-from gateway.cluster_traffic import TrafficMeter
-from metadata.leases import group_resource
-from metadata.maps import LineageRange
-from metadata.store import MetadataStore
+from vpq.common.errors import BadRequest, Conflict, NotFound
+from vpq.config.settings import RedisSettings
+from vpq.gateway.cluster_placement import lineage_repair_splits, load_hint, plan_new_queue
+from vpq.gateway.cluster_queues import QueueAdmin
+from vpq.gateway.cluster_traffic import TrafficMeter
+from vpq.metadata.leases import group_resource
+from vpq.metadata.maps import LineageRange
+from vpq.metadata.store import MetadataStore
 
 # ---------------------------------------------------------------- pure planning
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from common.errors import BadRequest, Conflict, NotFound, Unavailable
-from gateway.cluster_errors import metadata_errors
-from gateway.cluster_traffic import TrafficMeter
-from metadata.errors import QueueConfigError, QueueConflictError, QueueNotFoundError
-from metadata.maps import MapConflictError
+from vpq.common.errors import BadRequest, Conflict, NotFound, Unavailable
+from vpq.gateway.cluster_errors import metadata_errors
+from vpq.gateway.cluster_traffic import TrafficMeter
+from vpq.metadata.errors import QueueConfigError, QueueConflictError, QueueNotFoundError
+from vpq.metadata.maps import MapConflictError
 
 
 def test_totals_and_windowed_rates() -> None:

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from gateway.log_ends import LogEnds, parse_ends
-from gateway.node_directory import NodeRef
+from vpq.gateway.log_ends import LogEnds, parse_ends
+from vpq.gateway.node_directory import NodeRef
 
 
 def test_parse_ends_keeps_well_formed_online_rows() -> None:

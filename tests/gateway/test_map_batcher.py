@@ -12,12 +12,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from common.errors import Unavailable
-from gateway.cluster_placement import MapEdit, apply_edits, placement_load
-from gateway.cluster_queues import QueueAdmin
-from gateway.cluster_traffic import TrafficMeter
-from gateway.map_batcher import MapBatcher, Placed
-from metadata.store import MetadataStore
+from vpq.common.errors import Unavailable
+from vpq.gateway.cluster_placement import MapEdit, apply_edits, placement_load
+from vpq.gateway.cluster_queues import QueueAdmin
+from vpq.gateway.cluster_traffic import TrafficMeter
+from vpq.gateway.map_batcher import MapBatcher, Placed
+from vpq.metadata.store import MetadataStore
 
 # ---------------------------------------------------------------- pure edits
 

@@ -7,11 +7,11 @@ import pytest
 from aiohttp.test_utils import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from common.errors import Unavailable
-from config.settings import GatewaySettings
-from gateway.app import create_app
-from gateway.responses import ClusterInfo, CurrentMap
-from gateway.server import GatewayServer
+from vpq.common.errors import Unavailable
+from vpq.config.settings import GatewaySettings
+from vpq.gateway.app import create_app
+from vpq.gateway.responses import ClusterInfo, CurrentMap
+from vpq.gateway.server import GatewayServer
 from tests.gateway.conftest import MakeClient, error_of
 from tests.gateway.memory_backend import MemoryBackend
 

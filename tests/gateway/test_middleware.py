@@ -7,7 +7,7 @@ import logging
 import pytest
 from aiohttp.test_utils import TestClient
 
-from common.errors import Conflict, Overloaded, Unavailable
+from vpq.common.errors import Conflict, Overloaded, Unavailable
 from tests.gateway.conftest import error_of
 from tests.gateway.memory_backend import MemoryBackend
 
@@ -60,7 +60,7 @@ async def test_retryable_errors_carry_retry_after(
 
 async def test_a_bug_is_a_logged_500_json(client: TestClient, backend: MemoryBackend, caplog: pytest.LogCaptureFixture) -> None:
     backend.fail_with = KeyError("secret internals")
-    with caplog.at_level(logging.ERROR, logger="gateway.middleware"):
+    with caplog.at_level(logging.ERROR, logger="vpq.gateway.middleware"):
         r = await client.get("/v1/queues/q")
     err = await error_of(r, 500, "internal_error")
     assert "secret" not in err["message"]

@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from gateway.handlers_produce import batch_error, resolve_message
-from gateway.http import field_path
-from gateway.models import (
+from vpq.gateway.handlers_produce import batch_error, resolve_message
+from vpq.gateway.http import field_path
+from vpq.gateway.models import (
     AckRequest,
     JoinRequest,
     NackRequest,
@@ -26,9 +26,9 @@ from gateway.models import (
     decimal_at_most,
     is_valid_name,
 )
-from read_nodes.message_id import MAX_OFFSET, MAX_PP, MessageIdError, decode_message_id
-from write_nodes.outgoing import OutgoingBatch
-from isolation.context import IsolationContext, PartialContext
+from vpq.read_nodes.message_id import MAX_OFFSET, MAX_PP, MessageIdError, decode_message_id
+from vpq.write_nodes.outgoing import OutgoingBatch
+from vpq.isolation.context import IsolationContext, PartialContext
 
 NAME = re.compile(r"[A-Za-z0-9._-]{1,128}")
 

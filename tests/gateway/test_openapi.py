@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from config.settings import AuthToken, GatewaySettings, QueueDefaults
+from vpq.config.settings import AuthToken, GatewaySettings, QueueDefaults
 
-from gateway.models import JoinRequest, PollRequest, ProduceMessage, QueueConfigRequest
-from gateway.openapi import build_openapi
-from gateway.responses import DeliveredMessage, ProduceResult
-from gateway.routes import ROUTES
+from vpq.gateway.models import JoinRequest, PollRequest, ProduceMessage, QueueConfigRequest
+from vpq.gateway.openapi import build_openapi
+from vpq.gateway.responses import DeliveredMessage, ProduceResult
+from vpq.gateway.routes import ROUTES
 from tests.contract import NOT_BUILT_YET
 from tests.needs import missing
 

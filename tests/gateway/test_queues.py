@@ -6,8 +6,8 @@ import pytest
 from aiohttp.test_utils import TestClient
 from yarl import URL
 
-from config.settings import QueueDefaults
-from gateway.responses import QueueInfo, QueueList
+from vpq.config.settings import QueueDefaults
+from vpq.gateway.responses import QueueInfo, QueueList
 from tests.gateway.conftest import MakeClient, error_of
 from tests.gateway.memory_backend import MemoryBackend
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import requests
 
-from common.redis_server import free_port
+from vpq.common.redis_server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -38,7 +38,7 @@ class Platform:
         if self.port == 0:
             self.port = free_port()
         argv = [
-            sys.executable, "-m", "cli.main", "up",
+            sys.executable, "-m", "vpq.cli.main", "up",
             "--data-dir", str(self.data_dir),
             "--port", str(self.port),
             "--write-nodes", str(self.write_nodes),

@@ -10,9 +10,9 @@ from collections.abc import Callable
 import pytest
 import redis
 
-from common.runfiles import read_redis_url
-from metadata.keys import Keys
-from metadata.leases import group_resource
+from vpq.common.runfiles import read_redis_url
+from vpq.metadata.keys import Keys
+from vpq.metadata.leases import group_resource
 from tests.integration.api import Api, OrderChecker
 from tests.integration.conftest import FAST
 from tests.integration.platform import Platform

@@ -41,8 +41,8 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from gateway.openapi import build_openapi
-from gateway.routes import ROUTES
+from vpq.gateway.openapi import build_openapi
+from vpq.gateway.routes import ROUTES
 from tests.integration.api import Api
 
 pytestmark = pytest.mark.integration

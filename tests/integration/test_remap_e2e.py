@@ -33,7 +33,7 @@ import requests
 from tests.integration.api import Api, OrderChecker
 from tests.integration.conftest import FAST
 from tests.integration.platform import ROOT, Platform
-from virtual_partitions.hashing import key_hash, vp_of_hash
+from vpq.virtual_partitions.hashing import key_hash, vp_of_hash
 
 pytestmark = pytest.mark.integration
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from isolation.context import (
+from vpq.isolation.context import (
     IsolationContext,
     IsolationError,
     PartialContext,

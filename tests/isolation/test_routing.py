@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from isolation.context import IsolationContext
-from isolation.routing import Router, route
+from vpq.isolation.context import IsolationContext
+from vpq.isolation.routing import Router, route
 
 
 def ctx(token: str) -> IsolationContext:

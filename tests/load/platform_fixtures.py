@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from load.platform_bench.target import PlatformTarget
+from vpq.load.platform_bench.target import PlatformTarget
 
 
 def last_json(output: str) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from cli.main import app
+from vpq.cli.main import app
 
 runner = CliRunner()
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cli.main import app
-from load.ceiling import CeilingConfig, Round, parse_systems, report_lines, run_ceiling, summarise
+from vpq.cli.main import app
+from vpq.load.ceiling import CeilingConfig, Round, parse_systems, report_lines, run_ceiling, summarise
 from tests.needs import needs_redis_binary
 
 

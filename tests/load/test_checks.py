@@ -7,7 +7,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from load.checks import DeliveryChecker
+from vpq.load.checks import DeliveryChecker
 
 
 def _expect(checker: DeliveryChecker, per_key: dict[str, int]) -> None:
@@ -104,7 +104,7 @@ def test_reorders_equal_deliveries_below_the_running_maximum(order: list[int]) -
 
 
 def test_count_reports_name_loss_and_surplus_and_merge_by_summing() -> None:
-    from load.checks import count_report, merge
+    from vpq.load.checks import count_report, merge
 
     assert count_report(10, 10).ok
     short, extra = count_report(10, 7), count_report(5, 6)

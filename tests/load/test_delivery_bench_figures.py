@@ -7,10 +7,10 @@ from collections.abc import Sequence
 
 import pytest
 
-from load.payload import parse_payload
-from load.platform_bench import catchup, hotkey
-from load.platform_bench.backlog import as_json_values, produce_ordered
-from load.platform_bench.poll_counts import messages_per_poll, parse_poll_counts
+from vpq.load.payload import parse_payload
+from vpq.load.platform_bench import catchup, hotkey
+from vpq.load.platform_bench.backlog import as_json_values, produce_ordered
+from vpq.load.platform_bench.poll_counts import messages_per_poll, parse_poll_counts
 
 ZERO = {"lost": 0, "duplicates": 0, "reordered": 0, "unexpected": 0, "timed_out": False}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from load.peers.fetch_loop import Delivery, FetchLoop, Inbox
+from vpq.load.peers.fetch_loop import Delivery, FetchLoop, Inbox
 
 
 async def test_handles_in_order_acks_each_batch_and_survives_fetch_errors() -> None:

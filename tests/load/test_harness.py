@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from tests.needs import needs_redis_binary
-from load.harness import HarnessConfig, parse_scenarios, plan, run_harness, summary
-from load.peers.registry import parse_systems
-from load.profiles import FULL, QUICK, Profile
+from vpq.load.harness import HarnessConfig, parse_scenarios, plan, run_harness, summary
+from vpq.load.peers.registry import parse_systems
+from vpq.load.profiles import FULL, QUICK, Profile
 
 TINY = Profile(
     name="tiny",
@@ -136,7 +136,7 @@ def test_quick_is_smaller_than_full() -> None:
 async def test_a_missing_client_library_skips_that_system(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 
-    monkeypatch.setitem(sys.modules, "load.peers.rabbitmq", None)  # import now fails
+    monkeypatch.setitem(sys.modules, "vpq.load.peers.rabbitmq", None)  # import now fails
     lines: list[str] = []
     results = await run_harness(
         HarnessConfig(systems=["rabbitmq"], scenarios=[1], data_dir=tmp_path, profile=TINY), echo=lines.append

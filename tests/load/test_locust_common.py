@@ -7,8 +7,8 @@ import random
 import orjson
 import pytest
 
-from load.locust_common import LoadOptions, parse_list, produce_request
-from load.payload import parse_payload
+from vpq.load.locust_common import LoadOptions, parse_list, produce_request
+from vpq.load.payload import parse_payload
 
 
 def test_parse_list_keeps_the_backbone_lane() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from load.markdown import results_markdown
+from vpq.load.markdown import results_markdown
 
 
 def _check(lost: int = 0) -> dict[str, object]:

@@ -10,8 +10,8 @@ import orjson
 import pytest
 from aiohttp import web
 
-from common.redis_server import free_port
-from load.null_servers import NODE_ANSWER, Forwarder, create_gateway_app, create_node_app, produce_answer
+from vpq.common.redis_server import free_port
+from vpq.load.null_servers import NODE_ANSWER, Forwarder, create_gateway_app, create_node_app, produce_answer
 
 
 async def _serve(app: web.Application) -> tuple[web.AppRunner, str]:

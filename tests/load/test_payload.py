@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from load.payload import MESSAGE_BYTES, KeySequencer, key_name, make_payload, parse_payload
+from vpq.load.payload import MESSAGE_BYTES, KeySequencer, key_name, make_payload, parse_payload
 
 
 @settings(max_examples=100, deadline=None)

@@ -8,11 +8,11 @@ import uuid
 
 import pytest
 
-from load.checks import DeliveryChecker
-from load.payload import make_payload, parse_payload
-from load.peers.nats_js import NatsJetStream
-from load.peers.rabbitmq import RabbitMQ
-from load.system import System, SystemUnavailable
+from vpq.load.checks import DeliveryChecker
+from vpq.load.payload import make_payload, parse_payload
+from vpq.load.peers.nats_js import NatsJetStream
+from vpq.load.peers.rabbitmq import RabbitMQ
+from vpq.load.system import System, SystemUnavailable
 from tests.needs import missing
 
 

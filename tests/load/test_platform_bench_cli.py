@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from cli.main import app
+from vpq.cli.main import app
 from tests.load.platform_fixtures import last_json, platform_url  # noqa: F401  (a fixture)
 
 

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from load.platform_bench.drain import DrainConfig
-from load.platform_bench.latency import LatencyConfig
-from load.platform_bench.measure import (
+from vpq.load.platform_bench.drain import DrainConfig
+from vpq.load.platform_bench.latency import LatencyConfig
+from vpq.load.platform_bench.measure import (
     RequestRecord,
     median,
     median_of_runs,
@@ -22,7 +22,7 @@ from load.platform_bench.measure import (
     spread,
     window_rate,
 )
-from load.platform_bench.produce import ProduceConfig
+from vpq.load.platform_bench.produce import ProduceConfig
 
 
 def test_window_rate_ignores_ramp_up_and_stragglers() -> None:

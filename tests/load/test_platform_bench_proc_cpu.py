@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import os
 
-from common.redis_server import free_port
-from load.platform_bench.proc_cpu import cpu_by_role, cpu_shares, platform_root, role_of
+from vpq.common.redis_server import free_port
+from vpq.load.platform_bench.proc_cpu import cpu_by_role, cpu_shares, platform_root, role_of
 
 
 def test_role_of_names_each_platform_process() -> None:
-    assert role_of(["/v/bin/python", "-m", "gateway.main", "--settings", "s.json"]) == "gateway"
-    assert role_of(["/v/bin/python3", "-m", "write_nodes.main"]) == "write_nodes"
-    assert role_of(["/v/bin/python3", "-m", "read_nodes.main"]) == "read_nodes"
+    assert role_of(["/v/bin/python", "-m", "vpq.gateway.main", "--settings", "s.json"]) == "gateway"
+    assert role_of(["/v/bin/python3", "-m", "vpq.write_nodes.main"]) == "write_nodes"
+    assert role_of(["/v/bin/python3", "-m", "vpq.read_nodes.main"]) == "read_nodes"
     assert role_of(["/usr/bin/redis-server", "127.0.0.1:6379"]) == "redis"
     assert role_of(["/v/bin/python3", "/v/bin/vpq", "up", "--data-dir", "d"]) == "supervisor"
-    assert role_of(["/v/bin/python", "-m", "cli.main", "up", "--port", "1"]) == "supervisor"
+    assert role_of(["/v/bin/python", "-m", "vpq.cli.main", "up", "--port", "1"]) == "supervisor"
     assert role_of(["/v/bin/python3", "/v/bin/vpq", "bench", "produce"]) is None
     assert role_of([]) is None
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import random
 
-from load.powerloss import CrashPoint, plan_crash, trigger_for
-from load.powerloss_check import check_delivery, message_value
-from write_nodes.sim_disk import SimOp
+from vpq.load.powerloss import CrashPoint, plan_crash, trigger_for
+from vpq.load.powerloss_check import check_delivery, message_value
+from vpq.write_nodes.sim_disk import SimOp
 
 
 def _log(*idents: tuple[int, int]) -> list[tuple[int, bytes]]:

@@ -7,9 +7,9 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from load.payload import parse_payload
-from load.scenarios.common import ProduceRun, produce_closed
-from load.scenarios.s3_queues import _median_run
+from vpq.load.payload import parse_payload
+from vpq.load.scenarios.common import ProduceRun, produce_closed
+from vpq.load.scenarios.s3_queues import _median_run
 
 
 class Recorder:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from load.report import check_totals, headline, lower_is_better, ratios, scenario_lines
+from vpq.load.report import check_totals, headline, lower_is_better, ratios, scenario_lines
 
 
 def _check(**bad: int) -> dict[str, object]:

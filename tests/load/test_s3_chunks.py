@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from load.scenarios import s3_queues
-from load.scenarios.s3_queues import CHUNKS_IN_FLIGHT, CREATE_CHUNK, in_chunks
+from vpq.load.scenarios import s3_queues
+from vpq.load.scenarios.s3_queues import CHUNKS_IN_FLIGHT, CREATE_CHUNK, in_chunks
 
 
 async def test_every_chunk_runs_with_a_bounded_window() -> None:
@@ -90,9 +90,9 @@ async def test_a_refused_read_back_ends_the_read_back_not_the_scenario() -> None
     # scenarios 4 and 5
     from dataclasses import replace
 
-    from load.profiles import QUICK
-    from load.report import check_totals
-    from load.scenarios.common import Context
+    from vpq.load.profiles import QUICK
+    from vpq.load.report import check_totals
+    from vpq.load.scenarios.common import Context
 
     class Refusing(_Counting):
         async def consume(self, *args: object, **kwargs: object) -> object:
@@ -116,8 +116,8 @@ async def test_a_refused_read_back_ends_the_read_back_not_the_scenario() -> None
 async def test_a_failing_step_deletes_its_queues_before_the_error_ends_the_scenario() -> None:
     from dataclasses import replace
 
-    from load.profiles import QUICK
-    from load.scenarios.common import Context
+    from vpq.load.profiles import QUICK
+    from vpq.load.scenarios.common import Context
 
     class Failing(_Counting):
         async def count(self, queue: str) -> int | None:
@@ -165,15 +165,15 @@ class _Counting:
 async def _run_s3(system: _Counting) -> dict[str, Any]:
     from dataclasses import replace
 
-    from load.profiles import QUICK
-    from load.scenarios.common import Context
+    from vpq.load.profiles import QUICK
+    from vpq.load.scenarios.common import Context
 
     profile = replace(QUICK, s3_steps=(1, 6), s3_messages=60, s3_rounds=2, s3_paired_rounds=3, producers=2, s3_drain_sample=0)
     return await s3_queues.run(Context(system, profile, echo=lambda _line: None))  # type: ignore[arg-type]
 
 
 async def test_the_last_step_alternates_with_a_paired_one_queue_reference() -> None:
-    from load.report import check_totals, headline
+    from vpq.load.report import check_totals, headline
 
     system = _Counting()
     result = await _run_s3(system)
@@ -193,7 +193,7 @@ async def test_the_last_step_alternates_with_a_paired_one_queue_reference() -> N
 
 
 async def test_a_stored_count_below_the_acknowledged_is_a_failed_check() -> None:
-    from load.report import check_totals
+    from vpq.load.report import check_totals
 
     result = await _run_s3(_Counting(drop=frozenset({s3_queues.REFERENCE_QUEUE, "s3-n6-0"})))
     totals = check_totals(result)

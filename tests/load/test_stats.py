@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from load.stats import OpenLoopSchedule, latencies_from_schedule, percentile, rate, summarize_ms
+from vpq.load.stats import OpenLoopSchedule, latencies_from_schedule, percentile, rate, summarize_ms
 
 
 def test_percentile_interpolates_between_ranks() -> None:

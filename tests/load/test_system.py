@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from load.system import owned_shards, shard_of
+from vpq.load.system import owned_shards, shard_of
 
 
 @settings(max_examples=100, deadline=None)

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from aiohttp.test_utils import TestServer
 
-from load.checks import DeliveryChecker
-from load.payload import make_payload, parse_payload
-from load.peers.vpq import Vpq
-from load.peers.vpq_process import VpqProcess, VpqProcessError, crash_looping
-from load.system import SystemUnavailable
+from vpq.load.checks import DeliveryChecker
+from vpq.load.payload import make_payload, parse_payload
+from vpq.load.peers.vpq import Vpq
+from vpq.load.peers.vpq_process import VpqProcess, VpqProcessError, crash_looping
+from vpq.load.system import SystemUnavailable
 from tests.sdk.fake_gateway import FakeGateway
 
 REPO = Path(__file__).resolve().parents[2]

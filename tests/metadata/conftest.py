@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from metadata.store import MetadataStore
+from vpq.metadata.store import MetadataStore
 
 
 @pytest.fixture

@@ -4,12 +4,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from common.redis_server import RedisServer
-from config.settings import RedisSettings
-from metadata.acks import AckStore, SaveStatus, decode_state, encode_state
-from metadata.errors import AckStateTooLargeError
-from metadata.leases import group_resource
-from metadata.store import MetadataStore
+from vpq.common.redis_server import RedisServer
+from vpq.config.settings import RedisSettings
+from vpq.metadata.acks import AckStore, SaveStatus, decode_state, encode_state
+from vpq.metadata.errors import AckStateTooLargeError
+from vpq.metadata.leases import group_resource
+from vpq.metadata.store import MetadataStore
 
 
 @given(st.integers(0, 2**53), st.lists(st.integers(0, 2**53), max_size=50), st.integers(1, 2**40))

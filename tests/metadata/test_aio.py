@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import asyncio
 
-from metadata.aio import cancel_and_wait
+from vpq.metadata.aio import cancel_and_wait
 
 
 async def test_cancel_and_wait_survives_a_lost_cancellation() -> None:

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from metadata.connection import ClientOptions, create_client
+from vpq.metadata.connection import ClientOptions, create_client
 
 
 async def test_bursts_beyond_the_pool_wait_for_a_connection(redis_url: str) -> None:

@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from metadata.store import MetadataStore
+from vpq.metadata.store import MetadataStore
 
 
 async def test_intern_is_idempotent_and_resolvable(md: MetadataStore) -> None:

@@ -6,10 +6,10 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from common.redis_server import RedisServer
-from config.settings import RedisSettings
-from metadata.events import EventListener
-from metadata.store import MetadataStore
+from vpq.common.redis_server import RedisServer
+from vpq.config.settings import RedisSettings
+from vpq.metadata.events import EventListener
+from vpq.metadata.store import MetadataStore
 
 
 class Collector:

@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from metadata.store import MetadataStore
+from vpq.metadata.store import MetadataStore
 
 
 async def test_join_creates_group_and_generation_bumps_on_changes(md: MetadataStore) -> None:

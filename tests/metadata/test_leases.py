@@ -4,9 +4,9 @@ import asyncio
 
 import pytest
 
-from metadata.lease_keeper import LeaseKeeper
-from metadata.leases import Lease, group_resource, pp_resource
-from metadata.store import MetadataStore
+from vpq.metadata.lease_keeper import LeaseKeeper
+from vpq.metadata.leases import Lease, group_resource, pp_resource
+from vpq.metadata.store import MetadataStore
 
 
 async def _wait_until_free(md: MetadataStore, resource: str, timeout: float = 5.0) -> None:
@@ -110,7 +110,7 @@ async def test_keeper_keeps_leases_and_reports_loss(make_store) -> None:
 
 
 async def test_keeper_reports_loss_when_redis_is_unreachable(redis_server, key_prefix: str) -> None:
-    from config.settings import RedisSettings
+    from vpq.config.settings import RedisSettings
 
     md = MetadataStore(RedisSettings(key_prefix=key_prefix), url=redis_server.url)
     lost: asyncio.Queue[tuple[str, int]] = asyncio.Queue()

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import asyncio
 
-from metadata.map_cache import MapCache, QueueEntry
-from metadata.store import MetadataStore
+from vpq.metadata.map_cache import MapCache, QueueEntry
+from vpq.metadata.store import MetadataStore
 
 
 async def _eventually(pred, timeout: float = 5.0) -> None:

@@ -4,8 +4,8 @@ import asyncio
 
 import pytest
 
-from metadata.maps import LineageRange
-from metadata.store import MetadataStore
+from vpq.metadata.maps import LineageRange
+from vpq.metadata.store import MetadataStore
 
 
 def _map(epoch: int, pp: int) -> dict:

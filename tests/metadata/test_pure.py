@@ -6,12 +6,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from config.settings import QueueDefaults, RedisSettings
-from metadata.connection import client_from_settings
-from metadata.errors import QueueConfigError
-from metadata.keys import Keys
-from metadata.names import check_id, check_name
-from metadata.queue_config import FIELDS, default_config, validate_partial
+from vpq.config.settings import QueueDefaults, RedisSettings
+from vpq.metadata.connection import client_from_settings
+from vpq.metadata.errors import QueueConfigError
+from vpq.metadata.keys import Keys
+from vpq.metadata.names import check_id, check_name
+from vpq.metadata.queue_config import FIELDS, default_config, validate_partial
 
 
 def test_every_key_is_under_the_prefix_and_distinct() -> None:

@@ -4,8 +4,8 @@ import asyncio
 
 import pytest
 
-from metadata.errors import QueueConfigError, QueueConflictError, QueueNotFoundError
-from metadata.store import MetadataStore
+from vpq.metadata.errors import QueueConfigError, QueueConflictError, QueueNotFoundError
+from vpq.metadata.store import MetadataStore
 
 
 async def test_create_gets_defaults_and_id(md: MetadataStore) -> None:

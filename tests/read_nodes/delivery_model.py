@@ -20,15 +20,15 @@ import random
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
-from isolation.context import IsolationContext
-from isolation.routing import route
-from read_nodes.ack_tracker import PartitionAckState
-from read_nodes.delivery import GroupDelivery
-from read_nodes.delivery_items import INFLIGHT as HELD_IN_FLIGHT
-from read_nodes.delivery_types import ConsumerSpec, DeliveryConfig, DeliveryEntry
-from read_nodes.message_id import encode_message_id
-from virtual_partitions.assignment import AssignmentResult, assign
-from virtual_partitions.hashing import key_hash
+from vpq.isolation.context import IsolationContext
+from vpq.isolation.routing import route
+from vpq.read_nodes.ack_tracker import PartitionAckState
+from vpq.read_nodes.delivery import GroupDelivery
+from vpq.read_nodes.delivery_items import INFLIGHT as HELD_IN_FLIGHT
+from vpq.read_nodes.delivery_types import ConsumerSpec, DeliveryConfig, DeliveryEntry
+from vpq.read_nodes.message_id import encode_message_id
+from vpq.virtual_partitions.assignment import AssignmentResult, assign
+from vpq.virtual_partitions.hashing import key_hash
 
 CONTEXTS = [
     IsolationContext("prod", "", ""),

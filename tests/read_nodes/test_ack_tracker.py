@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from read_nodes.ack_tracker import AckTracker, PartitionAckState
+from vpq.read_nodes.ack_tracker import AckTracker, PartitionAckState
 
 
 def test_state_validation() -> None:

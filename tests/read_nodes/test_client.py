@@ -10,9 +10,9 @@ import orjson
 import pytest
 from aiohttp import web
 
-from common.errors import Conflict, InternalError, NotFound, Unavailable
-from common.poll_body import PolledBody
-from read_nodes.client import ReadNodeClient
+from vpq.common.errors import Conflict, InternalError, NotFound, Unavailable
+from vpq.common.poll_body import PolledBody
+from vpq.read_nodes.client import ReadNodeClient
 from tests.gateway.cluster_fakes import FakeReadNode
 
 

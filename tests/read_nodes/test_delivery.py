@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from isolation.context import IsolationContext as Ctx
-from read_nodes.ack_tracker import PartitionAckState
-from read_nodes.delivery import GroupDelivery
-from read_nodes.delivery_types import ConsumerSpec, DeliveryConfig, DeliveryEntry, DeliveryFull, UnknownConsumer
-from read_nodes.message_id import MessageIdError, encode_message_id
-from virtual_partitions.assignment import assign
-from virtual_partitions.hashing import key_hash
+from vpq.isolation.context import IsolationContext as Ctx
+from vpq.read_nodes.ack_tracker import PartitionAckState
+from vpq.read_nodes.delivery import GroupDelivery
+from vpq.read_nodes.delivery_types import ConsumerSpec, DeliveryConfig, DeliveryEntry, DeliveryFull, UnknownConsumer
+from vpq.read_nodes.message_id import MessageIdError, encode_message_id
+from vpq.virtual_partitions.assignment import assign
+from vpq.virtual_partitions.hashing import key_hash
 
 PROD = Ctx()
 V = 4

@@ -5,10 +5,10 @@ to whoever asks first."""
 
 from __future__ import annotations
 
-from isolation.context import IsolationContext as Ctx
-from read_nodes.delivery import GroupDelivery
-from read_nodes.delivery_types import DeliveryConfig, DeliveryEntry
-from virtual_partitions.hashing import key_hash
+from vpq.isolation.context import IsolationContext as Ctx
+from vpq.read_nodes.delivery import GroupDelivery
+from vpq.read_nodes.delivery_types import DeliveryConfig, DeliveryEntry
+from vpq.virtual_partitions.hashing import key_hash
 
 PROD = Ctx()
 TEST = Ctx(env="test")

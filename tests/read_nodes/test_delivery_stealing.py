@@ -3,10 +3,10 @@ takes what is ready in the others', within the same routing and the same per-key
 
 from __future__ import annotations
 
-from isolation.context import IsolationContext as Ctx
-from read_nodes.delivery import GroupDelivery
-from read_nodes.delivery_types import DeliveryConfig, DeliveryEntry
-from virtual_partitions.hashing import key_hash
+from vpq.isolation.context import IsolationContext as Ctx
+from vpq.read_nodes.delivery import GroupDelivery
+from vpq.read_nodes.delivery_types import DeliveryConfig, DeliveryEntry
+from vpq.virtual_partitions.hashing import key_hash
 
 PROD = Ctx()
 TEST = Ctx(env="test")

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from read_nodes.message_id import (
+from vpq.read_nodes.message_id import (
     MAX_OFFSET,
     MAX_PP,
     MessageIdError,

@@ -4,16 +4,16 @@ and how both survive a takeover through the compact ack state."""
 
 from __future__ import annotations
 
-from isolation.context import IsolationContext
-from read_nodes.ack_persistence import decode_state, encode_state, trim_state
-from read_nodes.ack_tracker import PartitionAckState
-from read_nodes.delivery import GroupDelivery
-from read_nodes.delivery_types import Admission, DeliveryConfig, DeliveryEntry, stream_of
-from read_nodes.ingestor import Ingestor
-from read_nodes.lineage_order import LineageOrder
-from read_nodes.messages import TailedRecord
+from vpq.isolation.context import IsolationContext
+from vpq.read_nodes.ack_persistence import decode_state, encode_state, trim_state
+from vpq.read_nodes.ack_tracker import PartitionAckState
+from vpq.read_nodes.delivery import GroupDelivery
+from vpq.read_nodes.delivery_types import Admission, DeliveryConfig, DeliveryEntry, stream_of
+from vpq.read_nodes.ingestor import Ingestor
+from vpq.read_nodes.lineage_order import LineageOrder
+from vpq.read_nodes.messages import TailedRecord
 from tests.read_nodes.test_service_parts import _Pool
-from write_nodes.records import Record
+from vpq.write_nodes.records import Record
 
 PROD = IsolationContext()
 TEST = IsolationContext(env="test")
@@ -31,7 +31,7 @@ class Log:
     def add(self, key: bytes, key_hash: int, ctx: IsolationContext = PROD, ctx_id: int = PROD_ID) -> int:
         off = self.next
         self.next += 1
-        from read_nodes.tailer import pack_ref
+        from vpq.read_nodes.tailer import pack_ref
 
         self.pool.tailers[self.pp].index.add(self.pp, off, 7, pack_ref(ctx_id, key_hash), ctx_id)
         rec = Record(value=str(off).encode(), queue_id=7, key=key, key_hash=key_hash, offset=off, timestamp_ms=1000 + off)
@@ -167,7 +167,7 @@ def test_a_compact_state_with_parked_segments_round_trips_and_old_states_still_r
 def test_contexts_cold_for_every_reader_of_a_queue_are_not_cached() -> None:
     from types import SimpleNamespace
 
-    from read_nodes.tailer_pool import TailerPool
+    from vpq.read_nodes.tailer_pool import TailerPool
 
     pool = TailerPool(SimpleNamespace(cold={}))  # type: ignore[arg-type]
     pool.set_cold("g1", 7, frozenset({TEST_ID, 3}))

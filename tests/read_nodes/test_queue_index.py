@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from read_nodes.queue_index import NO_REF, QueueIndex
+from vpq.read_nodes.queue_index import NO_REF, QueueIndex
 
 
 def test_interleaved_multi_queue_partition() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from read_nodes.ready_buckets import FIRST_DELIVERY, REDELIVERY, ReadyBuckets
+from vpq.read_nodes.ready_buckets import FIRST_DELIVERY, REDELIVERY, ReadyBuckets
 
 
 def test_take_merges_visible_buckets_in_order() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from read_nodes.record_cache import RecordCache
+from vpq.read_nodes.record_cache import RecordCache
 
 
 def test_lru_by_bytes() -> None:

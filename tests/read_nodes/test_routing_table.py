@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from isolation.context import IsolationContext as Ctx
-from isolation.routing import Router
-from read_nodes.routing_table import RoutingTable
+from vpq.isolation.context import IsolationContext as Ctx
+from vpq.isolation.routing import Router
+from vpq.read_nodes.routing_table import RoutingTable
 
 BACKBONE, LANE, TEST = Ctx(), Ctx("prod", "", "a"), Ctx("test")
 

@@ -10,10 +10,10 @@ import base64
 import orjson
 import pytest
 
-from common.errors import BadRequest, NotFound
-from isolation.context import IsolationContext
+from vpq.common.errors import BadRequest, NotFound
+from vpq.isolation.context import IsolationContext
 from tests.read_nodes.test_service_env import Env, drain
-from write_nodes.produce import PlainMessage
+from vpq.write_nodes.produce import PlainMessage
 
 
 @pytest.fixture(params=["fake-writer", "real-writer"])

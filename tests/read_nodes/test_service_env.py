@@ -22,23 +22,23 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from config.settings import ClusterSettings, LogSettings, QueueDefaults, RedisSettings, Settings
-from gateway.cluster_queues import QueueAdmin
-from gateway.cluster_traffic import TrafficMeter
-from gateway.node_directory import WriteNodeDirectory
-from isolation.context import IsolationContext
-from metadata.leases import pp_resource
-from metadata.map_cache import MapCache
-from metadata.store import MetadataStore
-from read_nodes.client import ReadNodeClient
-from read_nodes.node_parts import ReadNodeOptions
-from read_nodes.service import ReadNodeService
-from virtual_partitions.router import ProduceRouter
-from write_nodes.append_accumulator import AppendAccumulator
-from write_nodes.append_frames import decode_frames
-from write_nodes.client import WriteNodeClient
-from write_nodes.log import PartitionLog
-from write_nodes.produce import Appender, PlainMessage
+from vpq.config.settings import ClusterSettings, LogSettings, QueueDefaults, RedisSettings, Settings
+from vpq.gateway.cluster_queues import QueueAdmin
+from vpq.gateway.cluster_traffic import TrafficMeter
+from vpq.gateway.node_directory import WriteNodeDirectory
+from vpq.isolation.context import IsolationContext
+from vpq.metadata.leases import pp_resource
+from vpq.metadata.map_cache import MapCache
+from vpq.metadata.store import MetadataStore
+from vpq.read_nodes.client import ReadNodeClient
+from vpq.read_nodes.node_parts import ReadNodeOptions
+from vpq.read_nodes.service import ReadNodeService
+from vpq.virtual_partitions.router import ProduceRouter
+from vpq.write_nodes.append_accumulator import AppendAccumulator
+from vpq.write_nodes.append_frames import decode_frames
+from vpq.write_nodes.client import WriteNodeClient
+from vpq.write_nodes.log import PartitionLog
+from vpq.write_nodes.produce import Appender, PlainMessage
 
 FAST_OPTIONS = ReadNodeOptions(
     tick_ms=30, persist_interval_ms=30, tail_wait_ms=300, retry_ms=50, lineage_reload_ms=50, index_truncate_ms=0,
@@ -152,7 +152,7 @@ class Env:
         self.cache = MapCache(md.queues, md.maps, self.listener)
         await self.cache.start()
         if self.real_writer:
-            from write_nodes.service import WriteNodeService
+            from vpq.write_nodes.service import WriteNodeService
 
             self.real = WriteNodeService(self.settings, "w0", 0, self.redis_url)
             await self.real.start()

@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 from aiohttp.test_utils import TestServer
 
-from sdk.client import AsyncClient
-from sdk.retry import RetryPolicy
+from vpq.sdk.client import AsyncClient
+from vpq.sdk.retry import RetryPolicy
 from tests.sdk.fake_gateway import FakeGateway, GatewayThread
 
 

@@ -6,10 +6,10 @@ import orjson
 import pytest
 from typer.testing import CliRunner
 
-from cli.main import app
-from cli.tables import compress_ranges, message_line, placement_by_pp
-from cli.commands import parse_headers, parse_value
-from sdk.models import Message
+from vpq.cli.main import app
+from vpq.cli.tables import compress_ranges, message_line, placement_by_pp
+from vpq.cli.commands import parse_headers, parse_value
+from vpq.sdk.models import Message
 from tests.sdk.fake_gateway import GatewayThread
 
 runner = CliRunner()

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from yarl import URL
 
-from sdk.client import AsyncClient
-from sdk.errors import (
+from vpq.sdk.client import AsyncClient
+from vpq.sdk.errors import (
     BadRequestError,
     ClientClosedError,
     ConflictError,
@@ -15,8 +15,8 @@ from sdk.errors import (
     PayloadTooLargeError,
     UnavailableError,
 )
-from sdk.models import ProduceMessage
-from sdk.retry import RetryPolicy
+from vpq.sdk.models import ProduceMessage
+from vpq.sdk.retry import RetryPolicy
 from tests.sdk.conftest import RecordingSleep
 from tests.sdk.fake_gateway import FakeGateway
 
@@ -179,7 +179,7 @@ async def test_closed_client_refuses_calls(client: AsyncClient) -> None:
 async def test_request_urls_are_parsed_once_per_path_and_the_cache_is_bounded(
     client: AsyncClient, gateway: FakeGateway, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import sdk.client as client_module
+    import vpq.sdk.client as client_module
 
     monkeypatch.setattr(client_module, "URL_CACHE_SIZE", 3)
     names = ["q.1", "q_2", "e", "f"]

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from sdk.client import AsyncClient
-from sdk.consumer import Consumer, RetryLater
-from sdk.errors import NotFoundError
-from sdk.models import Message, ProduceMessage
+from vpq.sdk.client import AsyncClient
+from vpq.sdk.consumer import Consumer, RetryLater
+from vpq.sdk.errors import NotFoundError
+from vpq.sdk.models import Message, ProduceMessage
 from tests.sdk.fake_gateway import FakeGateway
 
 GUARD_S = 10  # only a hang guard: a failing test must not block the suite

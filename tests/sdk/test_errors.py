@@ -3,7 +3,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from sdk.errors import (
+from vpq.sdk.errors import (
     BadRequestError,
     ConflictError,
     NotFoundError,

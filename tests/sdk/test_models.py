@@ -5,7 +5,7 @@ import base64
 import orjson
 import pytest
 
-from sdk.models import Message, ProduceMessage, dump_message, encode_message, produce_body
+from vpq.sdk.models import Message, ProduceMessage, dump_message, encode_message, produce_body
 
 
 def test_encode_message_json_and_bytes_values() -> None:

@@ -8,10 +8,10 @@ from collections.abc import AsyncIterator
 import pytest
 from aiohttp.test_utils import TestServer
 
-from sdk.client import AsyncClient
-from sdk.errors import ClientClosedError, ForbiddenError, PayloadTooLargeError
-from sdk.producer import Producer
-from sdk.retry import RetryPolicy
+from vpq.sdk.client import AsyncClient
+from vpq.sdk.errors import ClientClosedError, ForbiddenError, PayloadTooLargeError
+from vpq.sdk.producer import Producer
+from vpq.sdk.retry import RetryPolicy
 from tests.sdk.fake_gateway import FakeGateway
 
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sdk.retry import RetryPolicy, parse_retry_after
+from vpq.sdk.retry import RetryPolicy, parse_retry_after
 
 
 def test_parse_retry_after_seconds_dates_and_junk() -> None:

@@ -6,10 +6,10 @@ import threading
 
 import pytest
 
-from sdk.errors import ClientClosedError, GatewayConnectionError, NotFoundError
-from sdk.models import ProduceMessage
-from sdk.retry import RetryPolicy
-from sdk.sync import Client
+from vpq.sdk.errors import ClientClosedError, GatewayConnectionError, NotFoundError
+from vpq.sdk.models import ProduceMessage
+from vpq.sdk.retry import RetryPolicy
+from vpq.sdk.sync import Client
 from tests.sdk.fake_gateway import GatewayThread
 
 

@@ -3,7 +3,7 @@ when every expected node reported it (``spark_rebalance.job.complete_windows``).
 
 from __future__ import annotations
 
-from spark_rebalance.job import complete_windows
+from vpq.spark_rebalance.job import complete_windows
 
 W = 10_000
 T = 1_800_000_000_000 // W * W

@@ -8,17 +8,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from config.settings import QueueDefaults, RebalanceSettings
-from spark_rebalance.plan_model import PlannerOptions, VpLoad
-from spark_rebalance.planner import plan, propose_partitions
-from spark_rebalance.synthetic import (
+from vpq.config.settings import QueueDefaults, RebalanceSettings
+from vpq.spark_rebalance.plan_model import PlannerOptions, VpLoad
+from vpq.spark_rebalance.planner import plan, propose_partitions
+from vpq.spark_rebalance.synthetic import (
     balanced_loads,
     placement_for,
     queue_sizes,
     single_heavy_loads,
     zipf_loads,
 )
-from virtual_partitions.placement import PlacementMap, QueuePlacement, moves_between
+from vpq.virtual_partitions.placement import PlacementMap, QueuePlacement, moves_between
 
 PPS = list(range(8))
 OPTS = PlannerOptions.from_settings(RebalanceSettings(), QueueDefaults())

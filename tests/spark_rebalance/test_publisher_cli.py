@@ -19,13 +19,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cli.main import app
-from common.runfiles import write_redis_url
-from config.settings import RebalanceSettings
-from metadata.maps import LineageRange as R
-from spark_rebalance.synthetic import placement_for, queue_sizes, stats_windows, write_stats, zipf_loads
+from vpq.cli.main import app
+from vpq.common.runfiles import write_redis_url
+from vpq.config.settings import RebalanceSettings
+from vpq.metadata.maps import LineageRange as R
+from vpq.spark_rebalance.synthetic import placement_for, queue_sizes, stats_windows, write_stats, zipf_loads
 from tests.spark_rebalance.test_publisher_fence import FakeWriteNode, create_queue, start_md
-from virtual_partitions.placement import PlacementMap
+from vpq.virtual_partitions.placement import PlacementMap
 
 PPS = [0, 1, 2, 3]
 PREFIX = "vpq"  # the default key prefix: the command runs with default settings

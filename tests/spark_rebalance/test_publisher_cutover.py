@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from metadata.maps import LineageRange as R
-from spark_rebalance.cutover import (
+from vpq.metadata.maps import LineageRange as R
+from vpq.spark_rebalance.cutover import (
     LineageState,
     apply_splits,
     classify,
@@ -19,9 +19,9 @@ from spark_rebalance.cutover import (
     rebase_moves,
     resolve_lineage,
 )
-from spark_rebalance.fences import Fence, FencedQueue, fence_of
-from spark_rebalance.plan_model import Split
-from virtual_partitions.placement import VpMove
+from vpq.spark_rebalance.fences import Fence, FencedQueue, fence_of
+from vpq.spark_rebalance.plan_model import Split
+from vpq.virtual_partitions.placement import VpMove
 
 QUEUES = {
     "a": {"virtual_partitions": 2, "placement": [0, 1]},

@@ -15,12 +15,12 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from common.errors import Unavailable
-from config.settings import RedisSettings
-from metadata.leases import pp_resource
-from metadata.store import MetadataStore
-from spark_rebalance.fences import PUBLISHED, FenceStore, fence_of
-from write_nodes.fence import FENCE_ROUTE, FenceEndpoint, FenceView
+from vpq.common.errors import Unavailable
+from vpq.config.settings import RedisSettings
+from vpq.metadata.leases import pp_resource
+from vpq.metadata.store import MetadataStore
+from vpq.spark_rebalance.fences import PUBLISHED, FenceStore, fence_of
+from vpq.write_nodes.fence import FENCE_ROUTE, FenceEndpoint, FenceView
 
 TTL_MS = 60_000
 

@@ -7,13 +7,13 @@ import struct
 
 from rich.console import Console
 
-from cli.rebalance_report import print_outcome
-from config.settings import RebalanceSettings
-from spark_rebalance.plan_model import Plan, PlannerOptions
-from spark_rebalance.planner import plan
-from spark_rebalance.report import chart_path, render_plan, write_chart
-from spark_rebalance.runner import RebalanceOutcome
-from spark_rebalance.synthetic import placement_for, queue_sizes, single_heavy_loads
+from vpq.cli.rebalance_report import print_outcome
+from vpq.config.settings import RebalanceSettings
+from vpq.spark_rebalance.plan_model import Plan, PlannerOptions
+from vpq.spark_rebalance.planner import plan
+from vpq.spark_rebalance.report import chart_path, render_plan, write_chart
+from vpq.spark_rebalance.runner import RebalanceOutcome
+from vpq.spark_rebalance.synthetic import placement_for, queue_sizes, single_heavy_loads
 
 PPS = list(range(4))
 

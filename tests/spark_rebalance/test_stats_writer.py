@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow.parquet as pq
 import pytest
 
-from spark_rebalance.stats_schema import (
+from vpq.spark_rebalance.stats_schema import (
     ARROW_SCHEMA,
     COLUMNS,
     HEARTBEAT_QUEUE,
@@ -17,7 +17,7 @@ from spark_rebalance.stats_schema import (
     spark_schema,
     to_arrow_table,
 )
-from spark_rebalance.stats_writer import StatsWriter
+from vpq.spark_rebalance.stats_writer import StatsWriter
 
 DAY = 24 * 3600 * 1000
 W = 10_000

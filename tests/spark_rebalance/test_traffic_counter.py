@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from spark_rebalance.stats_schema import TrafficRow
-from spark_rebalance.traffic_counter import TrafficCounter
+from vpq.spark_rebalance.stats_schema import TrafficRow
+from vpq.spark_rebalance.traffic_counter import TrafficCounter
 
 W = 1000
 

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from isolation.context import IsolationContext
-from virtual_partitions.assignment import AssignmentResult, assign, required_vps
+from vpq.isolation.context import IsolationContext
+from vpq.virtual_partitions.assignment import AssignmentResult, assign, required_vps
 
 CONTEXTS = [IsolationContext(), IsolationContext(lane="feat-a"), IsolationContext(env="test", set="eu")]
 

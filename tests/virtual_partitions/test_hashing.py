@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from virtual_partitions.hashing import (
+from vpq.virtual_partitions.hashing import (
     KeylessSpreader,
     ancestor_vp,
     check_virtual_partitions,

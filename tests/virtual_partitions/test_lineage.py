@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from virtual_partitions.lineage import Lineage, LineageRange, QueueLineage, split_lineage
-from virtual_partitions.placement import QueuePlacement
+from vpq.virtual_partitions.lineage import Lineage, LineageRange, QueueLineage, split_lineage
+from vpq.virtual_partitions.placement import QueuePlacement
 
 
 def test_open_seal_move() -> None:

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from virtual_partitions.placement import (
+from vpq.virtual_partitions.placement import (
     PlacementMap,
     QueuePlacement,
     VpMove,

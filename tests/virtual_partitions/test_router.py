@@ -6,13 +6,13 @@ from dataclasses import dataclass
 import pytest
 import redis.asyncio as aioredis
 
-from config.settings import RedisSettings
-from isolation.context import IsolationContext
-from metadata.events import EventListener
-from metadata.map_cache import MapCache
-from metadata.store import MetadataStore
-from virtual_partitions.hashing import key_hash
-from virtual_partitions.router import ProduceRouter, QueueNotPlacedError, UnknownQueueError
+from vpq.config.settings import RedisSettings
+from vpq.isolation.context import IsolationContext
+from vpq.metadata.events import EventListener
+from vpq.metadata.map_cache import MapCache
+from vpq.metadata.store import MetadataStore
+from vpq.virtual_partitions.hashing import key_hash
+from vpq.virtual_partitions.router import ProduceRouter, QueueNotPlacedError, UnknownQueueError
 
 PLACEMENT = [0, 1, 2, 3, 3, 2, 1, 0]
 

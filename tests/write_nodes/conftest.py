@@ -6,7 +6,7 @@ import aiohttp
 import pytest
 
 from tests.write_nodes.test_service_helpers import make_settings, open_metadata, place_queue
-from write_nodes.service import WriteNodeService
+from vpq.write_nodes.service import WriteNodeService
 
 
 @pytest.fixture

@@ -17,10 +17,10 @@ import sys
 import time
 from pathlib import Path
 
-from config.settings import LogSettings
-from write_nodes.log import PartitionLog
-from write_nodes.records import BatchView, Record, build_batch
-from write_nodes.storage import OsStorage
+from vpq.config.settings import LogSettings
+from vpq.write_nodes.log import PartitionLog
+from vpq.write_nodes.records import BatchView, Record, build_batch
+from vpq.write_nodes.storage import OsStorage
 
 
 class SlowFsyncStorage(OsStorage):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from write_nodes.records import VALUE_JSON, VALUE_RAW, Record
+from vpq.write_nodes.records import VALUE_JSON, VALUE_RAW, Record
 
 GOLDEN_FILE = Path(__file__).with_name("golden_batch_v1.hex")
 GOLDEN_BASE_OFFSET = 1234

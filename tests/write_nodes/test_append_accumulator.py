@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from common.errors import Unavailable, VpqError
-from write_nodes.append_accumulator import AppendAccumulator, PartitionPart, build_frames, merge_parts, part_size
-from write_nodes.append_frames import Frame
-from write_nodes.columnar import ColumnarRecords, build_columnar_batch
-from write_nodes.records import BatchView
+from vpq.common.errors import Unavailable, VpqError
+from vpq.write_nodes.append_accumulator import AppendAccumulator, PartitionPart, build_frames, merge_parts, part_size
+from vpq.write_nodes.append_frames import Frame
+from vpq.write_nodes.columnar import ColumnarRecords, build_columnar_batch
+from vpq.write_nodes.records import BatchView
 
 
 class GatedClient:

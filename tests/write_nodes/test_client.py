@@ -11,10 +11,10 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from common.errors import BadRequest, InternalError, Unavailable, VpqError
+from vpq.common.errors import BadRequest, InternalError, Unavailable, VpqError
 from tests.gateway.cluster_fakes import FakeWriteNode
-from write_nodes.client import NODE_UNREACHABLE, WriteNodeClient, call_node
-from write_nodes.records import Record, build_batch, decode_batches
+from vpq.write_nodes.client import NODE_UNREACHABLE, WriteNodeClient, call_node
+from vpq.write_nodes.records import Record, build_batch, decode_batches
 
 
 @pytest.fixture

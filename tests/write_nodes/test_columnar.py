@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.write_nodes.golden import GOLDEN_BASE_OFFSET, GOLDEN_RECORDS, GOLDEN_TIMESTAMP_MS
-from write_nodes.batch_scan import summarize_batch
-from write_nodes.columnar import (
+from vpq.write_nodes.batch_scan import summarize_batch
+from vpq.write_nodes.columnar import (
     FIXED_RECORD_BYTES,
     MAGIC_COLUMNAR,
     ColumnarRecords,
@@ -22,8 +22,8 @@ from write_nodes.columnar import (
     columns_of,
     summarize,
 )
-from write_nodes.errors import CorruptBatchError
-from write_nodes.records import (
+from vpq.write_nodes.errors import CorruptBatchError
+from vpq.write_nodes.records import (
     HEADER,
     HEADER_SIZE,
     BatchView,
@@ -32,7 +32,7 @@ from write_nodes.records import (
     iter_batches,
     restamp_base_offset,
 )
-from write_nodes.recovery import LogLoader
+from vpq.write_nodes.recovery import LogLoader
 
 GOLDEN_V2 = Path(__file__).with_name("golden_batch_v2.hex")
 
@@ -243,7 +243,7 @@ def test_restamp_and_concatenation_keep_both_magics_readable() -> None:
 
 
 def test_recovery_reads_a_segment_of_mixed_magics(tmp_path: Path) -> None:
-    from write_nodes.filenames import log_file
+    from vpq.write_nodes.filenames import log_file
 
     batches = [
         build_batch(0, [Record(value=b"a")], 1),

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 from tests.write_nodes.helpers import read_all
-from config.settings import LogSettings
-from write_nodes.log import PartitionLog
+from vpq.config.settings import LogSettings
+from vpq.write_nodes.log import PartitionLog
 
 CHILD = Path(__file__).with_name("crash_child.py")
 REPO = Path(__file__).resolve().parents[2]

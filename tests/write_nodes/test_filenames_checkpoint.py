@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from write_nodes import filenames
-from write_nodes.checkpoint import decode_checkpoint, encode_checkpoint, read_checkpoint, write_checkpoint
+from vpq.write_nodes import filenames
+from vpq.write_nodes.checkpoint import decode_checkpoint, encode_checkpoint, read_checkpoint, write_checkpoint
 
 
 def test_segment_file_names(tmp_path: Path) -> None:

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from tests.write_nodes.helpers import make_records, read_all, small_settings
-from write_nodes.errors import PartitionOfflineError
-from write_nodes.group_commit import default_fsync
-from write_nodes.log import PartitionLog
+from vpq.write_nodes.errors import PartitionOfflineError
+from vpq.write_nodes.group_commit import default_fsync
+from vpq.write_nodes.log import PartitionLog
 
 
 class GatedFsync:

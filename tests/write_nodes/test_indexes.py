@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from write_nodes.offset_index import CorruptIndexError, OffsetIndex
-from write_nodes.time_index import TimeIndex
+from vpq.write_nodes.offset_index import CorruptIndexError, OffsetIndex
+from vpq.write_nodes.time_index import TimeIndex
 
 
 def test_offset_index_floor_lookup() -> None:

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from tests.write_nodes.helpers import make_records, read_all, small_settings
-from write_nodes import filenames
-from write_nodes.checkpoint import read_checkpoint
-from write_nodes.errors import OffsetOutOfRangeError, PartitionOfflineError
-from write_nodes.log import PartitionLog
-from write_nodes.records import BatchView, Record, build_batch, iter_batches
+from vpq.write_nodes import filenames
+from vpq.write_nodes.checkpoint import read_checkpoint
+from vpq.write_nodes.errors import OffsetOutOfRangeError, PartitionOfflineError
+from vpq.write_nodes.log import PartitionLog
+from vpq.write_nodes.records import BatchView, Record, build_batch, iter_batches
 
 
 async def _fill(log: PartitionLog, batches: int, per_batch: int = 3) -> list[bytes]:
@@ -278,7 +278,7 @@ async def _fill_more(log: PartitionLog, batches: int) -> None:
 async def test_checkpoints_never_write_the_file_concurrently(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The periodic checkpoint and an explicit one share one tmp file name: two threads
     writing it at once made one rename fail and took the partition offline."""
-    import write_nodes.log as log_module
+    import vpq.write_nodes.log as log_module
 
     real = log_module.write_checkpoint
     active = {"now": 0, "max": 0}

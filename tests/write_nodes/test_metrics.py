@@ -11,11 +11,11 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from config.settings import LogSettings
+from vpq.config.settings import LogSettings
 from tests.write_nodes.test_service_helpers import append, batch, make_settings, open_metadata, place_queue
-from write_nodes.metrics import WriteNodeMetrics, per_queue
-from write_nodes.records import Record
-from write_nodes.service import WriteNodeService
+from vpq.write_nodes.metrics import WriteNodeMetrics, per_queue
+from vpq.write_nodes.records import Record
+from vpq.write_nodes.service import WriteNodeService
 
 
 def samples(text: str) -> dict[str, list[Sample]]:

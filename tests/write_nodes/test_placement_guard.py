@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from common.errors import Unavailable
-from write_nodes.handlers import PlacementGuard
+from vpq.common.errors import Unavailable
+from vpq.write_nodes.handlers import PlacementGuard
 
 
 @dataclass

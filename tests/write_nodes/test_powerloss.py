@@ -9,11 +9,11 @@ import contextlib
 import random
 from pathlib import Path
 
-from load.powerloss import run_campaign
+from vpq.load.powerloss import run_campaign
 from tests.write_nodes.helpers import make_records, read_all, small_settings
-from write_nodes.errors import LogIOError
-from write_nodes.log import PartitionLog
-from write_nodes.sim_disk import SimDisk
+from vpq.write_nodes.errors import LogIOError
+from vpq.write_nodes.log import PartitionLog
+from vpq.write_nodes.sim_disk import SimDisk
 
 ROOT = Path("/sim")
 PART = ROOT / "p0"

@@ -13,20 +13,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from common.errors import BadRequest, InternalError, NotFound, Unavailable, VpqError
-from config.settings import RedisSettings
-from gateway.backend import ResolvedMessage
-from gateway.node_directory import NodeRef
-from isolation.context import IsolationContext
-from metadata.map_cache import MapCache
-from metadata.store import MetadataStore
-from read_nodes.message_id import encode_message_id
-from virtual_partitions.hashing import key_hash, vp_of_hash
-from virtual_partitions.router import ProduceRouter
-from write_nodes.append_accumulator import AppendAccumulator
-from write_nodes.append_frames import ChainGate, Frame
-from write_nodes.produce import Appender, AppendPolicy, PlainMessage, group_by_partition, split_chunks
-from write_nodes.records import VALUE_JSON, VALUE_RAW, Record, decode_batches
+from vpq.common.errors import BadRequest, InternalError, NotFound, Unavailable, VpqError
+from vpq.config.settings import RedisSettings
+from vpq.gateway.backend import ResolvedMessage
+from vpq.gateway.node_directory import NodeRef
+from vpq.isolation.context import IsolationContext
+from vpq.metadata.map_cache import MapCache
+from vpq.metadata.store import MetadataStore
+from vpq.read_nodes.message_id import encode_message_id
+from vpq.virtual_partitions.hashing import key_hash, vp_of_hash
+from vpq.virtual_partitions.router import ProduceRouter
+from vpq.write_nodes.append_accumulator import AppendAccumulator
+from vpq.write_nodes.append_frames import ChainGate, Frame
+from vpq.write_nodes.produce import Appender, AppendPolicy, PlainMessage, group_by_partition, split_chunks
+from vpq.write_nodes.records import VALUE_JSON, VALUE_RAW, Record, decode_batches
 
 # ---------------------------------------------------------------- pure helpers
 

@@ -14,8 +14,8 @@ from tests.write_nodes.golden import (
     GOLDEN_TIMESTAMP_MS,
     golden_bytes,
 )
-from write_nodes.errors import CorruptBatchError
-from write_nodes.records import (
+from vpq.write_nodes.errors import CorruptBatchError
+from vpq.write_nodes.records import (
     HEADER_SIZE,
     MAGIC,
     VALUE_JSON,

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from tests.write_nodes.helpers import make_records, read_all, small_settings
-from write_nodes import filenames
-from write_nodes.log import PartitionLog
-from write_nodes.records import Record, iter_batches
-from write_nodes.recovery import RecoveryReport
+from vpq.write_nodes import filenames
+from vpq.write_nodes.log import PartitionLog
+from vpq.write_nodes.records import Record, iter_batches
+from vpq.write_nodes.recovery import RecoveryReport
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from write_nodes.retention import SegmentInfo, segments_to_delete
+from vpq.write_nodes.retention import SegmentInfo, segments_to_delete
 
 
 def _segs(*specs: tuple[int, int, bool]) -> list[SegmentInfo]:

@@ -7,8 +7,8 @@ import asyncio
 import aiohttp
 import pytest
 
-from common.errors import Unavailable
-from metadata.leases import pp_resource
+from vpq.common.errors import Unavailable
+from vpq.metadata.leases import pp_resource
 from tests.write_nodes.test_service_helpers import (
     append,
     batch,
@@ -18,9 +18,9 @@ from tests.write_nodes.test_service_helpers import (
     place_queue,
     read,
 )
-from write_nodes.client import WriteNodeClient
-from write_nodes.records import decode_batches, iter_batches
-from write_nodes.service import WriteNodeService
+from vpq.write_nodes.client import WriteNodeClient
+from vpq.write_nodes.records import decode_batches, iter_batches
+from vpq.write_nodes.service import WriteNodeService
 
 
 async def test_append_then_read_back_raw_bytes(node):

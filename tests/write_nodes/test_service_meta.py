@@ -13,8 +13,8 @@ import aiohttp
 import pyarrow.parquet as pq
 import pytest
 
-from common.runfiles import write_settings
-from metadata.leases import pp_resource
+from vpq.common.runfiles import write_settings
+from vpq.metadata.leases import pp_resource
 from tests.write_nodes.test_service_helpers import (
     append,
     batch,
@@ -25,9 +25,9 @@ from tests.write_nodes.test_service_helpers import (
     place_queue,
     read,
 )
-from write_nodes.cluster_meta import get_or_init_partition_count, partition_count_key, read_partition_count
-from write_nodes.records import decode_batches
-from write_nodes.service import WriteNodeService
+from vpq.write_nodes.cluster_meta import get_or_init_partition_count, partition_count_key, read_partition_count
+from vpq.write_nodes.records import decode_batches
+from vpq.write_nodes.service import WriteNodeService
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -104,7 +104,7 @@ async def test_main_runs_until_sigterm_and_stops_cleanly(tmp_path, redis_url, ke
     md = await open_metadata(settings, redis_url)
     qid = await place_queue(md, "q", [0, 1])
     proc = subprocess.Popen(
-        [sys.executable, "-m", "write_nodes.main", "--settings", str(settings_file), "--node-id", "w0",
+        [sys.executable, "-m", "vpq.write_nodes.main", "--settings", str(settings_file), "--node-id", "w0",
          "--index", "0", "--redis-url", redis_url],
         cwd=REPO,
         env=dict(os.environ, PYTHONPATH=str(REPO)),

@@ -10,8 +10,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from config.settings import LogSettings
-from metadata.leases import pp_resource
+from vpq.config.settings import LogSettings
+from vpq.metadata.leases import pp_resource
 from tests.write_nodes.test_service_helpers import (
     append,
     batch,
@@ -22,10 +22,10 @@ from tests.write_nodes.test_service_helpers import (
     place_queue,
     read,
 )
-from write_nodes.log import PartitionLog
-from write_nodes.ownership import PartitionBusyError, PartitionLock
-from write_nodes.records import decode_batches
-from write_nodes.service import WriteNodeService
+from vpq.write_nodes.log import PartitionLog
+from vpq.write_nodes.ownership import PartitionBusyError, PartitionLock
+from vpq.write_nodes.records import decode_batches
+from vpq.write_nodes.service import WriteNodeService
 
 
 async def _serves(http: aiohttp.ClientSession, address: str) -> set[int]:

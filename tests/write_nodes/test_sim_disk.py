@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from write_nodes.sim_disk import SimDisk
-from write_nodes.storage import fsync_directory
+from vpq.write_nodes.sim_disk import SimDisk
+from vpq.write_nodes.storage import fsync_directory
 
 ROOT = Path("/sim")
 NEW = os.O_RDWR | os.O_CREAT | os.O_APPEND

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from write_nodes.errors import CorruptBatchError
-from write_nodes.varint import (
+from vpq.write_nodes.errors import CorruptBatchError
+from vpq.write_nodes.varint import (
     decode_svarint,
     decode_uvarint,
     encode_svarint,
