@@ -24,12 +24,12 @@ import psutil
 from vpq.load.procmem import pid_listening_on, topmost_ancestor_matching
 
 _ROLES = (
-    ("gateway.main", "gateway"),
-    ("write_nodes.main", "write_nodes"),
-    ("read_nodes.main", "read_nodes"),
+    ("vpq.gateway.main", "gateway"),
+    ("vpq.write_nodes.main", "write_nodes"),
+    ("vpq.read_nodes.main", "read_nodes"),
     ("redis-server", "redis"),
 )
-_SUPERVISOR_NEEDLES = ("vpq up", "cli.main up")
+_SUPERVISOR_NEEDLES = ("vpq up", "vpq.cli.main up")
 
 
 def role_of(cmdline: Sequence[str]) -> str | None:

@@ -127,7 +127,7 @@ def _group_owner(p: Platform, queue: str, group: str) -> str | None:
 
 
 def _pid_of(p: Platform, node_id: str) -> int | None:
-    for proc in p.children("read_nodes.main"):
+    for proc in p.children("vpq.read_nodes.main"):
         if node_id in proc.cmdline():
             return proc.pid
     return None
@@ -170,7 +170,7 @@ def test_sigkill_read_node_during_consumption(tmp_path):
             consume_round()
         owner = _group_owner(p, q, "g")
         assert owner is not None, "the group has no read-node owner"
-        victims = [proc for proc in p.children("read_nodes.main") if owner in proc.cmdline()]
+        victims = [proc for proc in p.children("vpq.read_nodes.main") if owner in proc.cmdline()]
         assert victims, "no read-node process found"
         victims[0].kill()  # SIGKILL
         deadline = time.monotonic() + 90

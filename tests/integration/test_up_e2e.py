@@ -46,8 +46,8 @@ def test_single_process_mode_and_clean_stop(tmp_path):
     p = Platform(tmp_path / "vpq", physical_partitions=2, extra_args=["--single-process"], env=dict(FAST))
     p.start()
     try:
-        assert p.children("write_nodes.main") == [] and p.children("read_nodes.main") == []
-        assert p.children("gateway.main") == []
+        assert p.children("vpq.write_nodes.main") == [] and p.children("vpq.read_nodes.main") == []
+        assert p.children("vpq.gateway.main") == []
         api = Api(p.url)
         api.put_queue("sp")
         ids = {r["id"] for r in api.produce("sp", [{"key": f"k{i}", "value": i} for i in range(50)])}
@@ -65,11 +65,11 @@ def test_crashed_write_node_is_restarted_and_restart_resumes(tmp_path):
         api = Api(p.url)
         api.put_queue("restart")
         first = {r["id"] for r in api.produce("restart", [{"key": f"k{i}", "value": i} for i in range(100)])}
-        [victim] = p.children("write_nodes.main")
+        [victim] = p.children("vpq.write_nodes.main")
         victim.kill()
         victim.wait(10)
         second = {r["id"] for r in _produce_with_retry(api, "restart", [{"key": f"k{i}", "value": i} for i in range(100)])}
-        [replacement] = p.children("write_nodes.main")
+        [replacement] = p.children("vpq.write_nodes.main")
         assert replacement.pid != victim.pid
         assert _consume_all(api, "restart", "g", 200) == first | second
         pids = [c.pid for c in psutil.Process(p.proc.pid).children(recursive=True)]
