@@ -134,7 +134,8 @@ class ReadNodeSettings(BaseModel):
     )
     fetch_max_bytes: int = Field(MiB, ge=1, description="size of a read that refills the cache after a miss")
     max_unacked: int = Field(
-        20_000, ge=1, description="per group, messages held ready for live consumers before ingestion of new keys pauses"
+        20_000, ge=1, description="per group, messages held ready for live consumers before ingestion of new "
+        "keys pauses",
     )
     key_read_ahead: int = Field(
         1000, ge=1, description="messages of one key held in memory before its later ones are parked in the log"
@@ -147,12 +148,15 @@ class ReadNodeSettings(BaseModel):
         100, ge=1, description="period of a group's housekeeping (timeouts, idle consumers, dead letters, changes)"
     )
     persist_interval_ms: int = Field(100, ge=1, description="ack state saved at most this often when it changed")
-    heartbeat_interval_ms: int = Field(1000, ge=1, description="a consumer's Redis session refreshed at most this often")
+    heartbeat_interval_ms: int = Field(
+        1000, ge=1, description="a consumer's Redis session refreshed at most this often"
+    )
     lineage_reload_ms: int = Field(
         200, ge=0, description="at most one lineage reload per group this often when a record lies outside it"
     )
     unknown_grace_ms: int = Field(
-        5000, ge=0, description="a record the group's lineage still does not know after a reload is ingested anyway after this long"
+        5000, ge=0, description="a record the group's lineage still does not know after a reload is ingested "
+        "anyway after this long",
     )
     retry_ms: int = Field(200, ge=1, description="pause before a failed tail read is retried")
     steal_when_idle: bool = Field(
@@ -171,8 +175,8 @@ class ProduceSettings(BaseModel):
     backoff_max_s: float = Field(0.5, gt=0, description="largest retry backoff")
     max_batch_bytes: int = Field(4 * MiB, ge=1, description="largest part of one partition in one append")
     max_request_bytes: int = Field(
-        16 * MiB, ge=1, le=64 * MiB, description="how much the accumulator merges into one request to a write node "
-        "(write nodes accept at least 64 MiB)",
+        16 * MiB, ge=1, le=32 * MiB, description="how much the accumulator merges into one request to a write node "
+        "(at most 32 MiB: write nodes accept request bodies of at least 64 MiB)",
     )
     retry_after_s: float = Field(1.0, ge=0, description="Retry-After of a produce answered 503")
 
