@@ -5,6 +5,8 @@ Finding the platform, as ``vpq up`` left it:
 
 - settings: ``--config FILE`` when given (plus ``VPQ_`` variables), else the running
   platform's ``<data-dir>/run/settings.json``, else the defaults/``VPQ_`` variables;
+  ``--set KEY=VALUE`` applies over whichever was found (a bad key or value: a message
+  naming it and exit status 2); the cut-over publisher follows ``rebalance.publisher``;
 - Redis: ``--redis-url`` (or ``VPQ_REDIS_URL``), else ``<data-dir>/run/redis.url``,
   else the settings' ``redis.url``. None of them, or a Redis that does not answer:
   a one-line error and exit status 1.
@@ -28,23 +30,25 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import aiohttp
 import typer
 from redis.exceptions import RedisError
 from rich.console import Console
+from rich.markup import escape
 
 from vpq.cli.rebalance_report import print_outcome
 from vpq.common.errors import VpqError
 from vpq.common.runfiles import read_redis_url, read_settings, settings_path
+from vpq.config.overrides import apply_overrides, describe_error, parse_assignments
 from vpq.config.settings import Settings, load_settings
 from vpq.metadata.connection import ClientOptions
 from vpq.metadata.maps import MapConflictError
 from vpq.metadata.store import MetadataStore
 from vpq.spark_rebalance.fence_client import WRITE_ROLE, HttpFenceClient
 from vpq.spark_rebalance.fences import FenceStore
-from vpq.spark_rebalance.publisher import Publisher, describe
+from vpq.spark_rebalance.publisher import Publisher, PublisherOptions, describe
 from vpq.virtual_partitions.placement import PlacementMap
 from vpq.write_nodes.cluster_meta import read_partition_count
 
@@ -66,11 +70,22 @@ class Target:
     source: str
 
 
-def resolve_target(data_dir: Path | None, redis_url: str | None, config: Path | None) -> Target:
-    """Settings and Redis URL of the platform to rebalance; see the module docstring."""
+def resolve_target(
+    data_dir: Path | None, redis_url: str | None, config: Path | None, overrides: dict[str, Any] | None = None
+) -> Target:
+    """Settings and Redis URL of the platform to rebalance; see the module docstring.
+    ``overrides`` (dotted keys, from ``--set``) apply to whichever settings are found;
+    a bad key or value raises ``ValueError``."""
+    given = dict(overrides or {})
+    if data_dir is not None:
+        given["data_dir"] = data_dir
     try:
-        base = load_settings(config, {"data_dir": data_dir})
-    except (FileNotFoundError, ValueError) as exc:
+        base = load_settings(config, given)
+    except FileNotFoundError as exc:
+        raise TargetError(str(exc)) from exc
+    except ValueError as exc:
+        if overrides:
+            raise
         raise TargetError(str(exc)) from exc
     dd = base.data_dir.resolve()
     settings = base
@@ -79,6 +94,7 @@ def resolve_target(data_dir: Path | None, redis_url: str | None, config: Path | 
             settings = read_settings(settings_path(dd))
         except (OSError, ValueError) as exc:
             raise TargetError(f"cannot read {settings_path(dd)}: {exc}") from exc
+        settings = apply_overrides(settings, overrides or {})
     settings = settings.model_copy(update={"data_dir": dd})
     if redis_url:
         return Target(settings, redis_url, "--redis-url / VPQ_REDIS_URL")
@@ -163,7 +179,10 @@ async def run_rebalance(target: Target, dry_run: bool, master: str, every: float
             spark = make_spark(master)
         try:
             async with aiohttp.ClientSession() as session:
-                publisher = Publisher(md, HttpFenceClient(session, md.leases, md.nodes))
+                publisher = Publisher(
+                    md, HttpFenceClient(session, md.leases, md.nodes),
+                    PublisherOptions.from_settings(target.settings.rebalance.publisher),
+                )
                 while True:
                     try:
                         await _one_round(spark, md, publisher, target, console, dry_run, master)
@@ -189,13 +208,21 @@ def rebalance(
     master: Optional[str] = typer.Option(None, "--master", help="Spark master URL (default rebalance.master: local[*])"),
     every: Optional[float] = typer.Option(None, "--every", min=1.0, help="repeat every SECONDS until Ctrl-C"),
     config: Optional[Path] = typer.Option(None, "--config", help="TOML settings file"),
+    assignments: Optional[list[str]] = typer.Option(
+        None, "--set", metavar="KEY=VALUE",
+        help="set any setting by its dotted key, e.g. --set rebalance.publisher.fence_ttl_ms=30000 (repeatable; "
+        "applies over the settings found)",
+    ),
 ) -> None:
     """Run the Spark remap job against the running platform and apply its plan."""
     try:
-        target = resolve_target(data_dir, redis_url, config)
+        target = resolve_target(data_dir, redis_url, config, parse_assignments(assignments or ()))
     except TargetError as exc:
         err_console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(1)
+    except ValueError as exc:
+        err_console.print(f"[red]error:[/] {escape(describe_error(exc))}")
+        raise typer.Exit(2)
     spark_master = master or target.settings.rebalance.master
     try:
         code = asyncio.run(run_rebalance(target, dry_run, spark_master, every, Console(highlight=False)))

@@ -4,6 +4,11 @@ Starts the embedded Redis (when no URL is given), N write-node and M read-node
 processes and the gateway, each its own OS process under a supervisor that restarts
 crashed children; ``--single-process`` runs every vpq role in this process instead.
 SIGINT/SIGTERM stop everything; restarting on the same data directory resumes.
+
+The settings are built once here (``--config`` TOML, ``VPQ_`` variables, ``--set
+KEY=VALUE`` and the specific flags; a bad key or value exits with status 2 and a
+message naming it) and handed to every child as ``<data-dir>/run/settings.json``;
+each role builds its tuning (``ReadNodeOptions``, ``AppendPolicy``, ...) from them.
 """
 
 from __future__ import annotations
@@ -21,10 +26,12 @@ from typing import Optional
 import aiohttp
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from vpq.common.redis_server import RedisServer, RedisServerError
 from vpq.common.runfiles import run_dir, write_redis_url, write_settings
 from vpq.common.supervisor import ChildSpec, Supervisor
+from vpq.config.overrides import describe_error, parse_assignments
 from vpq.config.settings import Settings, load_settings
 
 console = Console(stderr=True, highlight=False)
@@ -44,24 +51,29 @@ def up(
     ),
     config: Optional[Path] = typer.Option(None, "--config", help="TOML settings file"),
     single_process: bool = typer.Option(False, "--single-process", help="run every role in this process"),
+    assignments: Optional[list[str]] = typer.Option(
+        None, "--set", metavar="KEY=VALUE",
+        help="set any setting by its dotted key, e.g. --set read_nodes.max_unacked=5000 (repeatable; "
+        "beats VPQ_ variables and the TOML file; the specific flags above beat it)",
+    ),
 ) -> None:
     """Start the platform in the foreground (Ctrl-C stops it)."""
+    flags = {
+        "data_dir": data_dir,
+        "gateway.host": host,
+        "gateway.port": port,
+        "cluster.write_nodes": write_nodes,
+        "cluster.read_nodes": read_nodes,
+        "cluster.physical_partitions": physical_partitions,
+        "redis.url": redis_url,
+        "cluster.single_process": single_process or None,
+    }
     try:
-        settings = load_settings(
-            config,
-            {
-                "data_dir": data_dir,
-                "gateway.host": host,
-                "gateway.port": port,
-                "cluster.write_nodes": write_nodes,
-                "cluster.read_nodes": read_nodes,
-                "cluster.physical_partitions": physical_partitions,
-                "redis.url": redis_url,
-                "cluster.single_process": single_process or None,
-            },
-        )
+        overrides = parse_assignments(assignments or ())
+        overrides.update((k, v) for k, v in flags.items() if v is not None)
+        settings = load_settings(config, overrides)
     except (FileNotFoundError, ValueError) as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        console.print(f"[red]error:[/red] {escape(describe_error(exc))}")
         raise typer.Exit(2)
     settings = settings.model_copy(update={"data_dir": settings.data_dir.resolve()})
     try:

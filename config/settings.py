@@ -1,8 +1,16 @@
 """vpq settings: pydantic models, built once at the entry point and passed down.
 
-Sources, highest priority first: explicit overrides (command-line flags),
-``VPQ_`` environment variables (nested with ``__``, e.g. ``VPQ_LOG__FSYNC_POLICY``),
-the TOML file given with ``--config`` (or ``VPQ_CONFIG``), then the defaults below.
+Sources, highest priority first: explicit overrides (command-line flags, including
+``--set KEY=VALUE``: ``config.overrides``), ``VPQ_`` environment variables (nested
+with ``__``, e.g. ``VPQ_LOG__FSYNC_POLICY``), the TOML file given with ``--config``
+(or ``VPQ_CONFIG``), then the defaults below.
+
+The sections ``read_nodes``, ``produce``, ``rebalance.publisher`` and ``redis.client``
+are the single source of the defaults of ``ReadNodeOptions``, ``AppendPolicy``,
+``PublisherOptions`` and ``ClientOptions``: each of those dataclasses has a
+``from_settings(section)`` constructor, and the services build them from the
+settings object they are given (``tests/config`` checks that the field names and
+defaults agree). ``config/default.toml`` lists every key with its default.
 """
 
 from __future__ import annotations
@@ -11,7 +19,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -39,11 +47,27 @@ class LogSettings(BaseModel):
     checkpoint_interval_ms: int = Field(5000, ge=10)
 
 
+class RedisClientSettings(BaseModel):
+    """Timeouts, retries and pool of every metadata Redis client (``metadata.connection.ClientOptions``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    socket_timeout: float = Field(5.0, gt=0, description="seconds a Redis command may take before it is retried")
+    connect_timeout: float = Field(2.0, gt=0, description="seconds to open a connection")
+    retries: int = Field(5, ge=0, description="quick retries of a command after a connection error or timeout")
+    backoff_base: float = Field(0.02, gt=0, description="first retry backoff in seconds (doubles each retry)")
+    backoff_cap: float = Field(0.5, gt=0, description="largest retry backoff in seconds")
+    health_check_interval: int = Field(10, ge=0, description="seconds an idle connection may sit before a PING check")
+    max_connections: int = Field(100, ge=1, description="connections per client; more commands wait for a free one")
+    pool_timeout: float = Field(10.0, gt=0, description="seconds a command waits for a free connection")
+
+
 class RedisSettings(BaseModel):
     url: str | None = Field(None, description="Redis URL; none means vpq starts its own embedded Redis")
     key_prefix: str = Field("vpq", pattern=r"^[A-Za-z0-9._:-]{1,64}$")
     lease_ttl_ms: int = Field(10000, ge=100)
     poll_fallback_ms: int = Field(1000, ge=10, description="metadata polling when pub/sub is quiet")
+    client: RedisClientSettings = RedisClientSettings()
 
 
 class ClusterSettings(BaseModel):
@@ -92,6 +116,94 @@ class QueueDefaults(BaseModel):
         return v
 
 
+class ReadNodeSettings(BaseModel):
+    """Read-node tuning (``read_nodes.node_parts.ReadNodeOptions``; durations in ms)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cache_bytes: int = Field(
+        128 * MiB, ge=1, description="bound of the decoded-record cache shared by all groups (payload plus "
+        "about 480 bytes per record: 128 MiB hold about 80,000 records of 1 KiB)",
+    )
+    tail_max_bytes: int = Field(MiB, ge=1, description="size of each tail read from a write node")
+    tail_wait_ms: int = Field(1000, ge=0, le=30000, description="long-poll of each tail read")
+    index_truncate_ms: int = Field(1000, ge=0, description="at most this often a tailer drops old index entries")
+    index_keep_offsets: int = Field(
+        1_000_000, ge=0, description="index entries kept below every reader's cursor (a group that starts or is "
+        "taken over within that window needs no re-read of the pp)",
+    )
+    fetch_max_bytes: int = Field(MiB, ge=1, description="size of a read that refills the cache after a miss")
+    max_unacked: int = Field(
+        20_000, ge=1, description="per group, messages held ready for live consumers before ingestion of new "
+        "keys pauses",
+    )
+    key_read_ahead: int = Field(
+        1000, ge=1, description="messages of one key held in memory before its later ones are parked in the log"
+    )
+    blocked_read_ahead: int = Field(
+        20_000, ge=1, description="messages held, over all keys, behind runs in flight before more are parked"
+    )
+    ingest_batch: int = Field(128, ge=1, description="index entries looked at per pp per ingestion pass")
+    tick_ms: int = Field(
+        100, ge=1, description="period of a group's housekeeping (timeouts, idle consumers, dead letters, changes)"
+    )
+    persist_interval_ms: int = Field(100, ge=1, description="ack state saved at most this often when it changed")
+    heartbeat_interval_ms: int = Field(
+        1000, ge=1, description="a consumer's Redis session refreshed at most this often"
+    )
+    lineage_reload_ms: int = Field(
+        200, ge=0, description="at most one lineage reload per group this often when a record lies outside it"
+    )
+    unknown_grace_ms: int = Field(
+        5000, ge=0, description="a record the group's lineage still does not know after a reload is ingested "
+        "anyway after this long",
+    )
+    retry_ms: int = Field(200, ge=1, description="pause before a failed tail read is retried")
+    steal_when_idle: bool = Field(
+        True, description="a consumer with nothing of its own to do helps the busiest members (per-key order kept)"
+    )
+
+
+class ProduceSettings(BaseModel):
+    """Retry budget and batch sizes of the produce path, in the gateway and in read nodes
+    (dead letters): ``write_nodes.produce.AppendPolicy``; durations in seconds."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    budget_s: float = Field(5.0, gt=0, description="time a produce request may spend retrying before 503")
+    backoff_initial_s: float = Field(0.02, gt=0, description="first retry backoff (doubles each retry)")
+    backoff_max_s: float = Field(0.5, gt=0, description="largest retry backoff")
+    max_batch_bytes: int = Field(4 * MiB, ge=1, description="largest part of one partition in one append")
+    max_request_bytes: int = Field(
+        16 * MiB, ge=1, le=32 * MiB, description="how much the accumulator merges into one request to a write node "
+        "(at most 32 MiB: write nodes accept request bodies of at least 64 MiB)",
+    )
+    retry_after_s: float = Field(1.0, ge=0, description="Retry-After of a produce answered 503")
+
+
+class PublisherSettings(BaseModel):
+    """Bounds of a remap cut-over (``spark_rebalance.publisher.PublisherOptions``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    fence_ttl_ms: int = Field(
+        60_000, ge=1, description="how long a cut-over may keep vps fenced before another run may recover it"
+    )
+    lineage_margin_ms: int = Field(
+        10_000, ge=0, description="no lineage move starts later than fence_ttl_ms - lineage_margin_ms after fencing"
+    )
+    fence_call_timeout_s: float = Field(5.0, gt=0, description="one fence call to a write node")
+    fence_budget_s: float = Field(15.0, gt=0, description="all fence attempts for one pp")
+    retry_backoff_s: float = Field(0.05, ge=0, description="pause between fence attempts")
+    cas_attempts: int = Field(32, ge=1, description="compare-and-swap attempts per publish before giving up")
+
+    @model_validator(mode="after")
+    def _margin_below_ttl(self) -> PublisherSettings:
+        if self.lineage_margin_ms >= self.fence_ttl_ms:
+            raise ValueError("need lineage_margin_ms < fence_ttl_ms")
+        return self
+
+
 class RebalanceSettings(BaseModel):
     master: str = "local[*]"
     stats_uri: str | None = Field(None, description="Spark-readable stats location; default <data_dir>/stats")
@@ -102,6 +214,7 @@ class RebalanceSettings(BaseModel):
     max_moves_per_run: int = 64
     min_improvement: float = 0.05
     max_stats_age_ms: int = Field(300000, ge=1000)
+    publisher: PublisherSettings = PublisherSettings()
 
 
 class Settings(BaseSettings):
@@ -116,6 +229,8 @@ class Settings(BaseSettings):
     gateway: GatewaySettings = GatewaySettings()
     queues: QueueDefaults = QueueDefaults()
     rebalance: RebalanceSettings = RebalanceSettings()
+    read_nodes: ReadNodeSettings = ReadNodeSettings()
+    produce: ProduceSettings = ProduceSettings()
 
     @classmethod
     def settings_customise_sources(

@@ -61,12 +61,13 @@ T = TypeVar("T")
 
 
 class ClusterBackend:
-    """See the module docstring. ``policy`` tunes the produce retries and batch size."""
+    """See the module docstring. ``policy`` tunes the produce retries and batch size
+    (default: from ``settings.produce``)."""
 
     def __init__(self, settings: Settings, redis_url: str, *, policy: AppendPolicy | None = None) -> None:
         self._settings = settings
         self._redis_url = redis_url
-        self._policy = policy or AppendPolicy()
+        self._policy = policy or AppendPolicy.from_settings(settings.produce)
         self._partition_count = settings.cluster.physical_partitions
         self._md: MetadataStore | None = None
         self._listener: EventListener | None = None

@@ -22,7 +22,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import BusyLoadingError, ConnectionError, TimeoutError
 
-from vpq.config.settings import RedisSettings
+from vpq.config.settings import RedisClientSettings, RedisSettings
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +37,11 @@ class ClientOptions:
     health_check_interval: int = 10
     max_connections: int = 100
     pool_timeout: float = 10.0
+
+    @classmethod
+    def from_settings(cls, section: RedisClientSettings) -> ClientOptions:
+        """The options of the ``[redis.client]`` settings section (same field names)."""
+        return cls(**section.model_dump())
 
 
 def create_client(url: str, options: ClientOptions | None = None, client_name: str | None = None) -> aioredis.Redis:
@@ -62,9 +67,10 @@ def create_client(url: str, options: ClientOptions | None = None, client_name: s
 def client_from_settings(
     settings: RedisSettings, url: str | None = None, options: ClientOptions | None = None
 ) -> aioredis.Redis:
-    """A client for ``url`` or else ``settings.url``; ValueError when neither is set
-    (the embedded-Redis case resolves the URL before building metadata clients)."""
+    """A client for ``url`` or else ``settings.url``, with ``options`` or else those of
+    ``settings.client``; ValueError when no URL is set (the embedded-Redis case
+    resolves the URL before building metadata clients)."""
     target = url or settings.url
     if not target:
         raise ValueError("no Redis URL: start the embedded Redis first or set redis.url / VPQ_REDIS__URL")
-    return create_client(target, options)
+    return create_client(target, options or ClientOptions.from_settings(settings.client))

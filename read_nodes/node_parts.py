@@ -1,9 +1,9 @@
 """The node-wide parts every hosted group uses, and the read node's tuning knobs.
 
-``ReadNodeOptions`` holds what ``config.settings`` does not (yet) name for read
-nodes; the defaults suit a single machine. Everything else comes from
-``Settings`` (session timeout and queue defaults from ``settings.queues``, the
-lease TTL from ``settings.redis.lease_ttl_ms``).
+``ReadNodeOptions`` is the read node's tuning, built from the ``[read_nodes]``
+settings section (``ReadNodeOptions.from_settings``); the defaults suit a single
+machine. Everything else comes from ``Settings`` (session timeout and queue
+defaults from ``settings.queues``, the lease TTL from ``settings.redis.lease_ttl_ms``).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from vpq.config.settings import Settings
+from vpq.config.settings import ReadNodeSettings, Settings
 from vpq.gateway.cluster_queues import QueueAdmin
 from vpq.gateway.node_directory import WriteNodeDirectory
 from vpq.metadata.map_cache import MapCache
@@ -73,6 +73,11 @@ class ReadNodeOptions:
     unknown_grace_ms: int = 5000
     retry_ms: int = 200
     steal_when_idle: bool = True
+
+    @classmethod
+    def from_settings(cls, section: ReadNodeSettings) -> ReadNodeOptions:
+        """The options of the ``[read_nodes]`` settings section (same field names)."""
+        return cls(**section.model_dump())
 
 
 def wall_ms() -> int:

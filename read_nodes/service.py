@@ -10,6 +10,9 @@ HTTP API (``read_nodes.handlers``) on ``host:port`` (0: a free port; see
 ``.address``) and registers the node under role ``read`` with a TTL lease kept
 alive by a ``LeaseKeeper``.
 
+Tuning: ``settings.read_nodes`` (or an explicit ``options=ReadNodeOptions(...)``);
+the produce path (dead letters) follows ``settings.produce``.
+
 Groups (``host(queue, group)``): a group is served only while this node holds
 the lease ``group:{queue}:{group}``. The first request for a group acquires it
 (409 ``not_owner`` with detail ``owner`` when another live node holds it),
@@ -66,7 +69,7 @@ from vpq.virtual_partitions.router import ProduceRouter
 from vpq.write_nodes.append_accumulator import AppendAccumulator
 from vpq.write_nodes.client import WriteNodeClient
 from vpq.write_nodes.cluster_meta import read_partition_count
-from vpq.write_nodes.produce import Appender
+from vpq.write_nodes.produce import Appender, AppendPolicy
 
 log = logging.getLogger("vpq.read_node")
 
@@ -89,7 +92,7 @@ class ReadNodeService:
         self.redis_url = redis_url
         self.host_name = host
         self.port = port
-        self.options = options or ReadNodeOptions()
+        self.options = options or ReadNodeOptions.from_settings(settings.read_nodes)
         self.metrics = ReadNodeMetrics()
         self.parts: NodeParts | None = None
         self._md: MetadataStore | None = None
@@ -140,8 +143,11 @@ class ReadNodeService:
             source, max_bytes=o.tail_max_bytes, wait_ms=o.tail_wait_ms, retry_ms=o.retry_ms,
             truncate_ms=o.index_truncate_ms, keep_offsets=o.index_keep_offsets,
         )
-        accumulator = self._accumulator = AppendAccumulator(write_client)
-        appender = Appender(cache, ProduceRouter(cache, md.contexts), writers, accumulator)
+        policy = AppendPolicy.from_settings(s.produce)
+        accumulator = self._accumulator = AppendAccumulator(
+            write_client, max_request_bytes=policy.max_request_bytes, max_batch_bytes=policy.max_batch_bytes
+        )
+        appender = Appender(cache, ProduceRouter(cache, md.contexts), writers, accumulator, policy)
         admin = QueueAdmin(
             md, self._placeable_partitions, TrafficMeter(), on_change=cache.refresh,
             log_ends=LogEnds(writers, write_client),

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from vpq.common.errors import VpqError
+from vpq.config.settings import PublisherSettings
 from vpq.metadata.maps import MapConflictError
 from vpq.metadata.store import MetadataStore
 from vpq.spark_rebalance.cutover import (
@@ -83,6 +84,11 @@ class PublisherOptions:
             raise ValueError("need 0 <= lineage_margin_ms < fence_ttl_ms")
         if self.fence_call_timeout_s <= 0 or self.fence_budget_s <= 0 or self.cas_attempts < 1:
             raise ValueError("timeouts must be > 0 and cas_attempts >= 1")
+
+    @classmethod
+    def from_settings(cls, section: PublisherSettings) -> PublisherOptions:
+        """The options of the ``[rebalance.publisher]`` settings section (same field names)."""
+        return cls(**section.model_dump())
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,7 +43,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from vpq.common.errors import InternalError, NotFound, Unavailable, VpqError
 from vpq.metadata.errors import QueueNotFoundError
@@ -53,6 +53,9 @@ from vpq.write_nodes.client import NODE_UNREACHABLE
 from vpq.write_nodes.columnar import FIXED_RECORD_BYTES, ColumnarRecords
 from vpq.write_nodes.outgoing import OutgoingBatch, OutgoingMessage, ProduceResults
 from vpq.write_nodes.records import HEADER_SIZE
+
+if TYPE_CHECKING:
+    from vpq.config.settings import ProduceSettings
 
 # codes of retryable write-node answers (docs/internals.md)
 STALE_MAP = "stale_map"
@@ -116,6 +119,11 @@ class AppendPolicy:
     max_batch_bytes: int = 4 * 1024 * 1024
     max_request_bytes: int = 16 * 1024 * 1024
     retry_after_s: float = 1.0
+
+    @classmethod
+    def from_settings(cls, section: ProduceSettings) -> AppendPolicy:
+        """The policy of the ``[produce]`` settings section (same field names)."""
+        return cls(**section.model_dump())
 
 
 @dataclass
