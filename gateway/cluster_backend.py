@@ -7,7 +7,7 @@ Parts (built in ``start()``, stopped in reverse by ``stop()``):
 - ``WriteNodeDirectory`` / ``ReadNodeDirectory`` (who owns which pp, which read node
   serves which group), refreshed by node announcements and on errors;
 - one ``aiohttp.ClientSession`` shared by ``WriteNodeClient`` and ``ReadNodeClient``;
-- the ``Appender`` (``write_nodes.produce``) for produce, ``QueueAdmin`` for queue
+- the ``Appender`` (``produce_path.produce``) for produce, ``QueueAdmin`` for queue
   admin, ``GroupCaller`` for consumer calls, a ``TrafficMeter`` for queue traffic;
 - a ``NodeMetricsScraper``: ``metrics_text()`` ends with every live node's metrics
   (``gateway.cluster_metrics``).
@@ -39,22 +39,22 @@ from vpq.gateway.backend import JoinSpec
 from vpq.gateway.cluster_errors import metadata_errors
 from vpq.gateway.cluster_groups import GroupCaller
 from vpq.gateway.cluster_metrics import NodeMetricsScraper, registered_nodes
-from vpq.gateway.cluster_queues import EMPTY_MAP, QueueAdmin
-from vpq.gateway.cluster_traffic import TrafficMeter
-from vpq.gateway.log_ends import LogEnds
-from vpq.gateway.node_directory import ReadNodeDirectory, WriteNodeDirectory
+from vpq.queue_admin.cluster_queues import EMPTY_MAP, QueueAdmin
+from vpq.traffic.cluster_traffic import TrafficMeter
+from vpq.queue_admin.log_ends import LogEnds
+from vpq.node_rpc.node_directory import ReadNodeDirectory, WriteNodeDirectory
 from vpq.metadata.events import EventListener
 from vpq.metadata.map_cache import MapCache
 from vpq.metadata.queues import QueueRecord
 from vpq.metadata.store import MetadataStore
 from vpq.common.poll_body import PolledBody
-from vpq.read_nodes.client import ReadNodeClient
+from vpq.node_rpc.read_node_client import ReadNodeClient
 from vpq.virtual_partitions.router import ProduceRouter
-from vpq.write_nodes.append_accumulator import AppendAccumulator
-from vpq.write_nodes.client import WriteNodeClient
+from vpq.produce_path.append_accumulator import AppendAccumulator
+from vpq.node_rpc.write_node_client import WriteNodeClient
 from vpq.write_nodes.cluster_meta import get_or_init_partition_count
-from vpq.write_nodes.outgoing import OutgoingBatch, ProduceResults
-from vpq.write_nodes.produce import Appender, AppendPolicy
+from vpq.produce_path.outgoing import OutgoingBatch, ProduceResults
+from vpq.produce_path.produce import Appender, AppendPolicy
 
 log = logging.getLogger("vpq.gateway.cluster")
 T = TypeVar("T")

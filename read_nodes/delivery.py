@@ -89,7 +89,7 @@ from vpq.read_nodes.delivery_types import (
     DeliveryEntry,
     DeliveryFull,
 )
-from vpq.read_nodes.message_id import decode_message_ids, encode_message_id
+from vpq.codec.message_id import decode_message_ids, encode_message_id
 from vpq.read_nodes.ready_buckets import FIRST_DELIVERY, REDELIVERY, ReadyBuckets
 from vpq.read_nodes.routing_table import RouterFactory, RoutingTable
 

@@ -23,7 +23,7 @@ from typing import Literal
 from vpq.common.errors import Unavailable, VpqError
 from vpq.read_nodes.lineage_order import LineageOrder
 from vpq.read_nodes.tailer import PartitionLocator
-from vpq.write_nodes.client import WriteNodeClient
+from vpq.node_rpc.write_node_client import WriteNodeClient
 
 StartPosition = Literal["earliest", "latest"]
 

@@ -40,10 +40,10 @@ from vpq.common.errors import Conflict, NotFound
 from vpq.common.lifecycle import close_all
 from vpq.config.settings import Settings
 from vpq.gateway.cluster_errors import metadata_errors
-from vpq.gateway.cluster_queues import QueueAdmin
-from vpq.gateway.cluster_traffic import TrafficMeter
-from vpq.gateway.log_ends import LogEnds
-from vpq.gateway.node_directory import WriteNodeDirectory
+from vpq.queue_admin.cluster_queues import QueueAdmin
+from vpq.traffic.cluster_traffic import TrafficMeter
+from vpq.queue_admin.log_ends import LogEnds
+from vpq.node_rpc.node_directory import WriteNodeDirectory
 from vpq.isolation.context import IsolationContext
 from vpq.metadata.aio import cancel_and_wait
 from vpq.metadata.events import EventListener
@@ -63,10 +63,10 @@ from vpq.read_nodes.record_cache import RecordCache
 from vpq.read_nodes.tailer import RecordSource
 from vpq.read_nodes.tailer_pool import TailerPool
 from vpq.virtual_partitions.router import ProduceRouter
-from vpq.write_nodes.append_accumulator import AppendAccumulator
-from vpq.write_nodes.client import WriteNodeClient
+from vpq.produce_path.append_accumulator import AppendAccumulator
+from vpq.node_rpc.write_node_client import WriteNodeClient
 from vpq.write_nodes.cluster_meta import read_partition_count
-from vpq.write_nodes.produce import Appender
+from vpq.produce_path.produce import Appender
 
 log = logging.getLogger("vpq.read_node")
 

@@ -1,4 +1,4 @@
-"""gateway/cluster_traffic.py (pure, clock injected) and gateway/cluster_errors.py mapping."""
+"""traffic/cluster_traffic.py (pure, clock injected) and gateway/cluster_errors.py mapping."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from vpq.common.errors import BadRequest, Conflict, NotFound, Unavailable
 from vpq.gateway.cluster_errors import metadata_errors
-from vpq.gateway.cluster_traffic import TrafficMeter
+from vpq.traffic.cluster_traffic import TrafficMeter
 from vpq.metadata.errors import QueueConfigError, QueueConflictError, QueueNotFoundError
 from vpq.metadata.maps import MapConflictError
 

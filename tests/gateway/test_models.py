@@ -26,8 +26,8 @@ from vpq.gateway.models import (
     decimal_at_most,
     is_valid_name,
 )
-from vpq.read_nodes.message_id import MAX_OFFSET, MAX_PP, MessageIdError, decode_message_id
-from vpq.write_nodes.outgoing import OutgoingBatch
+from vpq.codec.message_id import MAX_OFFSET, MAX_PP, MessageIdError, decode_message_id
+from vpq.produce_path.outgoing import OutgoingBatch
 from vpq.isolation.context import IsolationContext, PartialContext
 
 NAME = re.compile(r"[A-Za-z0-9._-]{1,128}")

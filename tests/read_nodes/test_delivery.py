@@ -9,7 +9,7 @@ from vpq.isolation.context import IsolationContext as Ctx
 from vpq.read_nodes.ack_tracker import PartitionAckState
 from vpq.read_nodes.delivery import GroupDelivery
 from vpq.read_nodes.delivery_types import ConsumerSpec, DeliveryConfig, DeliveryEntry, DeliveryFull, UnknownConsumer
-from vpq.read_nodes.message_id import MessageIdError, encode_message_id
+from vpq.codec.message_id import MessageIdError, encode_message_id
 from vpq.virtual_partitions.assignment import assign
 from vpq.virtual_partitions.hashing import key_hash
 

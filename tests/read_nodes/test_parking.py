@@ -13,7 +13,7 @@ from vpq.read_nodes.ingestor import Ingestor
 from vpq.read_nodes.lineage_order import LineageOrder
 from vpq.read_nodes.messages import TailedRecord
 from tests.read_nodes.test_service_parts import _Pool
-from vpq.write_nodes.records import Record
+from vpq.codec.records import Record
 
 PROD = IsolationContext()
 TEST = IsolationContext(env="test")

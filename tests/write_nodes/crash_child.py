@@ -19,7 +19,7 @@ from pathlib import Path
 
 from vpq.config.settings import LogSettings
 from vpq.write_nodes.log import PartitionLog
-from vpq.write_nodes.records import BatchView, Record, build_batch
+from vpq.codec.records import BatchView, Record, build_batch
 from vpq.write_nodes.storage import OsStorage
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from vpq.config.settings import LogSettings
 from vpq.write_nodes.log import PartitionLog
-from vpq.write_nodes.records import Record, decode_batches
+from vpq.codec.records import Record, decode_batches
 
 
 def small_settings(**overrides: Any) -> LogSettings:

@@ -18,8 +18,8 @@ from tests.write_nodes.test_service_helpers import (
     place_queue,
     read,
 )
-from vpq.write_nodes.client import WriteNodeClient
-from vpq.write_nodes.records import decode_batches, iter_batches
+from vpq.node_rpc.write_node_client import WriteNodeClient
+from vpq.codec.records import decode_batches, iter_batches
 from vpq.write_nodes.service import WriteNodeService
 
 

@@ -14,7 +14,7 @@ import orjson
 
 from vpq.config.settings import ClusterSettings, LogSettings, RebalanceSettings, RedisSettings, Settings
 from vpq.metadata.store import MetadataStore
-from vpq.write_nodes.records import Record, build_batch
+from vpq.codec.records import Record, build_batch
 
 LEASE_TTL_MS = 300
 

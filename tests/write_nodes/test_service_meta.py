@@ -26,7 +26,7 @@ from tests.write_nodes.test_service_helpers import (
     read,
 )
 from vpq.write_nodes.cluster_meta import get_or_init_partition_count, partition_count_key, read_partition_count
-from vpq.write_nodes.records import decode_batches
+from vpq.codec.records import decode_batches
 from vpq.write_nodes.service import WriteNodeService
 
 REPO = Path(__file__).resolve().parents[2]

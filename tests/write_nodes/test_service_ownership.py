@@ -24,7 +24,7 @@ from tests.write_nodes.test_service_helpers import (
 )
 from vpq.write_nodes.log import PartitionLog
 from vpq.write_nodes.ownership import PartitionBusyError, PartitionLock
-from vpq.write_nodes.records import decode_batches
+from vpq.codec.records import decode_batches
 from vpq.write_nodes.service import WriteNodeService
 
 
