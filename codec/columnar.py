@@ -8,7 +8,7 @@ handful of C-level operations per column (``array``, ``sum``, ``zip``) whatever 
 record count. Same header, same CRC rule, same ``Record`` on decode: readers accept both
 magics and writers choose; the produce path writes magic 2.
 
-Batch header: the 43 bytes of magic 1 (big-endian, ``records.HEADER``) with magic = 2.
+Batch header: the 43 bytes of magic 1 (big-endian, ``batch_common.HEADER``) with magic = 2.
 
 Record area, ``n`` = record_count; every column integer is LITTLE-endian::
 
@@ -38,19 +38,18 @@ import struct
 import sys
 from array import array
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from crc32c import crc32c
 
 from vpq.codec.errors import CorruptBatchError
 from vpq.codec.varint import decode_uvarint
-from vpq.codec.records import (
+from vpq.codec.batch_common import (
     _FRONT,
     _TAIL,
     COMPRESSION_MASK,
     HEADER_SIZE,
     VALUE_RAW,
-    BatchView,
     Headers,
     Record,
     decode_headers,
@@ -70,12 +69,25 @@ TrafficKey = tuple[int, int, int]
 """(queue id, vp, context id)"""
 
 
+class BatchFields(Protocol):
+    """What this module reads of a parsed batch header (``codec.records.BatchView``)."""
+
+    buf: Any
+    pos: int
+    base_offset: int
+    first_ts: int
+    record_count: int
+
+    @property
+    def size(self) -> int: ...
+
+
 class ColumnarRecords(NamedTuple):
     """The records of one batch as columns (all of length n, n >= 1).
 
     ``keys`` hold bytes or None; ``values`` bytes; ``encodings`` one byte per record
     (``bytes``) or a sequence of ints; ``headers`` the encoded header block of each record
-    (``records.encode_headers``, ``b""`` for none), or None when no record has headers;
+    (``batch_common.encode_headers``, ``b""`` for none), or None when no record has headers;
     ``ts_deltas`` each record's timestamp minus the batch's, or None when all are equal."""
 
     queue_ids: Sequence[int]
@@ -218,7 +230,7 @@ class _Columns(NamedTuple):
     headers_at: int
 
 
-def scan(view: BatchView) -> _Columns:
+def scan(view: BatchFields) -> _Columns:
     """Read and check the columns of the magic-2 batch ``view`` (the CRC is not checked
     here: ``view.verify_crc()``): lengths that add up exactly to the record area, key
     lengths >= -1, known value encodings, header blocks that decode exactly."""
@@ -287,7 +299,7 @@ def decode_header_block(buf: object, pos: int, end: int, index: int = 0) -> Head
     return headers
 
 
-def summarize(view: BatchView) -> dict[TrafficKey, list[int]]:
+def summarize(view: BatchFields) -> dict[TrafficKey, list[int]]:
     """(queue id, vp, context id) -> [records, value bytes] of a magic-2 batch, in
     first-seen order, after the checks of :func:`scan` (``CorruptBatchError``)."""
     cols = scan(view)
@@ -310,7 +322,7 @@ def summarize(view: BatchView) -> dict[TrafficKey, list[int]]:
 _SET = {name: getattr(Record, name).__set__ for name in Record.__slots__}  # type: ignore[attr-defined]
 
 
-def decode(view: BatchView) -> list[Record]:
+def decode(view: BatchFields) -> list[Record]:
     """Every record of a magic-2 batch (offsets and timestamps filled in), after the checks
     of :func:`scan` (``CorruptBatchError``)."""
     cols = scan(view)

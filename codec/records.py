@@ -53,6 +53,23 @@ from typing import Protocol
 
 from crc32c import crc32c
 
+from vpq.codec import columnar as _columnar
+from vpq.codec.batch_common import (
+    _FRONT,
+    _TAIL,
+    COMPRESSION_MASK,
+    CRC_START,
+    HEADER,
+    HEADER_SIZE,
+    LENGTH_END,
+    MAGIC,
+    MAGIC_COLUMNAR,
+    MAGICS,
+    Headers,
+    Record,
+    decode_headers,
+    encode_headers,
+)
 from vpq.codec.errors import CorruptBatchError
 from vpq.codec.varint import (
     SMALL_LIMIT,
@@ -63,19 +80,6 @@ from vpq.codec.varint import (
     encode_uvarint,
 )
 
-MAGIC = 1
-MAGIC_COLUMNAR = 2  # codec.columnar
-MAGICS = (MAGIC, MAGIC_COLUMNAR)
-VALUE_JSON = 0
-VALUE_RAW = 1
-COMPRESSION_MASK = 0x07
-
-_FRONT = struct.Struct(">qibI")  # base_offset, batch_length, magic, crc
-_TAIL = struct.Struct(">hiqqi")  # attributes, last_offset_delta, first_ts, max_ts, record_count
-HEADER = struct.Struct(">qibIhiqqi")
-HEADER_SIZE = HEADER.size  # 43
-LENGTH_END = 12  # base_offset + batch_length: the part of a batch not counted by batch_length
-CRC_START = 17
 _BASE = struct.Struct(">q")
 _PREFIX = struct.Struct(">IIIIB")
 PREFIX_SIZE = _PREFIX.size  # 17
@@ -85,28 +89,6 @@ MIN_RECORD_SIZE = 1 + PREFIX_SIZE + 4
 MIN_BATCH_LENGTH = HEADER_SIZE - LENGTH_END + MIN_RECORD_SIZE
 # magic 2 (columnar): the column bytes of one record (codec.columnar.FIXED_RECORD_BYTES)
 MIN_RECORD_SIZE_BY_MAGIC = {MAGIC: MIN_RECORD_SIZE, MAGIC_COLUMNAR: 37}
-
-Headers = tuple[tuple[str, bytes], ...]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Record:
-    """One message as stored in a physical partition.
-
-    ``timestamp_ms`` is optional when building (the batch timestamp is used);
-    ``offset`` is -1 until read back from a log."""
-
-    value: bytes
-    queue_id: int = 0
-    virtual_partition: int = 0
-    key_hash: int = 0
-    context_id: int = 0
-    value_encoding: int = VALUE_RAW
-    key: bytes | None = None
-    headers: Headers = ()
-    timestamp_ms: int | None = None
-    offset: int = -1
-
 
 # slot setters: build decoded records without the frozen dataclass __init__ (about 2x faster)
 _SET_VALUE = Record.value.__set__  # type: ignore[attr-defined]
@@ -119,18 +101,6 @@ _SET_KEY = Record.key.__set__  # type: ignore[attr-defined]
 _SET_HEADERS = Record.headers.__set__  # type: ignore[attr-defined]
 _SET_TIMESTAMP = Record.timestamp_ms.__set__  # type: ignore[attr-defined]
 _SET_OFFSET = Record.offset.__set__  # type: ignore[attr-defined]
-
-
-def encode_headers(headers: Headers) -> bytes:
-    """A record's headers as stored: uvarint count, then (key length, key, value length, value)."""
-    out = [encode_uvarint(len(headers))]
-    for name, value in headers:
-        raw = name.encode("utf-8")
-        out.append(encode_uvarint(len(raw)))
-        out.append(raw)
-        out.append(encode_uvarint(len(value)))
-        out.append(bytes(value))
-    return b"".join(out)
 
 
 class RecordFields(Protocol):
@@ -399,22 +369,6 @@ class BatchView:
         return out
 
 
-def decode_headers(buf: BytesLike, p: int, end: int, count: int) -> tuple[Headers, int]:
-    items: list[tuple[str, bytes]] = []
-    for _ in range(count):
-        kl, p = decode_uvarint(buf, p, end)
-        if p + kl > end:
-            raise CorruptBatchError("header key out of bounds")
-        name = bytes(buf[p : p + kl]).decode("utf-8")
-        p += kl
-        vl, p = decode_uvarint(buf, p, end)
-        if p + vl > end:
-            raise CorruptBatchError("header value out of bounds")
-        items.append((name, bytes(buf[p : p + vl])))
-        p += vl
-    return tuple(items), p
-
-
 def iter_batches(buf: BytesLike, pos: int = 0, *, verify: bool = False) -> Iterator[BatchView]:
     """Yield the batches laid end to end in ``buf`` from ``pos``. Raises
     ``CorruptBatchError`` on a malformed or truncated batch, or (``verify=True``)
@@ -436,6 +390,3 @@ def decode_batches(buf: BytesLike, *, verify: bool = True) -> list[Record]:
         out.extend(view.records())
     return out
 
-
-# magic 2 lives in its own module, which builds on this one (imported last: no cycle)
-from vpq.codec import columnar as _columnar  # noqa: E402

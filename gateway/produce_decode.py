@@ -38,7 +38,8 @@ import orjson
 from vpq.gateway.models import ISOLATION_PATTERN, MAX_BATCH_MESSAGES
 from vpq.isolation.context import IsolationError, PartialContext, resolve
 from vpq.produce_path.outgoing import OutgoingBatch
-from vpq.codec.records import VALUE_JSON, encode_headers
+from vpq.codec.batch_common import VALUE_JSON
+from vpq.codec.records import encode_headers
 
 
 IsolationName = Annotated[str, msgspec.Meta(pattern=ISOLATION_PATTERN)]

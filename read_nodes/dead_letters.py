@@ -31,7 +31,7 @@ from vpq.queue_admin.cluster_queues import QueueAdmin
 from vpq.read_nodes.delivery_types import DeadLetter
 from vpq.read_nodes.tailer import RecordSource
 from vpq.produce_path.produce import Appender, PlainMessage
-from vpq.codec.records import VALUE_JSON
+from vpq.codec.batch_common import VALUE_JSON
 
 log = logging.getLogger(__name__)
 

@@ -34,7 +34,8 @@ from typing import Any
 import orjson
 
 from vpq.isolation.context import IsolationContext
-from vpq.codec.records import VALUE_JSON, Record
+from vpq.codec.batch_common import VALUE_JSON
+from vpq.codec.records import Record
 
 _loads = orjson.loads
 _b64 = base64.b64encode

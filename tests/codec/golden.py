@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vpq.codec.records import VALUE_JSON, VALUE_RAW, Record
+from vpq.codec.batch_common import VALUE_JSON, VALUE_RAW
+from vpq.codec.records import Record
 
 GOLDEN_FILE = Path(__file__).with_name("golden_batch_v1.hex")
 GOLDEN_BASE_OFFSET = 1234

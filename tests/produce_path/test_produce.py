@@ -26,7 +26,8 @@ from vpq.virtual_partitions.router import ProduceRouter
 from vpq.produce_path.append_accumulator import AppendAccumulator
 from vpq.node_rpc.append_frames import ChainGate, Frame
 from vpq.produce_path.produce import Appender, AppendPolicy, PlainMessage, group_by_partition, split_chunks
-from vpq.codec.records import VALUE_JSON, VALUE_RAW, Record, decode_batches
+from vpq.codec.batch_common import VALUE_JSON, VALUE_RAW
+from vpq.codec.records import Record, decode_batches
 
 # ---------------------------------------------------------------- pure helpers
 

@@ -25,7 +25,8 @@ from vpq.read_nodes.lineage_order import Decision, LineageOrder
 from vpq.read_nodes.messages import TailedRecord, render_message
 from vpq.read_nodes.queue_index import QueueIndex
 from vpq.read_nodes.tailer import pack_ref, unpack_ref
-from vpq.codec.records import VALUE_JSON, VALUE_RAW, Record
+from vpq.codec.batch_common import VALUE_JSON, VALUE_RAW
+from vpq.codec.records import Record
 
 R = LineageRange
 
