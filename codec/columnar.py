@@ -42,8 +42,6 @@ from typing import Any, NamedTuple, Protocol
 
 from crc32c import crc32c
 
-from vpq.codec.errors import CorruptBatchError
-from vpq.codec.varint import decode_uvarint
 from vpq.codec.batch_common import (
     _FRONT,
     _TAIL,
@@ -55,6 +53,8 @@ from vpq.codec.batch_common import (
     decode_headers,
     encode_headers,
 )
+from vpq.codec.errors import CorruptBatchError
+from vpq.codec.varint import decode_uvarint
 
 MAGIC_COLUMNAR = 2
 FIXED_RECORD_BYTES = 4 * 4 + 8 + 4 * 3 + 1  # 37: the column bytes of one record

@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import Protocol
 
 from crc32c import crc32c
@@ -64,7 +63,6 @@ from vpq.codec.batch_common import (
     LENGTH_END,
     MAGIC,
     MAGIC_COLUMNAR,
-    MAGICS,
     Headers,
     Record,
     decode_headers,

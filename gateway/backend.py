@@ -25,8 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
-from vpq.isolation.context import IsolationContext
 from vpq.common.poll_body import PolledBody
+from vpq.isolation.context import IsolationContext
 from vpq.produce_path.outgoing import OutgoingBatch, ProduceResults
 
 

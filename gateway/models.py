@@ -33,8 +33,8 @@ from pydantic import (
     model_validator,
 )
 
-from vpq.metadata import queue_config
 from vpq.codec.message_id import MAX_OFFSET, MAX_PP, check_message_id
+from vpq.metadata import queue_config
 
 NAME_PATTERN = (
     r"^(?:[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}|\.[A-Za-z0-9_-][A-Za-z0-9._-]{0,126}|\.\.[A-Za-z0-9._-]{1,126})$"

@@ -42,10 +42,10 @@ from dataclasses import dataclass, field
 from itertools import chain
 from typing import NamedTuple, Protocol
 
-from vpq.common.errors import Unavailable, VpqError
-from vpq.node_rpc.append_frames import FRAME_HEADER, Frame
 from vpq.codec.columnar import FIXED_RECORD_BYTES, ColumnarRecords, build_columnar_batch
 from vpq.codec.records import HEADER_SIZE
+from vpq.common.errors import Unavailable, VpqError
+from vpq.node_rpc.append_frames import FRAME_HEADER, Frame
 
 Answer = list[tuple[int, int] | VpqError]
 

@@ -18,8 +18,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from operator import itemgetter
 from typing import Any, NamedTuple, Protocol
 
-from vpq.codec.columnar import decode_header_block
 from vpq.codec.batch_common import VALUE_JSON, VALUE_RAW
+from vpq.codec.columnar import decode_header_block
 from vpq.codec.records import encode_headers
 
 BytesLike = Any

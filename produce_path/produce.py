@@ -45,14 +45,14 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any, Protocol
 
+from vpq.codec.columnar import FIXED_RECORD_BYTES, ColumnarRecords
+from vpq.codec.records import HEADER_SIZE
 from vpq.common.errors import InternalError, NotFound, Unavailable, VpqError
 from vpq.metadata.errors import QueueNotFoundError
-from vpq.virtual_partitions.router import QueueNotPlacedError, RoutedBatch
-from vpq.produce_path.append_accumulator import PartitionPart, part_size
 from vpq.node_rpc.call import NODE_UNREACHABLE
-from vpq.codec.columnar import FIXED_RECORD_BYTES, ColumnarRecords
+from vpq.produce_path.append_accumulator import PartitionPart, part_size
 from vpq.produce_path.outgoing import OutgoingBatch, OutgoingMessage, ProduceResults
-from vpq.codec.records import HEADER_SIZE
+from vpq.virtual_partitions.router import QueueNotPlacedError, RoutedBatch
 
 # codes of retryable write-node answers (docs/internals.md)
 STALE_MAP = "stale_map"

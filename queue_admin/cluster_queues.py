@@ -43,11 +43,11 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from vpq.gateway.cluster_errors import metadata_errors
-from vpq.queue_admin.cluster_placement import lineage_repair_splits
-from vpq.traffic.cluster_traffic import TrafficMeter
-from vpq.queue_admin.map_batcher import MapBatcher
 from vpq.metadata.queues import QueueRecord
 from vpq.metadata.store import MetadataStore
+from vpq.queue_admin.cluster_placement import lineage_repair_splits
+from vpq.queue_admin.map_batcher import MapBatcher
+from vpq.traffic.cluster_traffic import TrafficMeter
 
 EMPTY_MAP: dict[str, Any] = {"epoch": 0, "queues": {}}
 QueueChange = Callable[[str, Mapping[str, Any]], Awaitable[None]]

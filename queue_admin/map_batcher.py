@@ -44,9 +44,16 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from vpq.common.errors import Unavailable
-from vpq.queue_admin.cluster_placement import MapEdit, add_load, apply_edits, clean_creation, placement_load, plan_placement
 from vpq.metadata.aio import cancel_and_wait
 from vpq.metadata.maps import LineageRange, MapConflictError, MapStore
+from vpq.queue_admin.cluster_placement import (
+    MapEdit,
+    add_load,
+    apply_edits,
+    clean_creation,
+    placement_load,
+    plan_placement,
+)
 
 log = logging.getLogger("vpq.queue_admin.map_batcher")
 RETRY_AFTER_S = 1.0

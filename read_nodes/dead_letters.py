@@ -27,11 +27,11 @@ from collections.abc import Sequence
 
 import mmh3
 
+from vpq.codec.batch_common import VALUE_JSON
+from vpq.produce_path.produce import Appender, PlainMessage
 from vpq.queue_admin.cluster_queues import QueueAdmin
 from vpq.read_nodes.delivery_types import DeadLetter
 from vpq.read_nodes.tailer import RecordSource
-from vpq.produce_path.produce import Appender, PlainMessage
-from vpq.codec.batch_common import VALUE_JSON
 
 log = logging.getLogger(__name__)
 

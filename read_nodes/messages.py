@@ -33,9 +33,9 @@ from typing import Any
 
 import orjson
 
-from vpq.isolation.context import IsolationContext
 from vpq.codec.batch_common import VALUE_JSON
 from vpq.codec.records import Record
+from vpq.isolation.context import IsolationContext
 
 _loads = orjson.loads
 _b64 = base64.b64encode

@@ -35,13 +35,13 @@ from typing import Protocol
 
 import aiohttp
 
+from vpq.codec.errors import CorruptBatchError
+from vpq.codec.records import iter_batches
 from vpq.common.errors import VpqError
 from vpq.isolation.context import IsolationContext
 from vpq.read_nodes.messages import TailedRecord
 from vpq.read_nodes.queue_index import QueueIndex
 from vpq.read_nodes.record_cache import RecordCache
-from vpq.codec.errors import CorruptBatchError
-from vpq.codec.records import iter_batches
 
 log = logging.getLogger(__name__)
 

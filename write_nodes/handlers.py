@@ -35,6 +35,8 @@ import orjson
 from aiohttp import web
 from redis.exceptions import RedisError
 
+from vpq.codec.errors import CorruptBatchError
+from vpq.codec.records import BatchView
 from vpq.common.errors import (
     BadRequest,
     InternalError,
@@ -47,12 +49,10 @@ from vpq.common.errors import (
 from vpq.metadata.map_cache import MapCache
 from vpq.node_rpc.append_frames import ChainGate, Frame, FrameError, decode_frames, error_entry, ok_entry
 from vpq.write_nodes.batch_scan import TrafficKey, summarize_batch
-from vpq.codec.errors import CorruptBatchError
 from vpq.write_nodes.errors import LogIOError, OffsetOutOfRangeError
 from vpq.write_nodes.fence import FenceView
 from vpq.write_nodes.metrics import WriteNodeMetrics
 from vpq.write_nodes.ownership import NOT_OWNER, PARTITION_OFFLINE, OwnedPartition, PartitionOwnership, State
-from vpq.codec.records import BatchView
 
 log = logging.getLogger(__name__)
 

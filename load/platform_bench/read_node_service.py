@@ -35,17 +35,17 @@ import orjson
 
 from vpq.common.redis_server import RedisServer
 from vpq.config.settings import ClusterSettings, QueueDefaults, RedisSettings, Settings
-from vpq.queue_admin.cluster_queues import QueueAdmin
-from vpq.traffic.cluster_traffic import TrafficMeter
-from vpq.node_rpc.node_directory import WriteNodeDirectory
 from vpq.metadata.map_cache import MapCache
 from vpq.metadata.store import MetadataStore
+from vpq.node_rpc.node_directory import WriteNodeDirectory
 from vpq.node_rpc.read_node_client import ReadNodeClient
-from vpq.read_nodes.service import ReadNodeService
-from vpq.virtual_partitions.router import ProduceRouter
-from vpq.produce_path.append_accumulator import AppendAccumulator
 from vpq.node_rpc.write_node_client import WriteNodeClient
+from vpq.produce_path.append_accumulator import AppendAccumulator
 from vpq.produce_path.produce import Appender, PlainMessage
+from vpq.queue_admin.cluster_queues import QueueAdmin
+from vpq.read_nodes.service import ReadNodeService
+from vpq.traffic.cluster_traffic import TrafficMeter
+from vpq.virtual_partitions.router import ProduceRouter
 
 
 def _pct(values: list[float], p: float) -> float:

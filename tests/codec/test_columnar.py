@@ -13,7 +13,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.codec.golden import GOLDEN_BASE_OFFSET, GOLDEN_RECORDS, GOLDEN_TIMESTAMP_MS
-from vpq.write_nodes.batch_scan import summarize_batch
 from vpq.codec.columnar import (
     FIXED_RECORD_BYTES,
     MAGIC_COLUMNAR,
@@ -32,6 +31,7 @@ from vpq.codec.records import (
     iter_batches,
     restamp_base_offset,
 )
+from vpq.write_nodes.batch_scan import summarize_batch
 from vpq.write_nodes.recovery import LogLoader
 
 GOLDEN_V2 = Path(__file__).with_name("golden_batch_v2.hex")

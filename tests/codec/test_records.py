@@ -14,9 +14,19 @@ from tests.codec.golden import (
     GOLDEN_TIMESTAMP_MS,
     golden_bytes,
 )
-from vpq.codec.errors import CorruptBatchError
 from vpq.codec.batch_common import VALUE_JSON, VALUE_RAW
-from vpq.codec.records import HEADER_SIZE, MAGIC, BatchView, Record, build_batch, decode_batches, iter_batches, restamp_base_offset, restamp_base_offset_into
+from vpq.codec.errors import CorruptBatchError
+from vpq.codec.records import (
+    HEADER_SIZE,
+    MAGIC,
+    BatchView,
+    Record,
+    build_batch,
+    decode_batches,
+    iter_batches,
+    restamp_base_offset,
+    restamp_base_offset_into,
+)
 
 U32 = st.integers(min_value=0, max_value=0xFFFFFFFF)
 TS = st.integers(min_value=0, max_value=1 << 45)

@@ -7,9 +7,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from vpq.common.errors import BadRequest, Conflict, NotFound, Unavailable
 from vpq.gateway.cluster_errors import metadata_errors
-from vpq.traffic.cluster_traffic import TrafficMeter
 from vpq.metadata.errors import QueueConfigError, QueueConflictError, QueueNotFoundError
 from vpq.metadata.maps import MapConflictError
+from vpq.traffic.cluster_traffic import TrafficMeter
 
 
 def test_totals_and_windowed_rates() -> None:

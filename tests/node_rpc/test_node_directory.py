@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 from vpq.common.errors import Unavailable
 from vpq.config.settings import RedisSettings
-from vpq.node_rpc.node_directory import NodeRef, ReadNodeDirectory, WriteNodeDirectory, group_key, rendezvous_pick
 from vpq.metadata.leases import pp_resource
 from vpq.metadata.store import MetadataStore
+from vpq.node_rpc.node_directory import NodeRef, ReadNodeDirectory, WriteNodeDirectory, group_key, rendezvous_pick
 
 node_ids = st.lists(st.from_regex(r"[a-z0-9]{1,8}", fullmatch=True), min_size=1, max_size=8, unique=True)
 keys = st.from_regex(r"[A-Za-z0-9._-]{1,20}/[A-Za-z0-9._-]{1,20}", fullmatch=True)

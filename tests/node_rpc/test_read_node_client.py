@@ -10,10 +10,10 @@ import orjson
 import pytest
 from aiohttp import web
 
+from tests.gateway.cluster_fakes import FakeReadNode
 from vpq.common.errors import Conflict, InternalError, NotFound, Unavailable
 from vpq.common.poll_body import PolledBody
 from vpq.node_rpc.read_node_client import ReadNodeClient
-from tests.gateway.cluster_fakes import FakeReadNode
 
 
 @pytest.fixture

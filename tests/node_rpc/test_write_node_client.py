@@ -11,11 +11,11 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from vpq.common.errors import BadRequest, InternalError, Unavailable, VpqError
 from tests.gateway.cluster_fakes import FakeWriteNode
+from vpq.codec.records import Record, build_batch, decode_batches
+from vpq.common.errors import BadRequest, InternalError, Unavailable, VpqError
 from vpq.node_rpc.call import NODE_UNREACHABLE, call_node
 from vpq.node_rpc.write_node_client import WriteNodeClient
-from vpq.codec.records import Record, build_batch, decode_batches
 
 
 @pytest.fixture

@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vpq.common.errors import Unavailable, VpqError
-from vpq.produce_path.append_accumulator import AppendAccumulator, PartitionPart, build_frames, merge_parts, part_size
-from vpq.node_rpc.append_frames import Frame
 from vpq.codec.columnar import ColumnarRecords, build_columnar_batch
 from vpq.codec.records import BatchView
+from vpq.common.errors import Unavailable, VpqError
+from vpq.node_rpc.append_frames import Frame
+from vpq.produce_path.append_accumulator import AppendAccumulator, PartitionPart, build_frames, merge_parts, part_size
 
 
 class GatedClient:

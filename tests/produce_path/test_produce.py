@@ -13,21 +13,21 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from vpq.codec.batch_common import VALUE_JSON, VALUE_RAW
+from vpq.codec.message_id import encode_message_id
+from vpq.codec.records import Record, decode_batches
 from vpq.common.errors import BadRequest, InternalError, NotFound, Unavailable, VpqError
 from vpq.config.settings import RedisSettings
 from vpq.gateway.backend import ResolvedMessage
-from vpq.node_rpc.node_directory import NodeRef
 from vpq.isolation.context import IsolationContext
 from vpq.metadata.map_cache import MapCache
 from vpq.metadata.store import MetadataStore
-from vpq.codec.message_id import encode_message_id
+from vpq.node_rpc.append_frames import ChainGate, Frame
+from vpq.node_rpc.node_directory import NodeRef
+from vpq.produce_path.append_accumulator import AppendAccumulator
+from vpq.produce_path.produce import Appender, AppendPolicy, PlainMessage, group_by_partition, split_chunks
 from vpq.virtual_partitions.hashing import key_hash, vp_of_hash
 from vpq.virtual_partitions.router import ProduceRouter
-from vpq.produce_path.append_accumulator import AppendAccumulator
-from vpq.node_rpc.append_frames import ChainGate, Frame
-from vpq.produce_path.produce import Appender, AppendPolicy, PlainMessage, group_by_partition, split_chunks
-from vpq.codec.batch_common import VALUE_JSON, VALUE_RAW
-from vpq.codec.records import Record, decode_batches
 
 # ---------------------------------------------------------------- pure helpers
 

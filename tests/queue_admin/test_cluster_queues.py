@@ -14,12 +14,12 @@ from hypothesis import strategies as st
 
 from vpq.common.errors import BadRequest, Conflict, NotFound
 from vpq.config.settings import RedisSettings
-from vpq.queue_admin.cluster_placement import lineage_repair_splits, load_hint, plan_new_queue
-from vpq.queue_admin.cluster_queues import QueueAdmin
-from vpq.traffic.cluster_traffic import TrafficMeter
 from vpq.metadata.leases import group_resource
 from vpq.metadata.maps import LineageRange
 from vpq.metadata.store import MetadataStore
+from vpq.queue_admin.cluster_placement import lineage_repair_splits, load_hint, plan_new_queue
+from vpq.queue_admin.cluster_queues import QueueAdmin
+from vpq.traffic.cluster_traffic import TrafficMeter
 
 # ---------------------------------------------------------------- pure planning
 

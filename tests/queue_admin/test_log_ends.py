@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from vpq.queue_admin.log_ends import LogEnds, parse_ends
 from vpq.node_rpc.node_directory import NodeRef
+from vpq.queue_admin.log_ends import LogEnds, parse_ends
 
 
 def test_parse_ends_keeps_well_formed_online_rows() -> None:

@@ -13,11 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vpq.common.errors import Unavailable
+from vpq.metadata.store import MetadataStore
 from vpq.queue_admin.cluster_placement import MapEdit, apply_edits, placement_load
 from vpq.queue_admin.cluster_queues import QueueAdmin
-from vpq.traffic.cluster_traffic import TrafficMeter
 from vpq.queue_admin.map_batcher import MapBatcher, Placed
-from vpq.metadata.store import MetadataStore
+from vpq.traffic.cluster_traffic import TrafficMeter
 
 # ---------------------------------------------------------------- pure edits
 

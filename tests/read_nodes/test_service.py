@@ -10,9 +10,9 @@ import base64
 import orjson
 import pytest
 
+from tests.read_nodes.test_service_env import Env, drain
 from vpq.common.errors import BadRequest, NotFound
 from vpq.isolation.context import IsolationContext
-from tests.read_nodes.test_service_env import Env, drain
 from vpq.produce_path.produce import PlainMessage
 
 

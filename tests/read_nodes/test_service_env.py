@@ -23,22 +23,22 @@ import orjson
 from aiohttp import web
 
 from vpq.config.settings import ClusterSettings, LogSettings, QueueDefaults, RedisSettings, Settings
-from vpq.queue_admin.cluster_queues import QueueAdmin
-from vpq.traffic.cluster_traffic import TrafficMeter
-from vpq.node_rpc.node_directory import WriteNodeDirectory
 from vpq.isolation.context import IsolationContext
 from vpq.metadata.leases import pp_resource
 from vpq.metadata.map_cache import MapCache
 from vpq.metadata.store import MetadataStore
+from vpq.node_rpc.append_frames import decode_frames
+from vpq.node_rpc.node_directory import WriteNodeDirectory
 from vpq.node_rpc.read_node_client import ReadNodeClient
+from vpq.node_rpc.write_node_client import WriteNodeClient
+from vpq.produce_path.append_accumulator import AppendAccumulator
+from vpq.produce_path.produce import Appender, PlainMessage
+from vpq.queue_admin.cluster_queues import QueueAdmin
 from vpq.read_nodes.node_parts import ReadNodeOptions
 from vpq.read_nodes.service import ReadNodeService
+from vpq.traffic.cluster_traffic import TrafficMeter
 from vpq.virtual_partitions.router import ProduceRouter
-from vpq.produce_path.append_accumulator import AppendAccumulator
-from vpq.node_rpc.append_frames import decode_frames
-from vpq.node_rpc.write_node_client import WriteNodeClient
 from vpq.write_nodes.log import PartitionLog
-from vpq.produce_path.produce import Appender, PlainMessage
 
 FAST_OPTIONS = ReadNodeOptions(
     tick_ms=30, persist_interval_ms=30, tail_wait_ms=300, retry_ms=50, lineage_reload_ms=50, index_truncate_ms=0,
