@@ -1,6 +1,6 @@
 """What a test needs from the machine, in one place.
 
-Locally a missing requirement (no redis-server binary, no ``../shared/API.md``, a peer
+Locally a missing requirement (no redis-server binary, a peer
 server that does not answer) skips the test and says what is missing. With
 ``VPQ_TEST_STRICT=1``, which ``.ci/run`` sets, it fails instead: CI cannot pass with
 tests quietly skipped.
