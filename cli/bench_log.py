@@ -27,12 +27,12 @@ from pathlib import Path
 import orjson
 import typer
 
-from vpq.cli.bench import bench_app
+from vpq.codec.batch_common import VALUE_RAW
+from vpq.codec.records import Record
 from vpq.common import event_loop
 from vpq.config.settings import LogSettings
 from vpq.write_nodes.group_commit import default_fsync
 from vpq.write_nodes.log import PartitionLog
-from vpq.write_nodes.records import VALUE_RAW, Record
 
 _HISTORY = 10_000_000  # I/O rounds remembered by the committer
 
@@ -181,5 +181,3 @@ def bench_log(
     typer.echo(f"ratio log/raw = {summary['ratio']:.3f}")
     typer.echo(orjson.dumps(summary).decode())
 
-
-bench_app.command("log")(bench_log)

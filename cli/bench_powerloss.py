@@ -24,7 +24,6 @@ from typing import Optional
 import orjson
 import typer
 
-from vpq.cli.bench import bench_app
 from vpq.common import event_loop
 from vpq.common.redis_server import RedisServer
 from vpq.load.powerloss import RoundResult, run_campaign
@@ -91,5 +90,3 @@ def bench_powerloss(
     if summary["failed_rounds"]:
         raise typer.Exit(1)
 
-
-bench_app.command("powerloss")(bench_powerloss)

@@ -93,7 +93,7 @@ class GatewaySettings(BaseModel):
         ge=1,
         le=64,
         description="appends the gateway has in flight to one write node; produce requests arriving "
-        "meanwhile leave together as one, one batch per partition (write_nodes.append_accumulator)",
+        "meanwhile leave together as one, one batch per partition (produce_path.append_accumulator)",
     )
     auth_enabled: bool = False
     tokens: list[AuthToken] = Field(default_factory=list)

@@ -25,16 +25,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
-from vpq.isolation.context import IsolationContext
 from vpq.common.poll_body import PolledBody
-from vpq.write_nodes.outgoing import OutgoingBatch, ProduceResults
+from vpq.isolation.context import IsolationContext
+from vpq.produce_path.outgoing import OutgoingBatch, ProduceResults
 
 
 class ResolvedMessage(NamedTuple):
     """One validated message of a produce batch, its isolation context resolved (the
     message's own fields, else the request's X-Env/X-Set/X-Lane headers, else the
     defaults prod/""/""). Built by the models' path of the produce handler, which hands the
-    backend their columns (``write_nodes.outgoing.OutgoingBatch.from_messages``).
+    backend their columns (``produce_path.outgoing.OutgoingBatch.from_messages``).
 
     ``value`` holds the bytes to store: the compact JSON encoding (UTF-8) of the JSON value
     when ``value_is_json``, else the raw bytes decoded from ``value_b64``. A poll must give
@@ -102,7 +102,7 @@ class Backend(Protocol):
         ...
 
     async def produce(self, queue: str, batch: OutgoingBatch) -> ProduceResults | list[dict[str, Any]]:
-        """Append the messages of ``batch`` (columns, ``write_nodes.outgoing``; 1 to 10,000
+        """Append the messages of ``batch`` (columns, ``produce_path.outgoing``; 1 to 10,000
         messages) durably, all or nothing, and answer where each went, in request order,
         only once every message is on disk: a ``ProduceResults`` or one ``ProduceResult``
         dict (``id``, ``partition``, ``offset``, ``virtual_partition``) per message.

@@ -7,7 +7,7 @@ Parts (built in ``start()``, stopped in reverse by ``stop()``):
 - ``WriteNodeDirectory`` / ``ReadNodeDirectory`` (who owns which pp, which read node
   serves which group), refreshed by node announcements and on errors;
 - one ``aiohttp.ClientSession`` shared by ``WriteNodeClient`` and ``ReadNodeClient``;
-- the ``Appender`` (``write_nodes.produce``) for produce, ``QueueAdmin`` for queue
+- the ``Appender`` (``produce_path.produce``) for produce, ``QueueAdmin`` for queue
   admin, ``GroupCaller`` for consumer calls, a ``TrafficMeter`` for queue traffic;
 - a ``NodeMetricsScraper``: ``metrics_text()`` ends with every live node's metrics
   (``gateway.cluster_metrics``).
@@ -34,27 +34,27 @@ import aiohttp
 
 from vpq.common.errors import NotFound, PayloadTooLarge, Unavailable, VpqError
 from vpq.common.lifecycle import close_all
+from vpq.common.poll_body import PolledBody
 from vpq.config.settings import Settings
 from vpq.gateway.backend import JoinSpec
 from vpq.gateway.cluster_errors import metadata_errors
 from vpq.gateway.cluster_groups import GroupCaller
 from vpq.gateway.cluster_metrics import NodeMetricsScraper, registered_nodes
-from vpq.gateway.cluster_queues import EMPTY_MAP, QueueAdmin
-from vpq.gateway.cluster_traffic import TrafficMeter
-from vpq.gateway.log_ends import LogEnds
-from vpq.gateway.node_directory import ReadNodeDirectory, WriteNodeDirectory
 from vpq.metadata.events import EventListener
 from vpq.metadata.map_cache import MapCache
 from vpq.metadata.queues import QueueRecord
 from vpq.metadata.store import MetadataStore
-from vpq.common.poll_body import PolledBody
-from vpq.read_nodes.client import ReadNodeClient
+from vpq.node_rpc.node_directory import ReadNodeDirectory, WriteNodeDirectory
+from vpq.node_rpc.read_node_client import ReadNodeClient
+from vpq.node_rpc.write_node_client import WriteNodeClient
+from vpq.produce_path.append_accumulator import AppendAccumulator
+from vpq.produce_path.outgoing import OutgoingBatch, ProduceResults
+from vpq.produce_path.produce import Appender, AppendPolicy
+from vpq.queue_admin.cluster_queues import EMPTY_MAP, QueueAdmin
+from vpq.queue_admin.log_ends import LogEnds
+from vpq.traffic.cluster_traffic import TrafficMeter
 from vpq.virtual_partitions.router import ProduceRouter
-from vpq.write_nodes.append_accumulator import AppendAccumulator
-from vpq.write_nodes.client import WriteNodeClient
 from vpq.write_nodes.cluster_meta import get_or_init_partition_count
-from vpq.write_nodes.outgoing import OutgoingBatch, ProduceResults
-from vpq.write_nodes.produce import Appender, AppendPolicy
 
 log = logging.getLogger("vpq.gateway.cluster")
 T = TypeVar("T")

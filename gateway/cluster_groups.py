@@ -23,8 +23,8 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from vpq.common.errors import Conflict, Unavailable
-from vpq.gateway.node_directory import NodeRef, ReadNodeDirectory
-from vpq.write_nodes.client import NODE_UNREACHABLE
+from vpq.node_rpc.call import NODE_UNREACHABLE
+from vpq.node_rpc.node_directory import NodeRef, ReadNodeDirectory
 
 T = TypeVar("T")
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 from aiohttp import web
 
 from vpq.common.errors import BadRequest
+from vpq.common.poll_body import PolledBody
 from vpq.gateway.backend import JoinSpec
 from vpq.gateway.http import JSON_CONTENT_TYPE, isolation_headers, json_response, read_json_object, validate
 from vpq.gateway.keys import BACKEND_KEY, METRICS_KEY, SETTINGS_KEY
 from vpq.gateway.models import AckRequest, JoinRequest, NackRequest, PollRequest
 from vpq.isolation.context import IsolationError, PartialContext, resolve
-from vpq.common.poll_body import PolledBody
 
 
 async def join(request: web.Request) -> web.Response:

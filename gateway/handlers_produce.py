@@ -28,7 +28,7 @@ from vpq.gateway.keys import BACKEND_KEY, METRICS_KEY, SETTINGS_KEY
 from vpq.gateway.models import ProduceMessage, ProduceRequest
 from vpq.gateway.produce_decode import decode_plain
 from vpq.isolation.context import IsolationContext, IsolationError, PartialContext, resolve
-from vpq.write_nodes.outgoing import OutgoingBatch, ProduceResults
+from vpq.produce_path.outgoing import OutgoingBatch, ProduceResults
 
 
 def batch_error(exc: ValidationError) -> BadRequest:

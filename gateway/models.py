@@ -33,8 +33,8 @@ from pydantic import (
     model_validator,
 )
 
+from vpq.codec.message_id import MAX_OFFSET, MAX_PP, check_message_id
 from vpq.metadata import queue_config
-from vpq.read_nodes.message_id import MAX_OFFSET, MAX_PP, check_message_id
 
 NAME_PATTERN = (
     r"^(?:[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}|\.[A-Za-z0-9_-][A-Za-z0-9._-]{0,126}|\.\.[A-Za-z0-9._-]{1,126})$"
@@ -128,7 +128,7 @@ def decimal_at_most(limit: int) -> str:
 
 MESSAGE_ID_PATTERN = f"^{decimal_at_most(MAX_PP)}-{decimal_at_most(MAX_OFFSET)}$"
 """The JSON Schema of a message id as the read nodes decode it today
-(``read_nodes/message_id.py``: ``<partition>-<offset>``, canonical decimals in range).
+(``codec/message_id.py``: ``<partition>-<offset>``, canonical decimals in range).
 Clients still treat ids as opaque; the pattern documents what the server accepts."""
 
 

@@ -7,7 +7,7 @@ Most produce requests are *plain*::
                    "lane"/"env"/"set": <isolation name or null, optional>}, ...]}   # 1..MAX_BATCH_MESSAGES
 
 ``decode_plain`` decodes such a body with msgspec in one C pass (types checked, unknown
-fields refused) into an ``OutgoingBatch`` (``write_nodes.outgoing``) without building a
+fields refused) into an ``OutgoingBatch`` (``produce_path.outgoing``) without building a
 model, a dict or a ``str`` per message: each value stays the exact JSON text the producer
 sent (``msgspec.Raw``, no copy until the batch is encoded), so nothing is parsed into
 Python objects only to be serialised again. It answers ``None`` for anything else (a
@@ -35,11 +35,11 @@ from typing import Annotated, Any
 import msgspec
 import orjson
 
+from vpq.codec.batch_common import VALUE_JSON
+from vpq.codec.records import encode_headers
 from vpq.gateway.models import ISOLATION_PATTERN, MAX_BATCH_MESSAGES
 from vpq.isolation.context import IsolationError, PartialContext, resolve
-from vpq.write_nodes.outgoing import OutgoingBatch
-from vpq.write_nodes.records import VALUE_JSON, encode_headers
-
+from vpq.produce_path.outgoing import OutgoingBatch
 
 IsolationName = Annotated[str, msgspec.Meta(pattern=ISOLATION_PATTERN)]
 

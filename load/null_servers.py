@@ -9,7 +9,7 @@ the HTTP request into a gateway, and the gateway's request to a write node.
 * :func:`create_gateway_app`: ``POST /v1/queues/{queue}/messages`` reads the whole body
   and answers a produce answer of ``batch`` results, built once, without decoding the
   request. With a ``forward`` URL it first hands the body on to a node the way vpq's
-  gateway does (``write_nodes.append_accumulator``): one node request in flight, and the
+  gateway does (``produce_path.append_accumulator``): one node request in flight, and the
   bodies that arrive meanwhile go together in the next one; the answer waits for the
   node's. Without one it answers at once (one hop).
 

@@ -27,12 +27,12 @@ from typing import Any
 
 import aiohttp
 
+from vpq.codec.records import Record, build_batch, decode_batches
 from vpq.common.errors import VpqError
 from vpq.config.settings import ClusterSettings, LogSettings, RebalanceSettings, RedisSettings, Settings
 from vpq.load.powerloss_check import DeliveryCheck, check_delivery, message_value
 from vpq.metadata.store import MetadataStore
-from vpq.write_nodes.client import WriteNodeClient
-from vpq.write_nodes.records import Record, build_batch, decode_batches
+from vpq.node_rpc.write_node_client import WriteNodeClient
 from vpq.write_nodes.service import PARTITIONS_SUBDIR, WriteNodeService
 from vpq.write_nodes.sim_disk import CrashMode, SimDisk, SimOp
 

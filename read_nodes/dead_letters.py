@@ -2,9 +2,9 @@
 
 The dead-letter queue is an ordinary logical queue (it costs no physical
 partition). It is created on first use with the default configuration through
-the gateway's own put-queue path (``gateway.cluster_queues.QueueAdmin.put``:
+the gateway's own put-queue path (``queue_admin.cluster_queues.QueueAdmin.put``:
 registry, placement CAS, lineage), then written through the one produce path
-(``write_nodes.produce.Appender``). Each dead letter keeps the original key,
+(``produce_path.produce.Appender``). Each dead letter keeps the original key,
 value (JSON stays JSON), headers and isolation context, plus the header
 ``x-original-id`` = the original message id.
 
@@ -27,11 +27,11 @@ from collections.abc import Sequence
 
 import mmh3
 
-from vpq.gateway.cluster_queues import QueueAdmin
+from vpq.codec.batch_common import VALUE_JSON
+from vpq.produce_path.produce import Appender, PlainMessage
+from vpq.queue_admin.cluster_queues import QueueAdmin
 from vpq.read_nodes.delivery_types import DeadLetter
 from vpq.read_nodes.tailer import RecordSource
-from vpq.write_nodes.produce import Appender, PlainMessage
-from vpq.write_nodes.records import VALUE_JSON
 
 log = logging.getLogger(__name__)
 

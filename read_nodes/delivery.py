@@ -72,11 +72,23 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable
 
+from vpq.codec.message_id import decode_message_ids, encode_message_id
 from vpq.isolation.context import IsolationContext
 from vpq.isolation.routing import Router
 from vpq.read_nodes.ack_tracker import AckTracker
 from vpq.read_nodes.delivery_items import (
-    DELAYED, INFLIGHT, READY, WAITING, Chain, ChainKey, Consumer, Msg, ParkKey, Pos, Timer, check_now,
+    DELAYED,
+    INFLIGHT,
+    READY,
+    WAITING,
+    Chain,
+    ChainKey,
+    Consumer,
+    Msg,
+    ParkKey,
+    Pos,
+    Timer,
+    check_now,
 )
 from vpq.read_nodes.delivery_membership import DeliveryMembership
 from vpq.read_nodes.delivery_parking import DeliveryParking
@@ -89,7 +101,6 @@ from vpq.read_nodes.delivery_types import (
     DeliveryEntry,
     DeliveryFull,
 )
-from vpq.read_nodes.message_id import decode_message_ids, encode_message_id
 from vpq.read_nodes.ready_buckets import FIRST_DELIVERY, REDELIVERY, ReadyBuckets
 from vpq.read_nodes.routing_table import RouterFactory, RoutingTable
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from vpq.codec.message_id import decode_message_ids
 from vpq.isolation.context import IsolationContext
 from vpq.read_nodes.ack_tracker import AckStateLike, PartitionAckState
 from vpq.read_nodes.delivery_types import DeadLetter, LagReport, MemberInfo
-from vpq.read_nodes.message_id import decode_message_ids
 
 
 class DeliveryReports:

@@ -40,6 +40,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
+from vpq.codec.message_id import MessageIdError, decode_message_ids
 from vpq.common.errors import BadRequest, Conflict, NotFound, Unavailable, VpqError
 from vpq.isolation.context import IsolationContext
 from vpq.metadata.aio import cancel_and_wait
@@ -51,7 +52,6 @@ from vpq.read_nodes.delivery_types import DeadLetter, Delivery, DeliveryConfig, 
 from vpq.read_nodes.group_members import GroupMembers, new_consumer_id
 from vpq.read_nodes.ingestor import Ingestor
 from vpq.read_nodes.lineage_order import LineageOrder
-from vpq.read_nodes.message_id import MessageIdError, decode_message_ids
 from vpq.read_nodes.messages import render_message
 from vpq.read_nodes.metrics import DeliveryCounters, NoCounters
 from vpq.read_nodes.node_parts import NodeParts, monotonic_ms, wall_ms

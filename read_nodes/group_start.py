@@ -21,9 +21,9 @@ from collections.abc import Iterable
 from typing import Literal
 
 from vpq.common.errors import Unavailable, VpqError
+from vpq.node_rpc.write_node_client import WriteNodeClient
 from vpq.read_nodes.lineage_order import LineageOrder
 from vpq.read_nodes.tailer import PartitionLocator
-from vpq.write_nodes.client import WriteNodeClient
 
 StartPosition = Literal["earliest", "latest"]
 

@@ -38,6 +38,7 @@ from redis.exceptions import RedisError
 from vpq.common.errors import BadRequest, InternalError, MethodNotAllowed, NotFound, Unavailable, VpqError
 from vpq.isolation.context import IsolationContext, IsolationError
 from vpq.metadata.names import check_name
+from vpq.node_rpc.read_node_client import MESSAGE_COUNT_HEADER
 
 if TYPE_CHECKING:
     from vpq.read_nodes.group_host import GroupHost
@@ -53,9 +54,6 @@ MAX_MESSAGES = 1000
 MAX_WAIT_MS = 30_000
 MAX_DELAY_MS = 86_400_000
 GROUP_MOVING = "group_moving"
-MESSAGE_COUNT_HEADER = "X-Vpq-Messages"
-"""On a poll answer: how many messages its body holds (so the gateway can pass the body
-through without parsing it)."""
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

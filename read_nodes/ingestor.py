@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-
 from typing import Any
 
 from vpq.common.errors import VpqError

@@ -1,7 +1,7 @@
 """Tailed records and the public message objects a poll answers.
 
 A read node decodes each record it tails once and keeps it in the record cache
-as a ``TailedRecord`` (the decoded ``write_nodes.records.Record`` plus its
+as a ``TailedRecord`` (the decoded ``codec.records.Record`` plus its
 resolved isolation context). ``render_message`` turns one into the object
 API.md fixes for a poll::
 
@@ -33,8 +33,9 @@ from typing import Any
 
 import orjson
 
+from vpq.codec.batch_common import VALUE_JSON
+from vpq.codec.records import Record
 from vpq.isolation.context import IsolationContext
-from vpq.write_nodes.records import VALUE_JSON, Record
 
 _loads = orjson.loads
 _b64 = base64.b64encode

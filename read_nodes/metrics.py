@@ -44,7 +44,6 @@ from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-
 from redis.exceptions import RedisError
 
 from vpq.common.errors import VpqError

@@ -43,10 +43,6 @@ from vpq.common.errors import Conflict, NotFound
 from vpq.common.lifecycle import close_all
 from vpq.config.settings import Settings
 from vpq.gateway.cluster_errors import metadata_errors
-from vpq.gateway.cluster_queues import QueueAdmin
-from vpq.gateway.cluster_traffic import TrafficMeter
-from vpq.gateway.log_ends import LogEnds
-from vpq.gateway.node_directory import WriteNodeDirectory
 from vpq.isolation.context import IsolationContext
 from vpq.metadata.aio import cancel_and_wait
 from vpq.metadata.events import EventListener
@@ -54,6 +50,12 @@ from vpq.metadata.lease_keeper import LeaseKeeper
 from vpq.metadata.leases import group_resource
 from vpq.metadata.map_cache import MapCache
 from vpq.metadata.store import MetadataStore
+from vpq.node_rpc.node_directory import WriteNodeDirectory
+from vpq.node_rpc.write_node_client import WriteNodeClient
+from vpq.produce_path.append_accumulator import AppendAccumulator
+from vpq.produce_path.produce import Appender, AppendPolicy
+from vpq.queue_admin.cluster_queues import QueueAdmin
+from vpq.queue_admin.log_ends import LogEnds
 from vpq.read_nodes.ack_persistence import AckStateStore
 from vpq.read_nodes.dead_letters import DeadLetterProducer
 from vpq.read_nodes.group_host import GroupHost
@@ -65,11 +67,9 @@ from vpq.read_nodes.node_parts import NodeParts, ReadNodeOptions
 from vpq.read_nodes.record_cache import RecordCache
 from vpq.read_nodes.tailer import RecordSource
 from vpq.read_nodes.tailer_pool import TailerPool
+from vpq.traffic.cluster_traffic import TrafficMeter
 from vpq.virtual_partitions.router import ProduceRouter
-from vpq.write_nodes.append_accumulator import AppendAccumulator
-from vpq.write_nodes.client import WriteNodeClient
 from vpq.write_nodes.cluster_meta import read_partition_count
-from vpq.write_nodes.produce import Appender, AppendPolicy
 
 log = logging.getLogger("vpq.read_node")
 

@@ -1,7 +1,7 @@
 """Tailing one physical partition for every group hosted on this read node.
 
 ``PartitionTailer`` long-polls ``GET /internal/v1/partitions/{pp}/read`` on the
-write node owning the pp (``PartitionReader``: ``write_nodes.client.WriteNodeClient``
+write node owning the pp (``PartitionReader``: ``node_rpc.write_node_client.WriteNodeClient``
 fits), verifies and decodes each batch ONCE, and for every record:
 
 - puts the decoded record in the node's shared ``RecordCache`` under ``(pp, offset)``;
@@ -35,13 +35,13 @@ from typing import Protocol
 
 import aiohttp
 
+from vpq.codec.errors import CorruptBatchError
+from vpq.codec.records import iter_batches
 from vpq.common.errors import VpqError
 from vpq.isolation.context import IsolationContext
 from vpq.read_nodes.messages import TailedRecord
 from vpq.read_nodes.queue_index import QueueIndex
 from vpq.read_nodes.record_cache import RecordCache
-from vpq.write_nodes.errors import CorruptBatchError
-from vpq.write_nodes.records import iter_batches
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ class ReadResultLike(Protocol):
 
 
 class PartitionReader(Protocol):
-    """``write_nodes.client.WriteNodeClient`` is one."""
+    """``node_rpc.write_node_client.WriteNodeClient`` is one."""
 
     async def read(self, address: str, pp: int, offset: int, max_bytes: int, wait_ms: int) -> ReadResultLike: ...
 
@@ -77,7 +77,7 @@ class NodeRefLike(Protocol):
 
 
 class PartitionLocator(Protocol):
-    """``gateway.node_directory.WriteNodeDirectory`` is one."""
+    """``node_rpc.node_directory.WriteNodeDirectory`` is one."""
 
     async def owner(self, pp: int) -> NodeRefLike: ...
 

@@ -18,7 +18,7 @@ import aiohttp
 
 from vpq.common.errors import InternalError, Unavailable
 from vpq.metadata.leases import LeaseManager, NodeRegistry, pp_resource
-from vpq.write_nodes.client import BAD_NODE_ANSWER, call_node
+from vpq.node_rpc.call import BAD_NODE_ANSWER, call_node
 
 WRITE_ROLE = "write"
 FENCE_PATH = "/internal/v1/partitions/{pp}/fence"

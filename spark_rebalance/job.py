@@ -49,7 +49,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from vpq.config.settings import RebalanceSettings
 from vpq.spark_rebalance.plan_model import VpLoad
-from vpq.spark_rebalance.stats_schema import DATE_PARTITION, HEARTBEAT_QUEUE, spark_schema
+from vpq.traffic.stats_schema import DATE_PARTITION, HEARTBEAT_QUEUE, spark_schema
 
 
 class StatisticsError(Exception):

@@ -12,8 +12,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from vpq.spark_rebalance.plan_model import VpLoad
-from vpq.spark_rebalance.stats_schema import TrafficRow
-from vpq.spark_rebalance.stats_writer import StatsWriter
+from vpq.traffic.stats_schema import TrafficRow
+from vpq.traffic.stats_writer import StatsWriter
 from vpq.virtual_partitions.placement import PlacementMap, QueuePlacement, initial_placement
 
 Loads = dict[tuple[str, int], VpLoad]

@@ -9,10 +9,10 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
+from tests.needs import missing
 from vpq.common.redis_server import RedisServer, find_redis_server
 from vpq.config.settings import RedisSettings
 from vpq.metadata.store import MetadataStore
-from tests.needs import missing
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ every record ending where its length says, headers decodable, nothing after the 
 record) and raises ``CorruptBatchError`` exactly where ``records()`` would; the
 property test in ``tests/write_nodes/test_batch_scan.py`` holds the two to that. It took
 a third of the write node's CPU off the append path at batch 100. Magic 2 (columnar)
-needs no walk at all: ``write_nodes.columnar.summarize`` does the same with a few C-level
+needs no walk at all: ``codec.columnar.summarize`` does the same with a few C-level
 operations per column.
 """
 
@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import struct
 
-from vpq.write_nodes import columnar
-from vpq.write_nodes.errors import CorruptBatchError
-from vpq.write_nodes.records import HEADER_SIZE, MAGIC_COLUMNAR, PREFIX, PREFIX_SIZE, BatchView, decode_headers
-from vpq.write_nodes.varint import decode_svarint, decode_uvarint
+from vpq.codec import columnar
+from vpq.codec.errors import CorruptBatchError
+from vpq.codec.records import HEADER_SIZE, MAGIC_COLUMNAR, PREFIX, PREFIX_SIZE, BatchView, decode_headers
+from vpq.codec.varint import decode_svarint, decode_uvarint
 
 TrafficKey = tuple[int, int, int]
 """(queue id, vp, context id)"""
@@ -29,7 +29,7 @@ TrafficKey = tuple[int, int, int]
 def summarize_batch(view: BatchView) -> dict[TrafficKey, list[int]]:
     """(queue id, vp, context id) -> [records, value bytes], in first-seen order; the CRC is
     not checked here (``view.verify_crc()``). A magic-2 batch is summarised column by
-    column (``write_nodes.columnar.summarize``)."""
+    column (``codec.columnar.summarize``)."""
     if view.magic == MAGIC_COLUMNAR:
         return columnar.summarize(view)
     buf = view.buf

@@ -6,8 +6,6 @@ Contract:
   partition offline; it is never swallowed;
 - an offline partition raises :class:`PartitionOfflineError` (a ``LogIOError``)
   on every further append or read, until it is stopped and reopened (recovery);
-- :class:`CorruptBatchError` reports bytes that are not a valid record batch
-  (pure decoding; no I/O involved);
 - :class:`OffsetOutOfRangeError` reports a read below the log start offset
   (the data was deleted by retention) or beyond the end of the log.
 """
@@ -25,10 +23,6 @@ class LogIOError(OSError):
 
 class PartitionOfflineError(LogIOError):
     """The partition went offline after an I/O error (or is not started / already stopped)."""
-
-
-class CorruptBatchError(ValueError):
-    """Bytes that do not form a valid record batch (bad length, magic, CRC or record layout)."""
 
 
 class OffsetOutOfRangeError(ValueError):

@@ -9,7 +9,7 @@
   the event loop, so every record below a partition's ``next_offset`` was checked
   against a map no newer than the one the node reports in ``GET /partitions``.
 - ``POST /internal/v1/append``: several partitions' batches in one body
-  (``write_nodes.append_frames``), each handled as above; one answer entry per frame; a
+  (``node_rpc.append_frames``), each handled as above; one answer entry per frame; a
   partition stops at its first refused frame.
 - ``GET /internal/v1/partitions/{pp}/read?offset=&max_bytes=&wait_ms=``: whole raw
   durable batches from the batch holding ``offset`` (the log start when below it),
@@ -35,6 +35,8 @@ import orjson
 from aiohttp import web
 from redis.exceptions import RedisError
 
+from vpq.codec.errors import CorruptBatchError
+from vpq.codec.records import BatchView
 from vpq.common.errors import (
     BadRequest,
     InternalError,
@@ -45,13 +47,12 @@ from vpq.common.errors import (
     VpqError,
 )
 from vpq.metadata.map_cache import MapCache
-from vpq.write_nodes.append_frames import ChainGate, Frame, FrameError, decode_frames, error_entry, ok_entry
+from vpq.node_rpc.append_frames import ChainGate, Frame, FrameError, decode_frames, error_entry, ok_entry
 from vpq.write_nodes.batch_scan import TrafficKey, summarize_batch
-from vpq.write_nodes.errors import CorruptBatchError, LogIOError, OffsetOutOfRangeError
+from vpq.write_nodes.errors import LogIOError, OffsetOutOfRangeError
 from vpq.write_nodes.fence import FenceView
 from vpq.write_nodes.metrics import WriteNodeMetrics
 from vpq.write_nodes.ownership import NOT_OWNER, PARTITION_OFFLINE, OwnedPartition, PartitionOwnership, State
-from vpq.write_nodes.records import BatchView
 
 log = logging.getLogger(__name__)
 
@@ -273,7 +274,7 @@ class WriteNodeHandlers:
         return json_response({"base_offset": base, "last_offset": last})
 
     async def append_many(self, request: web.Request) -> web.Response:
-        """``POST /internal/v1/append``: the frames of ``write_nodes.append_frames``, each
+        """``POST /internal/v1/append``: the frames of ``node_rpc.append_frames``, each
         checked and appended as by the one-partition append, in body order; one answer
         entry per frame (``append_frames``)."""
         sender_epoch = _epoch(request)

@@ -26,13 +26,13 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
+from vpq.codec.records import HEADER, BatchView, Record, build_batch, restamp_base_offset
 from vpq.config.settings import LogSettings
 from vpq.write_nodes.appender import AppendMeta, SegmentAppender
 from vpq.write_nodes.checkpoint import write_checkpoint
 from vpq.write_nodes.errors import LogIOError, OffsetOutOfRangeError, PartitionOfflineError
 from vpq.write_nodes.group_commit import FsyncFn, GroupCommitter
 from vpq.write_nodes.recovery import LogLoader, RecoveryReport
-from vpq.write_nodes.records import HEADER, BatchView, Record, build_batch, restamp_base_offset
 from vpq.write_nodes.retention import SegmentInfo, segments_to_delete
 from vpq.write_nodes.segments import LogSegments
 from vpq.write_nodes.storage import OS_STORAGE, Storage

@@ -20,10 +20,10 @@ import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from vpq.codec.errors import CorruptBatchError
+from vpq.codec.records import HEADER, HEADER_SIZE, LENGTH_END, BatchView, header_problem
 from vpq.write_nodes import filenames
-from vpq.write_nodes.errors import CorruptBatchError
 from vpq.write_nodes.offset_index import MAX_RELATIVE, CorruptIndexError, OffsetIndex
-from vpq.write_nodes.records import HEADER, HEADER_SIZE, LENGTH_END, BatchView, header_problem
 from vpq.write_nodes.storage import OS_STORAGE, Storage
 from vpq.write_nodes.time_index import TimeIndex
 

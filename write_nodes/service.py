@@ -43,8 +43,8 @@ from vpq.metadata.lease_keeper import LeaseKeeper
 from vpq.metadata.map_cache import MapCache
 from vpq.metadata.store import MetadataStore
 from vpq.spark_rebalance.fences import FenceStore
-from vpq.spark_rebalance.stats_writer import StatsWriter
-from vpq.spark_rebalance.traffic_counter import TrafficCounter
+from vpq.traffic.stats_writer import StatsWriter
+from vpq.traffic.traffic_counter import TrafficCounter
 from vpq.write_nodes.batch_scan import TrafficKey
 from vpq.write_nodes.cluster_meta import get_or_init_partition_count
 from vpq.write_nodes.fence import FenceView, wire_fence

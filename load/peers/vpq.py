@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-
 from vpq.load.peers.vpq_process import VpqProcess, VpqProcessError
 from vpq.load.procmem import pid_listening_on, rss_bytes, topmost_ancestor_matching
 from vpq.load.system import GROUP, ConsumerHandle, Handler, SystemUnavailable, shard_of

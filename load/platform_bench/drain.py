@@ -34,7 +34,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-
 from vpq.load.checks import DeliveryChecker
 from vpq.load.payload import parse_payload
 from vpq.load.platform_bench.backlog import as_json_values, produce_ordered

@@ -24,7 +24,6 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-
 from vpq.load.checks import DeliveryChecker
 from vpq.load.payload import make_payload, parse_payload
 from vpq.load.platform_bench.measure import message_identity

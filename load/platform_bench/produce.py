@@ -21,7 +21,6 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-
 from vpq.load.payload import make_payload
 from vpq.load.platform_bench.measure import RequestRecord, message_identity, requests_in_window
 from vpq.load.platform_bench.proc_cpu import own_cpu_seconds

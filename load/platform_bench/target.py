@@ -29,7 +29,6 @@ from vpq.sdk.client import AsyncClient
 from vpq.sdk.errors import NotFoundError, VpqClientError
 from vpq.sdk.models import QueueInfo
 
-
 _LOCAL = ("127.0.0.1", "localhost", "::1")
 
 

@@ -22,9 +22,9 @@ from vpq.config.settings import (
     load_settings,
 )
 from vpq.metadata.connection import ClientOptions
+from vpq.produce_path.produce import AppendPolicy
 from vpq.read_nodes.node_parts import ReadNodeOptions
 from vpq.spark_rebalance.publisher import PublisherOptions
-from vpq.write_nodes.produce import AppendPolicy
 
 DEFAULT_TOML = Path(__file__).resolve().parents[2] / "config" / "default.toml"
 

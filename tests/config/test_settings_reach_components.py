@@ -16,8 +16,8 @@ from vpq.config.settings import Settings, load_settings
 from vpq.gateway.backend import ResolvedMessage
 from vpq.gateway.cluster_backend import ClusterBackend
 from vpq.isolation.context import IsolationContext
+from vpq.produce_path.outgoing import OutgoingBatch
 from vpq.read_nodes.service import ReadNodeService
-from vpq.write_nodes.outgoing import OutgoingBatch
 
 
 def settings_from_flags(tmp_path, key_prefix: str, *assignments: str) -> Settings:

@@ -16,10 +16,10 @@ from typing import Any
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from vpq.codec.errors import CorruptBatchError
+from vpq.codec.records import Record, decode_batches, iter_batches, restamp_base_offset
 from vpq.common.errors import BadRequest, NotFound, Unavailable, VpqError
-from vpq.write_nodes.append_frames import ChainGate, FrameError, decode_frames
-from vpq.write_nodes.errors import CorruptBatchError
-from vpq.write_nodes.records import Record, decode_batches, iter_batches, restamp_base_offset
+from vpq.node_rpc.append_frames import ChainGate, FrameError, decode_frames
 
 
 def error_response(err: VpqError) -> web.Response:

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
+from tests.gateway.memory_backend import MemoryBackend
 from vpq.config.settings import GatewaySettings
 from vpq.gateway.app import create_app
-from tests.gateway.memory_backend import MemoryBackend
 
 MakeClient = Callable[..., Awaitable[TestClient]]
 

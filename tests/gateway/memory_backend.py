@@ -17,7 +17,7 @@ import orjson
 
 from vpq.common.errors import Conflict, NotFound, PayloadTooLarge
 from vpq.gateway.backend import JoinSpec
-from vpq.write_nodes.outgoing import MessageView, OutgoingBatch
+from vpq.produce_path.outgoing import MessageView, OutgoingBatch
 
 DEFAULTS: dict[str, Any] = {
     "virtual_partitions": 16,

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 from aiohttp.test_utils import TestClient
 
+from tests.gateway.conftest import MakeClient, error_of
+from tests.gateway.memory_backend import MemoryBackend
 from vpq.common.errors import Forbidden, Unauthorized
 from vpq.config.settings import AuthToken, GatewaySettings
 from vpq.gateway.auth import Authorizer
 from vpq.gateway.routes import ROUTES
 from vpq.gateway.routes_spec import Access
-from tests.gateway.conftest import MakeClient, error_of
-from tests.gateway.memory_backend import MemoryBackend
 
 TOKENS = [
     AuthToken(token="prod-tok", scopes={"produce": ["orders*"]}),

@@ -11,18 +11,18 @@ import orjson
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
+from tests.gateway.cluster_fakes import FakeReadNode, FakeWriteNode
 from vpq.common.errors import NotFound, PayloadTooLarge, Unavailable
 from vpq.config.settings import ClusterSettings, RedisSettings, Settings
 from vpq.gateway.app import create_app
 from vpq.gateway.backend import JoinSpec, ResolvedMessage
-from vpq.write_nodes.outgoing import OutgoingBatch
 from vpq.gateway.cluster_backend import ClusterBackend
-from vpq.gateway.node_directory import group_key, rendezvous_pick
 from vpq.isolation.context import IsolationContext
 from vpq.metadata.leases import pp_resource
 from vpq.metadata.store import MetadataStore
-from tests.gateway.cluster_fakes import FakeReadNode, FakeWriteNode
-from vpq.write_nodes.produce import AppendPolicy
+from vpq.node_rpc.node_directory import group_key, rendezvous_pick
+from vpq.produce_path.outgoing import OutgoingBatch
+from vpq.produce_path.produce import AppendPolicy
 
 K = 2
 

@@ -7,11 +7,11 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
+from tests.gateway.conftest import error_of
+from tests.gateway.memory_backend import MemoryBackend
 from vpq.gateway.backend import JoinSpec
 from vpq.gateway.responses import AckResponse, GroupInfo, JoinResponse, NackResponse, PollResponse
 from vpq.isolation.context import IsolationContext
-from tests.gateway.conftest import error_of
-from tests.gateway.memory_backend import MemoryBackend
 
 G = "/v1/queues/orders/groups/g"
 

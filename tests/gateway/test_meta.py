@@ -7,13 +7,13 @@ import pytest
 from aiohttp.test_utils import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.gateway.conftest import MakeClient, error_of
+from tests.gateway.memory_backend import MemoryBackend
 from vpq.common.errors import Unavailable
 from vpq.config.settings import GatewaySettings
 from vpq.gateway.app import create_app
 from vpq.gateway.responses import ClusterInfo, CurrentMap
 from vpq.gateway.server import GatewayServer
-from tests.gateway.conftest import MakeClient, error_of
-from tests.gateway.memory_backend import MemoryBackend
 
 
 async def test_healthz(client: TestClient) -> None:

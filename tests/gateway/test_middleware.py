@@ -7,9 +7,9 @@ import logging
 import pytest
 from aiohttp.test_utils import TestClient
 
-from vpq.common.errors import Conflict, Overloaded, Unavailable
 from tests.gateway.conftest import error_of
 from tests.gateway.memory_backend import MemoryBackend
+from vpq.common.errors import Conflict, Overloaded, Unavailable
 
 
 @pytest.mark.parametrize("path", ["/nope", "/v1/queue", "/v1/queues/q/messages/extra", "/v2/queues", "/"])

@@ -11,24 +11,24 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from vpq.codec.message_id import MAX_OFFSET, MAX_PP, MessageIdError, decode_message_id
 from vpq.gateway.handlers_produce import batch_error, resolve_message
 from vpq.gateway.http import field_path
 from vpq.gateway.models import (
+    MESSAGE_ID_PATTERN,
+    NAME_PATTERN,
     AckRequest,
     JoinRequest,
     NackRequest,
     PollRequest,
     ProduceMessage,
     ProduceRequest,
-    MESSAGE_ID_PATTERN,
-    NAME_PATTERN,
     QueueConfigRequest,
     decimal_at_most,
     is_valid_name,
 )
-from vpq.read_nodes.message_id import MAX_OFFSET, MAX_PP, MessageIdError, decode_message_id
-from vpq.write_nodes.outgoing import OutgoingBatch
 from vpq.isolation.context import IsolationContext, PartialContext
+from vpq.produce_path.outgoing import OutgoingBatch
 
 NAME = re.compile(r"[A-Za-z0-9._-]{1,128}")
 

@@ -8,13 +8,12 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
+from tests.contract import API_MD, NOT_BUILT_YET
 from vpq.config.settings import AuthToken, GatewaySettings, QueueDefaults
-
 from vpq.gateway.models import JoinRequest, PollRequest, ProduceMessage, QueueConfigRequest
 from vpq.gateway.openapi import build_openapi
 from vpq.gateway.responses import DeliveredMessage, ProduceResult
 from vpq.gateway.routes import ROUTES
-from tests.contract import API_MD, NOT_BUILT_YET
 
 # Every endpoint of API.md, transcribed ("..." expanded).
 API_MD_ENDPOINTS = {

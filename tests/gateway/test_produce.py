@@ -9,11 +9,11 @@ import orjson
 import pytest
 from aiohttp.test_utils import TestClient
 
+from tests.gateway.conftest import MakeClient, error_of
+from tests.gateway.memory_backend import MemoryBackend
 from vpq.config.settings import GatewaySettings
 from vpq.gateway.models import MAX_BATCH_MESSAGES
 from vpq.gateway.responses import ProduceResponse
-from tests.gateway.conftest import MakeClient, error_of
-from tests.gateway.memory_backend import MemoryBackend
 
 URL = "/v1/queues/orders/messages"
 

@@ -10,12 +10,12 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from vpq.common.errors import BadRequest
 from vpq.gateway.handlers_produce import model_batch
 from vpq.gateway.models import MAX_BATCH_MESSAGES
 from vpq.gateway.produce_decode import decode_plain
-from vpq.common.errors import BadRequest
-from vpq.isolation.context import IsolationContext, PartialContext, resolve
-from vpq.write_nodes.outgoing import OutgoingBatch
+from vpq.isolation.context import IsolationContext, PartialContext
+from vpq.produce_path.outgoing import OutgoingBatch
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=20),

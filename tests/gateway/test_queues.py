@@ -6,10 +6,10 @@ import pytest
 from aiohttp.test_utils import TestClient
 from yarl import URL
 
-from vpq.config.settings import QueueDefaults
-from vpq.gateway.responses import QueueInfo, QueueList
 from tests.gateway.conftest import MakeClient, error_of
 from tests.gateway.memory_backend import MemoryBackend
+from vpq.config.settings import QueueDefaults
+from vpq.gateway.responses import QueueInfo, QueueList
 
 
 async def test_create_then_update(client: TestClient, backend: MemoryBackend) -> None:

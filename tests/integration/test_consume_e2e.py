@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from tests.integration.api import Api, unique_name, OrderChecker
+from tests.integration.api import Api, OrderChecker, unique_name
 
 pytestmark = pytest.mark.integration
 

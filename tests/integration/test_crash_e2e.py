@@ -10,12 +10,12 @@ from collections.abc import Callable
 import pytest
 import redis
 
-from vpq.common.runfiles import read_redis_url
-from vpq.metadata.keys import Keys
-from vpq.metadata.leases import group_resource
 from tests.integration.api import Api, OrderChecker
 from tests.integration.conftest import FAST
 from tests.integration.platform import Platform
+from vpq.common.runfiles import read_redis_url
+from vpq.metadata.keys import Keys
+from vpq.metadata.leases import group_resource
 
 pytestmark = pytest.mark.integration
 

@@ -41,9 +41,9 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
+from tests.integration.api import Api
 from vpq.gateway.openapi import build_openapi
 from vpq.gateway.routes import ROUTES
-from tests.integration.api import Api
 
 pytestmark = pytest.mark.integration
 

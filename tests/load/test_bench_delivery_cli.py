@@ -8,11 +8,11 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
+from tests.load.platform_fixtures import last_json, platform_url  # noqa: F401  (a fixture)
+from tests.needs import needs_redis_binary
 from vpq.cli.bench_delivery import build_config
 from vpq.cli.main import app
 from vpq.load.platform_bench.hotkey import HotkeyConfig
-from tests.load.platform_fixtures import last_json, platform_url  # noqa: F401  (a fixture)
-from tests.needs import needs_redis_binary
 
 runner = CliRunner()
 

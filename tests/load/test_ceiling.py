@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from tests.needs import needs_redis_binary
 from vpq.cli.main import app
 from vpq.load.ceiling import CeilingConfig, Round, parse_systems, report_lines, run_ceiling, summarise
-from tests.needs import needs_redis_binary
 
 
 def _round(system: str, i: int, rate: float, **servers: float) -> Round:

@@ -8,12 +8,12 @@ import uuid
 
 import pytest
 
+from tests.needs import missing
 from vpq.load.checks import DeliveryChecker
 from vpq.load.payload import make_payload, parse_payload
 from vpq.load.peers.nats_js import NatsJetStream
 from vpq.load.peers.rabbitmq import RabbitMQ
 from vpq.load.system import System, SystemUnavailable
-from tests.needs import missing
 
 
 def _make(kind: str) -> System:

@@ -7,9 +7,8 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from vpq.cli.main import app
 from tests.load.platform_fixtures import last_json, platform_url  # noqa: F401  (a fixture)
-
+from vpq.cli.main import app
 
 runner = CliRunner()
 

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.needs import needs_redis_binary
 from vpq.load.checks import DeliveryChecker
 from vpq.load.payload import make_payload, parse_payload
 from vpq.load.peers.redis_streams import RedisStreams
 from vpq.load.system import SystemUnavailable
-from tests.needs import needs_redis_binary
 
 pytestmark = needs_redis_binary
 

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 from aiohttp.test_utils import TestServer
 
+from tests.sdk.fake_gateway import FakeGateway
 from vpq.load.checks import DeliveryChecker
 from vpq.load.payload import make_payload, parse_payload
 from vpq.load.peers.vpq import Vpq
 from vpq.load.peers.vpq_process import VpqProcess, VpqProcessError, crash_looping
 from vpq.load.system import SystemUnavailable
-from tests.sdk.fake_gateway import FakeGateway
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -20,13 +20,13 @@ import random
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
+from vpq.codec.message_id import encode_message_id
 from vpq.isolation.context import IsolationContext
 from vpq.isolation.routing import route
 from vpq.read_nodes.ack_tracker import PartitionAckState
 from vpq.read_nodes.delivery import GroupDelivery
 from vpq.read_nodes.delivery_items import INFLIGHT as HELD_IN_FLIGHT
 from vpq.read_nodes.delivery_types import ConsumerSpec, DeliveryConfig, DeliveryEntry
-from vpq.read_nodes.message_id import encode_message_id
 from vpq.virtual_partitions.assignment import AssignmentResult, assign
 from vpq.virtual_partitions.hashing import key_hash
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from vpq.codec.message_id import MessageIdError, encode_message_id
 from vpq.isolation.context import IsolationContext as Ctx
 from vpq.read_nodes.ack_tracker import PartitionAckState
 from vpq.read_nodes.delivery import GroupDelivery
 from vpq.read_nodes.delivery_types import ConsumerSpec, DeliveryConfig, DeliveryEntry, DeliveryFull, UnknownConsumer
-from vpq.read_nodes.message_id import MessageIdError, encode_message_id
 from vpq.virtual_partitions.assignment import assign
 from vpq.virtual_partitions.hashing import key_hash
 

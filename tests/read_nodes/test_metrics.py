@@ -10,9 +10,9 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
+from tests.read_nodes.test_service_env import Env, drain
 from vpq.isolation.context import IsolationContext
 from vpq.read_nodes.metrics import NodeSample, ReadNodeMetrics, group_sample
-from tests.read_nodes.test_service_env import Env, drain
 
 
 def samples(text: str) -> dict[str, list[Sample]]:

@@ -1,6 +1,6 @@
 """ReadNodeService end to end: real Redis, real partition logs behind the write-node
 wire format (the real WriteNodeService, and a minimal fake of it), the real produce
-and queue-admin paths, the read node on a free port driven through ``read_nodes.client``."""
+and queue-admin paths, the read node on a free port driven through ``node_rpc.read_node_client``."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import base64
 import orjson
 import pytest
 
+from tests.read_nodes.test_service_env import Env, drain
 from vpq.common.errors import BadRequest, NotFound
 from vpq.isolation.context import IsolationContext
-from tests.read_nodes.test_service_env import Env, drain
-from vpq.write_nodes.produce import PlainMessage
+from vpq.produce_path.produce import PlainMessage
 
 
 @pytest.fixture(params=["fake-writer", "real-writer"])

@@ -1,14 +1,14 @@
 """Test environment of the read-node service tests (no tests here).
 
 A real redis-server (the ``redis_url`` fixture), queues created through the
-gateway's own put-queue path (``gateway.cluster_queues.QueueAdmin``), messages
-produced through the one produce path (``write_nodes.produce.Appender``), and
+gateway's own put-queue path (``queue_admin.cluster_queues.QueueAdmin``), messages
+produced through the one produce path (``produce_path.produce.Appender``), and
 either the real ``write_nodes.service.WriteNodeService`` (``real_writer=True``)
 or ``FakeWriteNode``: real ``PartitionLog``s served by a minimal aiohttp app that
 implements the write-node endpoints of ``docs/internals.md`` honestly (durable
 data only, long-poll reads, ``X-Start-Offset``/``X-End-Offset``), registered
 under role ``write`` and holding the ``pp:{n}`` leases. Read nodes are real
-``ReadNodeService``s on free ports, driven through ``read_nodes.client``.
+``ReadNodeService``s on free ports, driven through ``node_rpc.read_node_client``.
 """
 
 from __future__ import annotations
@@ -23,22 +23,22 @@ import orjson
 from aiohttp import web
 
 from vpq.config.settings import ClusterSettings, LogSettings, QueueDefaults, RedisSettings, Settings
-from vpq.gateway.cluster_queues import QueueAdmin
-from vpq.gateway.cluster_traffic import TrafficMeter
-from vpq.gateway.node_directory import WriteNodeDirectory
 from vpq.isolation.context import IsolationContext
 from vpq.metadata.leases import pp_resource
 from vpq.metadata.map_cache import MapCache
 from vpq.metadata.store import MetadataStore
-from vpq.read_nodes.client import ReadNodeClient
+from vpq.node_rpc.append_frames import decode_frames
+from vpq.node_rpc.node_directory import WriteNodeDirectory
+from vpq.node_rpc.read_node_client import ReadNodeClient
+from vpq.node_rpc.write_node_client import WriteNodeClient
+from vpq.produce_path.append_accumulator import AppendAccumulator
+from vpq.produce_path.produce import Appender, PlainMessage
+from vpq.queue_admin.cluster_queues import QueueAdmin
 from vpq.read_nodes.node_parts import ReadNodeOptions
 from vpq.read_nodes.service import ReadNodeService
+from vpq.traffic.cluster_traffic import TrafficMeter
 from vpq.virtual_partitions.router import ProduceRouter
-from vpq.write_nodes.append_accumulator import AppendAccumulator
-from vpq.write_nodes.append_frames import decode_frames
-from vpq.write_nodes.client import WriteNodeClient
 from vpq.write_nodes.log import PartitionLog
-from vpq.write_nodes.produce import Appender, PlainMessage
 
 FAST_OPTIONS = ReadNodeOptions(
     tick_ms=30, persist_interval_ms=30, tail_wait_ms=300, retry_ms=50, lineage_reload_ms=50, index_truncate_ms=0,

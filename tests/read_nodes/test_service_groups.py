@@ -8,9 +8,9 @@ from dataclasses import replace
 
 import pytest
 
-from vpq.common.errors import Conflict, NotFound
-from vpq.gateway.cluster_placement import plan_new_queue
 from tests.read_nodes.test_service_env import FAST_OPTIONS, Env, drain
+from vpq.common.errors import Conflict, NotFound
+from vpq.queue_admin.cluster_placement import plan_new_queue
 
 
 @pytest.fixture(params=["fake-writer", "real-writer"])

@@ -9,23 +9,23 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from vpq.codec.batch_common import VALUE_JSON, VALUE_RAW
+from vpq.codec.records import Record
+from vpq.config.settings import RedisSettings
 from vpq.isolation.context import IsolationContext
 from vpq.metadata.leases import group_resource
 from vpq.metadata.maps import LineageRange
 from vpq.metadata.store import MetadataStore
-from vpq.config.settings import RedisSettings
 from vpq.read_nodes.ack_persistence import AckSnapshots, AckStateStore, decode_state, encode_state, trim_state
 from vpq.read_nodes.ack_tracker import AckTracker, PartitionAckState
 from vpq.read_nodes.dead_letters import dlq_name
 from vpq.read_nodes.delivery import GroupDelivery
-from vpq.read_nodes.delivery_types import stream_of
-from vpq.read_nodes.delivery_types import DeliveryConfig
+from vpq.read_nodes.delivery_types import DeliveryConfig, stream_of
 from vpq.read_nodes.ingestor import Ingestor
 from vpq.read_nodes.lineage_order import Decision, LineageOrder
 from vpq.read_nodes.messages import TailedRecord, render_message
 from vpq.read_nodes.queue_index import QueueIndex
 from vpq.read_nodes.tailer import pack_ref, unpack_ref
-from vpq.write_nodes.records import VALUE_JSON, VALUE_RAW, Record
 
 R = LineageRange
 

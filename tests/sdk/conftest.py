@@ -9,9 +9,9 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 from aiohttp.test_utils import TestServer
 
+from tests.sdk.fake_gateway import FakeGateway, GatewayThread
 from vpq.sdk.client import AsyncClient
 from vpq.sdk.retry import RetryPolicy
-from tests.sdk.fake_gateway import FakeGateway, GatewayThread
 
 
 class RecordingSleep:

@@ -6,11 +6,11 @@ import orjson
 import pytest
 from typer.testing import CliRunner
 
+from tests.sdk.fake_gateway import GatewayThread
+from vpq.cli.commands import parse_headers, parse_value
 from vpq.cli.main import app
 from vpq.cli.tables import compress_ranges, message_line, placement_by_pp
-from vpq.cli.commands import parse_headers, parse_value
 from vpq.sdk.models import Message
-from tests.sdk.fake_gateway import GatewayThread
 
 runner = CliRunner()
 ENV = {"COLUMNS": "200", "VPQ_URL": "", "VPQ_TOKEN": ""}

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 from yarl import URL
 
+from tests.sdk.conftest import RecordingSleep
+from tests.sdk.fake_gateway import FakeGateway
 from vpq.sdk.client import AsyncClient
 from vpq.sdk.errors import (
     BadRequestError,
@@ -17,8 +19,6 @@ from vpq.sdk.errors import (
 )
 from vpq.sdk.models import ProduceMessage
 from vpq.sdk.retry import RetryPolicy
-from tests.sdk.conftest import RecordingSleep
-from tests.sdk.fake_gateway import FakeGateway
 
 
 async def test_queue_admin_round_trip(client: AsyncClient, gateway: FakeGateway) -> None:

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
+from tests.sdk.fake_gateway import FakeGateway
 from vpq.sdk.client import AsyncClient
 from vpq.sdk.consumer import Consumer, RetryLater
 from vpq.sdk.errors import NotFoundError
 from vpq.sdk.models import Message, ProduceMessage
-from tests.sdk.fake_gateway import FakeGateway
 
 GUARD_S = 10  # only a hang guard: a failing test must not block the suite
 

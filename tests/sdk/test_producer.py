@@ -8,11 +8,11 @@ from collections.abc import AsyncIterator
 import pytest
 from aiohttp.test_utils import TestServer
 
+from tests.sdk.fake_gateway import FakeGateway
 from vpq.sdk.client import AsyncClient
 from vpq.sdk.errors import ClientClosedError, ForbiddenError, PayloadTooLargeError
 from vpq.sdk.producer import Producer
 from vpq.sdk.retry import RetryPolicy
-from tests.sdk.fake_gateway import FakeGateway
 
 
 @pytest.fixture

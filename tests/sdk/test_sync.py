@@ -6,11 +6,11 @@ import threading
 
 import pytest
 
+from tests.sdk.fake_gateway import GatewayThread
 from vpq.sdk.errors import ClientClosedError, GatewayConnectionError, NotFoundError
 from vpq.sdk.models import ProduceMessage
 from vpq.sdk.retry import RetryPolicy
 from vpq.sdk.sync import Client
-from tests.sdk.fake_gateway import GatewayThread
 
 
 def test_sync_client_full_cycle(threaded_gateway: GatewayThread) -> None:

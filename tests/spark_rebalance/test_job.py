@@ -11,9 +11,9 @@ from vpq.config.settings import RebalanceSettings
 from vpq.spark_rebalance.job import IncompleteStatistics, JobOptions, StaleStatistics, run_job
 from vpq.spark_rebalance.runner import default_stats_uri, rebalance_once
 from vpq.spark_rebalance.session import make_spark, stop_spark
-from vpq.spark_rebalance.stats_schema import TrafficRow
-from vpq.spark_rebalance.stats_writer import StatsWriter
 from vpq.spark_rebalance.synthetic import placement_for, queue_sizes, stats_windows, write_stats, zipf_loads
+from vpq.traffic.stats_schema import TrafficRow
+from vpq.traffic.stats_writer import StatsWriter
 
 W = 10_000
 T = 1_800_000_000_000 // W * W  # start of the first window

@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from tests.spark_rebalance.test_publisher_fence import FakeWriteNode, create_queue, start_md
 from vpq.cli.main import app
 from vpq.common.runfiles import write_redis_url
 from vpq.config.settings import RebalanceSettings
 from vpq.metadata.maps import LineageRange as R
 from vpq.spark_rebalance.synthetic import placement_for, queue_sizes, stats_windows, write_stats, zipf_loads
-from tests.spark_rebalance.test_publisher_fence import FakeWriteNode, create_queue, start_md
 from vpq.virtual_partitions.placement import PlacementMap
 
 PPS = [0, 1, 2, 3]

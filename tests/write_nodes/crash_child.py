@@ -17,9 +17,9 @@ import sys
 import time
 from pathlib import Path
 
+from vpq.codec.records import BatchView, Record, build_batch
 from vpq.config.settings import LogSettings
 from vpq.write_nodes.log import PartitionLog
-from vpq.write_nodes.records import BatchView, Record, build_batch
 from vpq.write_nodes.storage import OsStorage
 
 

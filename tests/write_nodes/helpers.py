@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from vpq.codec.records import Record, decode_batches
 from vpq.config.settings import LogSettings
 from vpq.write_nodes.log import PartitionLog
-from vpq.write_nodes.records import Record, decode_batches
 
 
 def small_settings(**overrides: Any) -> LogSettings:

@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from vpq.common.errors import BadRequest, Unavailable
 from tests.write_nodes.test_service_helpers import batch, read
-from vpq.write_nodes.append_frames import MAX_PARTITION, ChainGate, Frame, FrameError, decode_frames, encode_frames
-from vpq.write_nodes.client import WriteNodeClient
-from vpq.write_nodes.records import decode_batches
+from vpq.codec.records import decode_batches
+from vpq.common.errors import BadRequest, Unavailable
+from vpq.node_rpc.append_frames import MAX_PARTITION, ChainGate, Frame, FrameError, decode_frames, encode_frames
+from vpq.node_rpc.write_node_client import WriteNodeClient
 
 # ---------------------------------------------------------------- codec (pure)
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from vpq.codec.errors import CorruptBatchError
+from vpq.codec.records import HEADER_SIZE, BatchView, Record, build_batch
 from vpq.write_nodes.batch_scan import summarize_batch
-from vpq.write_nodes.errors import CorruptBatchError
-from vpq.write_nodes.records import HEADER_SIZE, BatchView, Record, build_batch
 
 records = st.builds(
     Record,

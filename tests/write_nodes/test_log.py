@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from tests.write_nodes.helpers import make_records, read_all, small_settings
+from vpq.codec.records import BatchView, Record, build_batch, iter_batches
 from vpq.write_nodes import filenames
 from vpq.write_nodes.checkpoint import read_checkpoint
 from vpq.write_nodes.errors import OffsetOutOfRangeError, PartitionOfflineError
 from vpq.write_nodes.log import PartitionLog
-from vpq.write_nodes.records import BatchView, Record, build_batch, iter_batches
 
 
 async def _fill(log: PartitionLog, batches: int, per_batch: int = 3) -> list[bytes]:

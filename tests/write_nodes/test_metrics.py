@@ -11,10 +11,10 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from vpq.config.settings import LogSettings
 from tests.write_nodes.test_service_helpers import append, batch, make_settings, open_metadata, place_queue
+from vpq.codec.records import Record
+from vpq.config.settings import LogSettings
 from vpq.write_nodes.metrics import WriteNodeMetrics, per_queue
-from vpq.write_nodes.records import Record
 from vpq.write_nodes.service import WriteNodeService
 
 

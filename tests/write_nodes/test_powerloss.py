@@ -9,8 +9,8 @@ import contextlib
 import random
 from pathlib import Path
 
-from vpq.load.powerloss import run_campaign
 from tests.write_nodes.helpers import make_records, read_all, small_settings
+from vpq.load.powerloss import run_campaign
 from vpq.write_nodes.errors import LogIOError
 from vpq.write_nodes.log import PartitionLog
 from vpq.write_nodes.sim_disk import SimDisk

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from tests.write_nodes.helpers import make_records, read_all, small_settings
+from vpq.codec.records import Record, iter_batches
 from vpq.write_nodes import filenames
 from vpq.write_nodes.log import PartitionLog
-from vpq.write_nodes.records import Record, iter_batches
 from vpq.write_nodes.recovery import RecoveryReport
 
 

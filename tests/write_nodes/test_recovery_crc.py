@@ -7,9 +7,9 @@ import struct
 from pathlib import Path
 
 from tests.write_nodes.helpers import make_records, read_all, small_settings
+from vpq.codec.records import CRC_START, Record, iter_batches
 from vpq.write_nodes import filenames
 from vpq.write_nodes.log import PartitionLog
-from vpq.write_nodes.records import CRC_START, Record, iter_batches
 
 
 async def _log_of(directory: Path, batches: int) -> list[Record]:

@@ -7,8 +7,6 @@ import asyncio
 import aiohttp
 import pytest
 
-from vpq.common.errors import Unavailable
-from vpq.metadata.leases import pp_resource
 from tests.write_nodes.test_service_helpers import (
     append,
     batch,
@@ -18,8 +16,10 @@ from tests.write_nodes.test_service_helpers import (
     place_queue,
     read,
 )
-from vpq.write_nodes.client import WriteNodeClient
-from vpq.write_nodes.records import decode_batches, iter_batches
+from vpq.codec.records import decode_batches, iter_batches
+from vpq.common.errors import Unavailable
+from vpq.metadata.leases import pp_resource
+from vpq.node_rpc.write_node_client import WriteNodeClient
 from vpq.write_nodes.service import WriteNodeService
 
 

@@ -12,9 +12,9 @@ from typing import Any
 import aiohttp
 import orjson
 
+from vpq.codec.records import Record, build_batch
 from vpq.config.settings import ClusterSettings, LogSettings, RebalanceSettings, RedisSettings, Settings
 from vpq.metadata.store import MetadataStore
-from vpq.write_nodes.records import Record, build_batch
 
 LEASE_TTL_MS = 300
 

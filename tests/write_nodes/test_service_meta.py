@@ -13,8 +13,6 @@ import aiohttp
 import pyarrow.parquet as pq
 import pytest
 
-from vpq.common.runfiles import write_settings
-from vpq.metadata.leases import pp_resource
 from tests.write_nodes.test_service_helpers import (
     append,
     batch,
@@ -25,8 +23,10 @@ from tests.write_nodes.test_service_helpers import (
     place_queue,
     read,
 )
+from vpq.codec.records import decode_batches
+from vpq.common.runfiles import write_settings
+from vpq.metadata.leases import pp_resource
 from vpq.write_nodes.cluster_meta import get_or_init_partition_count, partition_count_key, read_partition_count
-from vpq.write_nodes.records import decode_batches
 from vpq.write_nodes.service import WriteNodeService
 
 REPO = Path(__file__).resolve().parents[2]

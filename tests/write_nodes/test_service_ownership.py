@@ -10,8 +10,6 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from vpq.config.settings import LogSettings
-from vpq.metadata.leases import pp_resource
 from tests.write_nodes.test_service_helpers import (
     append,
     batch,
@@ -22,9 +20,11 @@ from tests.write_nodes.test_service_helpers import (
     place_queue,
     read,
 )
+from vpq.codec.records import decode_batches
+from vpq.config.settings import LogSettings
+from vpq.metadata.leases import pp_resource
 from vpq.write_nodes.log import PartitionLog
 from vpq.write_nodes.ownership import PartitionBusyError, PartitionLock
-from vpq.write_nodes.records import decode_batches
 from vpq.write_nodes.service import WriteNodeService
 
 

@@ -1,0 +1,103 @@
+"""Body of the multi-partition append (``POST /internal/v1/append``): pure encoding, no I/O.
+
+A body is a run of frames, each ``>I`` partition word, ``>I`` length, then ``length`` bytes
+of ONE record batch (``codec.records.build_batch``). Bit 31 of the partition word is
+``CONTINUES``: the frame continues the chain of the previous frame of the same partition
+in this body (the next chunk of one producer's batch, too big for one frame); a frame
+without it starts a chain of its own. The write node appends frames in body order and
+refuses every later frame of a chain once one of its frames was refused, so a chain
+never lands out of order; chains are independent of each other (one body may carry
+the frames of several producers). The answer is JSON, one entry per frame in body order::
+
+    {"results": [{"base_offset": b, "last_offset": l},
+                 {"error": {"code": ..., "message": ..., ...}, "status": 503}, ...]}
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+FRAME_HEADER = struct.Struct(">II")
+CONTINUES = 0x8000_0000
+MAX_PARTITION = CONTINUES - 1
+MAX_FRAMES = 4096
+
+
+class FrameError(ValueError):
+    """The body is not a well-formed run of frames."""
+
+
+class Frame(NamedTuple):
+    """One batch for partition ``pp``; ``continues``: see the module docstring."""
+
+    pp: int
+    batch: bytes
+    continues: bool = False
+
+
+def encode_frames(frames: Sequence[Frame]) -> bytes:
+    """``frames`` as one body, in order."""
+    parts: list[bytes] = []
+    pack = FRAME_HEADER.pack
+    for pp, batch, continues in frames:
+        if pp < 0 or pp > MAX_PARTITION:
+            raise ValueError(f"partition {pp} out of range")
+        parts.append(pack(pp | CONTINUES if continues else pp, len(batch)))
+        parts.append(batch)
+    return b"".join(parts)
+
+
+def decode_frames(body: bytes) -> list[Frame]:
+    """The frames of ``body``; ``FrameError`` when it is empty, truncated, has an empty
+    frame or more than ``MAX_FRAMES`` frames."""
+    if not body:
+        raise FrameError("empty body: expected at least one frame")
+    out: list[Frame] = []
+    pos, end = 0, len(body)
+    size = FRAME_HEADER.size
+    unpack = FRAME_HEADER.unpack_from
+    while pos < end:
+        if end - pos < size:
+            raise FrameError(f"truncated frame header at byte {pos}")
+        word, length = unpack(body, pos)
+        pp = word & MAX_PARTITION
+        pos += size
+        if length == 0:
+            raise FrameError(f"empty frame for partition {pp} at byte {pos - size}")
+        if end - pos < length:
+            raise FrameError(f"frame for partition {pp} at byte {pos - size} needs {length} bytes, {end - pos} left")
+        out.append(Frame(pp, body[pos : pos + length], bool(word & CONTINUES)))
+        pos += length
+        if len(out) > MAX_FRAMES:
+            raise FrameError(f"more than {MAX_FRAMES} frames")
+    return out
+
+
+class ChainGate:
+    """The node's rule for chains, as a small pure object: ``refused(frame)`` is the error
+    an earlier frame of its chain got (the frame must then be refused with it), ``None``
+    when it may be tried; ``record(frame, error)`` after trying it."""
+
+    def __init__(self) -> None:
+        self._last: dict[int, Any] = {}  # pp -> error of its current chain, or None
+
+    def refused(self, frame: Frame) -> Any:
+        if not frame.continues:
+            self._last[frame.pp] = None
+            return None
+        return self._last.get(frame.pp)
+
+    def record(self, frame: Frame, error: Any) -> None:
+        if error is not None:
+            self._last[frame.pp] = error
+
+
+def ok_entry(base: int, last: int) -> dict[str, Any]:
+    return {"base_offset": base, "last_offset": last}
+
+
+def error_entry(error: dict[str, Any], status: int) -> dict[str, Any]:
+    """``error`` is the ``"error"`` object of ``common.errors`` JSON."""
+    return {"error": error, "status": status}

@@ -1,0 +1,1 @@
+"""Queue administration and placement-map writing, shared by gateways and read nodes."""
