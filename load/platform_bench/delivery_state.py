@@ -8,7 +8,7 @@ Figures (wall time, one CPU, pure Python):
 - poll cost against backlog: the time to take one batch from a small backlog
   and from the full one (the ratio should stay near 1: poll does not scan the
   backlog), and with one hot key of ``--messages/2`` blocked records in front;
-- persisted ack state size (compact and pair forms) after everything but one
+- persisted ack state size (the compact form) after everything but one
   early message (of an env without consumers) is acked.
 
 Prints one line per figure, then one JSON line. Register with
@@ -108,7 +108,6 @@ def run_bench(messages: int, keys: int, consumers: int, vps: int, batch: int) ->
     while got := stuck.poll("c0000", 10_000, 0):
         stuck.ack("c0000", [d.message_id for d in got])
     state = stuck.compact_ack_state()[0]
-    pair_len = len(stuck.ack_state()[0][1])
 
     return {
         "messages": messages,
@@ -128,7 +127,6 @@ def run_bench(messages: int, keys: int, consumers: int, vps: int, batch: int) ->
         "poll_cost_ratio_blocked_vs_small": round(t_blocked / t_small, 2),
         "ack_state_entries_one_stuck": len(state.pending_below) + len(state.acked_above),
         "ack_state_low_watermark": state.low_watermark,
-        "pair_state_entries_one_stuck": pair_len,
     }
 
 
@@ -156,8 +154,7 @@ def bench_delivery(
     )
     typer.echo(
         f"ack state with one stuck message after {messages - 1} acks: compact form lists "
-        f"{r['ack_state_entries_one_stuck']} offset(s), pair form {r['pair_state_entries_one_stuck']} "
-        f"(low watermark {r['ack_state_low_watermark']})"
+        f"{r['ack_state_entries_one_stuck']} offset(s) (low watermark {r['ack_state_low_watermark']})"
     )
     typer.echo(json.dumps(r))
 
