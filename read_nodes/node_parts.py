@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from vpq.config.settings import Settings
 from vpq.gateway.cluster_queues import QueueAdmin
 from vpq.gateway.node_directory import WriteNodeDirectory
+from vpq.metadata.acks import AckStateStore
 from vpq.metadata.map_cache import MapCache
 from vpq.metadata.store import MetadataStore
-from vpq.read_nodes.ack_persistence import AckStateStore
 from vpq.read_nodes.dead_letters import DeadLetterProducer
 from vpq.read_nodes.tailer import RecordSource
 from vpq.read_nodes.tailer_pool import TailerPool

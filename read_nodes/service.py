@@ -39,19 +39,18 @@ from aiohttp import web
 from vpq.common.errors import Conflict, NotFound
 from vpq.common.lifecycle import close_all
 from vpq.config.settings import Settings
-from vpq.gateway.cluster_errors import metadata_errors
 from vpq.gateway.cluster_queues import QueueAdmin
 from vpq.gateway.cluster_traffic import TrafficMeter
 from vpq.gateway.log_ends import LogEnds
 from vpq.gateway.node_directory import WriteNodeDirectory
 from vpq.isolation.context import IsolationContext
 from vpq.metadata.aio import cancel_and_wait
+from vpq.metadata.api_errors import metadata_errors
 from vpq.metadata.events import EventListener
 from vpq.metadata.lease_keeper import LeaseKeeper
 from vpq.metadata.leases import group_resource
 from vpq.metadata.map_cache import MapCache
 from vpq.metadata.store import MetadataStore
-from vpq.read_nodes.ack_persistence import AckStateStore
 from vpq.read_nodes.dead_letters import DeadLetterProducer
 from vpq.read_nodes.group_host import GroupHost
 from vpq.read_nodes.group_start import start_offsets
@@ -65,7 +64,6 @@ from vpq.read_nodes.tailer_pool import TailerPool
 from vpq.virtual_partitions.router import ProduceRouter
 from vpq.write_nodes.append_accumulator import AppendAccumulator
 from vpq.write_nodes.client import WriteNodeClient
-from vpq.write_nodes.cluster_meta import read_partition_count
 from vpq.write_nodes.produce import Appender
 
 log = logging.getLogger("vpq.read_node")
@@ -130,7 +128,7 @@ class ReadNodeService:
         cache = self._cache = MapCache(md.queues, md.maps, listener)
         await cache.start()
         self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1024, limit_per_host=256))
-        self._partition_count = await read_partition_count(md.client, md.keys) or s.cluster.physical_partitions
+        self._partition_count = await md.read_partition_count() or s.cluster.physical_partitions
         writers = WriteNodeDirectory(md.nodes, md.leases, self._partition_count)
         listener.add_callback(writers.on_event)
         await writers.refresh()
@@ -148,7 +146,7 @@ class ReadNodeService:
         )
         self.parts = NodeParts(
             settings=s, node_id=self.node_id, options=o, md=md, map_cache=cache, writers=writers,
-            write_client=write_client, source=source, pool=pool, acks=AckStateStore(md.client, md.keys), admin=admin,
+            write_client=write_client, source=source, pool=pool, acks=md.acks, admin=admin,
             dead_letters=DeadLetterProducer(appender, admin, source),
         )
         self._runner = web.AppRunner(build_app(self), access_log=None, shutdown_timeout=2.0)

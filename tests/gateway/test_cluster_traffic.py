@@ -1,14 +1,13 @@
-"""gateway/cluster_traffic.py (pure, clock injected) and gateway/cluster_errors.py mapping."""
+"""gateway/cluster_traffic.py (pure, clock injected) and metadata/api_errors.py mapping."""
 
 from __future__ import annotations
 
 import pytest
-from redis.exceptions import ConnectionError as RedisConnectionError
 
 from vpq.common.errors import BadRequest, Conflict, NotFound, Unavailable
-from vpq.gateway.cluster_errors import metadata_errors
 from vpq.gateway.cluster_traffic import TrafficMeter
-from vpq.metadata.errors import QueueConfigError, QueueConflictError, QueueNotFoundError
+from vpq.metadata.api_errors import metadata_errors
+from vpq.metadata.errors import MetadataUnavailable, QueueConfigError, QueueConflictError, QueueNotFoundError
 from vpq.metadata.maps import MapConflictError
 
 
@@ -43,7 +42,7 @@ def test_meter_bounds_the_number_of_queues() -> None:
 @pytest.mark.parametrize(
     ("raised", "expected", "code"),
     [
-        (RedisConnectionError("refused"), Unavailable, "metadata_unavailable"),
+        (MetadataUnavailable("refused"), Unavailable, "metadata_unavailable"),
         (QueueNotFoundError("q"), NotFound, "queue_not_found"),
         (QueueConflictError("q", "may only grow"), Conflict, "virtual_partitions_shrink"),
         (QueueConfigError("ordering", "bad"), BadRequest, "invalid_request"),

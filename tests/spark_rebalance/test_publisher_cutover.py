@@ -19,7 +19,7 @@ from vpq.spark_rebalance.cutover import (
     rebase_moves,
     resolve_lineage,
 )
-from vpq.spark_rebalance.fences import Fence, FencedQueue, fence_of
+from vpq.metadata.fences import Fence, FencedQueue, fence_of
 from vpq.spark_rebalance.plan_model import Split
 from vpq.virtual_partitions.placement import VpMove
 

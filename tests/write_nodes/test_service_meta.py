@@ -25,7 +25,7 @@ from tests.write_nodes.test_service_helpers import (
     place_queue,
     read,
 )
-from vpq.write_nodes.cluster_meta import get_or_init_partition_count, partition_count_key, read_partition_count
+from vpq.metadata.partition_count import get_or_init_partition_count, partition_count_key, read_partition_count
 from vpq.write_nodes.records import decode_batches
 from vpq.write_nodes.service import WriteNodeService
 
