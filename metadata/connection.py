@@ -22,7 +22,6 @@ The caller owns the client and must ``await client.aclose()``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-
 from typing import Any
 
 import redis.asyncio as aioredis
