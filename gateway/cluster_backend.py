@@ -34,6 +34,7 @@ import aiohttp
 
 from vpq.common.errors import NotFound, PayloadTooLarge, Unavailable, VpqError
 from vpq.common.lifecycle import close_all
+from vpq.common.poll_body import PolledBody
 from vpq.config.settings import Settings
 from vpq.gateway.backend import JoinSpec
 from vpq.gateway.cluster_groups import GroupCaller
@@ -47,7 +48,6 @@ from vpq.metadata.events import EventListener
 from vpq.metadata.map_cache import MapCache
 from vpq.metadata.queues import QueueRecord
 from vpq.metadata.store import MetadataStore
-from vpq.common.poll_body import PolledBody
 from vpq.read_nodes.client import ReadNodeClient
 from vpq.virtual_partitions.router import ProduceRouter
 from vpq.write_nodes.append_accumulator import AppendAccumulator

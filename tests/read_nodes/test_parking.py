@@ -4,6 +4,7 @@ and how both survive a takeover through the compact ack state."""
 
 from __future__ import annotations
 
+from tests.read_nodes.test_service_parts import _Pool
 from vpq.isolation.context import IsolationContext
 from vpq.metadata.acks import decode_state, encode_state
 from vpq.read_nodes.ack_persistence import restored_states, trim_state
@@ -13,7 +14,6 @@ from vpq.read_nodes.delivery_types import Admission, DeliveryConfig, DeliveryEnt
 from vpq.read_nodes.ingestor import Ingestor
 from vpq.read_nodes.lineage_order import LineageOrder
 from vpq.read_nodes.messages import TailedRecord
-from tests.read_nodes.test_service_parts import _Pool
 from vpq.write_nodes.records import Record
 
 PROD = IsolationContext()

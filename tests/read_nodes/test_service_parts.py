@@ -15,8 +15,7 @@ from vpq.read_nodes.ack_persistence import AckSnapshots, restored_states, trim_s
 from vpq.read_nodes.ack_tracker import AckTracker, PartitionAckState
 from vpq.read_nodes.dead_letters import dlq_name
 from vpq.read_nodes.delivery import GroupDelivery
-from vpq.read_nodes.delivery_types import stream_of
-from vpq.read_nodes.delivery_types import DeliveryConfig
+from vpq.read_nodes.delivery_types import DeliveryConfig, stream_of
 from vpq.read_nodes.ingestor import Ingestor
 from vpq.read_nodes.lineage_order import Decision, LineageOrder
 from vpq.read_nodes.messages import TailedRecord, render_message

@@ -13,8 +13,6 @@ from pathlib import Path
 import aiohttp
 import pyarrow.parquet as pq
 
-from vpq.common.runfiles import write_settings
-from vpq.metadata.leases import pp_resource
 from tests.write_nodes.test_service_helpers import (
     append,
     batch,
@@ -25,6 +23,8 @@ from tests.write_nodes.test_service_helpers import (
     place_queue,
     read,
 )
+from vpq.common.runfiles import write_settings
+from vpq.metadata.leases import pp_resource
 from vpq.write_nodes.records import decode_batches
 from vpq.write_nodes.service import WriteNodeService
 
