@@ -34,7 +34,6 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import aiohttp
 import typer
-from redis.exceptions import RedisError
 from rich.console import Console
 from rich.markup import escape
 
@@ -44,13 +43,12 @@ from vpq.common.runfiles import read_redis_url, read_settings, settings_path
 from vpq.config.overrides import apply_overrides, describe_error, parse_assignments
 from vpq.config.settings import Settings, load_settings
 from vpq.metadata.connection import ClientOptions
+from vpq.metadata.errors import MetadataUnavailable
 from vpq.metadata.maps import MapConflictError
 from vpq.metadata.store import MetadataStore
 from vpq.spark_rebalance.fence_client import WRITE_ROLE, HttpFenceClient
-from vpq.spark_rebalance.fences import FenceStore
 from vpq.spark_rebalance.publisher import Publisher, PublisherOptions, describe
 from vpq.virtual_partitions.placement import PlacementMap
-from vpq.write_nodes.cluster_meta import read_partition_count
 
 if TYPE_CHECKING:
     from vpq.spark_rebalance.runner import RebalanceOutcome
@@ -121,9 +119,9 @@ async def read_state(md: MetadataStore, settings: Settings) -> ClusterState:
     """The map, the partitions and the live write nodes, as Redis has them now."""
     raw = await md.maps.current()
     current = PlacementMap.from_dict(raw) if raw else PlacementMap(0, {})
-    count = await read_partition_count(md.client, md.keys) or settings.cluster.physical_partitions
+    count = await md.read_partition_count() or settings.cluster.physical_partitions
     nodes = sorted(n.node_id for n in await md.nodes.nodes(WRITE_ROLE))
-    snap = await FenceStore(md.client, md.keys).snapshot()
+    snap = await md.fences.snapshot()
     note = None
     if snap.fence is not None:
         state = "expired: this run recovers it" if snap.expired else "in progress"
@@ -172,7 +170,7 @@ async def run_rebalance(target: Target, dry_run: bool, master: str, every: float
     try:
         try:
             await md.start()
-        except (RedisError, OSError) as exc:
+        except (MetadataUnavailable, OSError) as exc:
             err_console.print(f"[red]error:[/] cannot reach Redis at {target.redis_url} (from {target.source}): {exc}")
             return 1
         with err_console.status(f"starting Spark ({master}) ..."):
@@ -186,7 +184,7 @@ async def run_rebalance(target: Target, dry_run: bool, master: str, every: float
                 while True:
                     try:
                         await _one_round(spark, md, publisher, target, console, dry_run, master)
-                    except (RedisError, OSError, VpqError, MapConflictError) as exc:
+                    except (MetadataUnavailable, OSError, VpqError, MapConflictError) as exc:
                         err_console.print(f"[red]error:[/] rebalance round failed: {exc}")
                         if every is None:
                             return 1

@@ -13,7 +13,7 @@ Parts (built in ``start()``, stopped in reverse by ``stop()``):
   (``gateway.cluster_metrics``).
 
 The physical partitions of the cluster are ``0 .. K-1`` with K the count stored in Redis
-when the cluster was created (``write_nodes.cluster_meta``; the first process to start
+when the cluster was created (``metadata.partition_count``; the first process to start
 stores ``settings.cluster.physical_partitions``), plus any pp the map places a queue on.
 
 Produce: the queue's ``max_message_bytes`` is checked first (413 ``message_too_large``
@@ -37,9 +37,9 @@ from vpq.common.lifecycle import close_all
 from vpq.common.poll_body import PolledBody
 from vpq.config.settings import Settings
 from vpq.gateway.backend import JoinSpec
-from vpq.gateway.cluster_errors import metadata_errors
 from vpq.gateway.cluster_groups import GroupCaller
 from vpq.gateway.cluster_metrics import NodeMetricsScraper, registered_nodes
+from vpq.metadata.api_errors import metadata_errors
 from vpq.metadata.events import EventListener
 from vpq.metadata.map_cache import MapCache
 from vpq.metadata.queues import QueueRecord
@@ -54,7 +54,6 @@ from vpq.queue_admin.cluster_queues import EMPTY_MAP, QueueAdmin
 from vpq.queue_admin.log_ends import LogEnds
 from vpq.traffic.cluster_traffic import TrafficMeter
 from vpq.virtual_partitions.router import ProduceRouter
-from vpq.write_nodes.cluster_meta import get_or_init_partition_count
 
 log = logging.getLogger("vpq.gateway.cluster")
 T = TypeVar("T")
@@ -92,9 +91,7 @@ class ClusterBackend:
         try:
             md = self._md = MetadataStore(self._settings.redis, url=self._redis_url, queue_defaults=self._settings.queues)
             await md.start()
-            self._partition_count = await get_or_init_partition_count(
-                md.client, md.keys, self._settings.cluster.physical_partitions
-            )
+            self._partition_count = await md.get_or_init_partition_count(self._settings.cluster.physical_partitions)
             listener = self._listener = md.event_listener()
             await listener.start()
             cache = self._cache = MapCache(md.queues, md.maps, listener)
@@ -163,7 +160,7 @@ class ClusterBackend:
         if not self._started or self._md is None or self._writers is None or self._readers is None:
             return False
         try:
-            await self._md.client.ping()
+            await self._md.ping()
             await self._writers.refresh()
             await self._readers.refresh()
         except Exception:

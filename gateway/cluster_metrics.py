@@ -28,8 +28,8 @@ import aiohttp
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.parser import text_string_to_metric_families
-from redis.exceptions import RedisError
 
+from vpq.metadata.errors import MetadataUnavailable
 from vpq.metadata.leases import NodeRegistry
 
 log = logging.getLogger("vpq.gateway.metrics")
@@ -53,7 +53,7 @@ async def registered_nodes(registry: NodeRegistry, roles: Sequence[str] = ("writ
     """The live nodes of ``roles`` in the registry; ``[]`` (logged) when Redis cannot tell."""
     try:
         return [NodeTarget(n.node_id, n.role, n.address) for role in roles for n in await registry.nodes(role)]
-    except (RedisError, OSError) as exc:
+    except (MetadataUnavailable, OSError) as exc:
         log.warning("node metrics skipped: the node registry is unavailable: %s", exc)
         return []
 

@@ -1,151 +1,161 @@
-"""Persisted acknowledgement state per (queue, group, physical partition).
+"""Persisted ack state of the consumer groups: one hash per group, fenced by the group lease.
 
-State: a low watermark ``lw`` (every offset below it is done: acked or
-dead-lettered, or not the queue's) plus the set of offsets at or above ``lw``
-that are acked out of order. The read node that owns the group computes both
-(only it knows which offsets of the shared pp belong to the queue) and saves
-snapshots; another read node taking the group over loads them.
+Storage: ``{prefix}:ackstate:{queue}:{group}`` (``Keys.acks``), field stream (the read
+node's ``read_nodes.delivery_types.stream_of``: a context of a pp) -> one state, in the
+compact form the read node keeps (``read_nodes.ack_tracker.PartitionAckState``: the
+offsets still OUTSTANDING below a scan position, the done ones above it, the parked
+key segments), so its size is bounded by what the group holds, never by what it acked.
 
-``save(queue, group, pp, low_watermark, acked_above, fence_token)`` is one Lua
-script that accepts the snapshot only when
+Encoding of one state: ``"2|queue_id|token|scanned_to|pending|acked|parked"``
+(``pending``: first offset, ``:``, then the differences from it, each offset from the
+previous; ``acked``: differences from ``scanned_to``; both comma separated, possibly
+empty; ``parked``: segments ``key_hash:from_offset:until`` separated by commas,
+``until`` empty when open). Format ``1`` (field a pp, no ``parked`` part) is still read:
+such a state holds for every context of its pp. ``decode_state`` checks the syntax
+only; the read node checks the offsets' invariants when it builds its state.
 
-1. ``fence_token`` is the token of the live lease on ``group_resource(queue,
-   group)``: a read node that lost the group (lease expired and taken over, or
-   released) can no longer write, whatever it still has in flight; and
-2. the watermark does not go backwards (``low_watermark >= stored``): a late,
-   reordered snapshot can never undo progress.
+Contract:
 
-Otherwise it changes nothing and returns False (``save_status`` says which rule
-refused it). Offsets below the watermark are dropped from ``acked_above``.
+- ``save(queue, group, token, blobs)`` is one Lua script that writes the encoded states
+  only while ``token`` is the live token of the group lease ``group:{queue}:{group}``
+  (``metadata.leases``): a node that lost the group can never overwrite its
+  successor's state. False (nothing written) otherwise.
+- ``load(queue, group, queue_id)`` ignores states written for another queue id (a
+  queue deleted and created again under the same name).
+- The hash belongs to the group: ``GroupStore.delete_group`` (run for every group
+  when the queue is deleted) removes it with the group's other keys.
 
-Bound: at most ``max_acked_above`` (default 10,000) out-of-order offsets per
-snapshot. Beyond that ``save`` REFUSES with ``AckStateTooLargeError`` rather than
-compacting, because compaction would need knowledge only the read node has. The
-read node must keep its window of unacknowledged deliveries ahead of the
-watermark small enough (stop handing out new messages of the partition while
-the gap is that wide), which also bounds redelivery after a failover.
-
-Encoding of one state (a hash field per pp): ``"lw|token|d1,d2,..."`` where the
-deltas are ``first - lw`` then successive differences of the sorted offsets.
+Pure apart from ``AckStateStore``.
 """
 
 from __future__ import annotations
 
-import enum
-from bisect import bisect_left
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from typing import NamedTuple, Protocol
 
 import redis.asyncio as aioredis
 
-from vpq.metadata.errors import AckStateTooLargeError
 from vpq.metadata.keys import Keys
 from vpq.metadata.leases import group_resource
 
-DEFAULT_MAX_ACKED_ABOVE = 10_000
+FORMAT_VERSION = "2"
+LEGACY_VERSION = "1"  # per pp, no parked keys: still read
 
-# KEYS: acks hash, group lease ; ARGV: pp, lw, token, blob
+Parked = tuple[tuple[int, int, int | None], ...]
+
+# KEYS: state hash, group lease ; ARGV: token, stream, blob, stream, blob, ...
 _SAVE = """
-if redis.call('HGET', KEYS[2], 'token') ~= ARGV[3] then return 0 end
-local cur = redis.call('HGET', KEYS[1], ARGV[1])
-if cur then
-  local clw, ctok = string.match(cur, '^(%d+)|(%d+)|')
-  if tonumber(ARGV[3]) < tonumber(ctok) then return 0 end
-  if tonumber(ARGV[2]) < tonumber(clw) then return -1 end
-end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[4])
+if redis.call('HGET', KEYS[2], 'token') ~= ARGV[1] then return 0 end
+for i = 2, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
 return 1
 """
 
 
-class SaveStatus(enum.Enum):
-    SAVED = 1
-    FENCED = 0
-    """the token is not the live group lease's (or older than the stored one)"""
-    REGRESSED = -1
-    """the watermark would go backwards"""
+class AckFields(Protocol):
+    """What ``encode_state`` reads of a state (``PartitionAckState`` is one)."""
+
+    @property
+    def scanned_to(self) -> int: ...
+    @property
+    def pending_below(self) -> tuple[int, ...]: ...
+    @property
+    def acked_above(self) -> tuple[int, ...]: ...
+    @property
+    def parked(self) -> Parked: ...
 
 
-@dataclass(frozen=True, slots=True)
-class AckState:
-    low_watermark: int
-    acked_above: list[int] = field(default_factory=list)
-    fence_token: int = 0
+class StoredAckState(NamedTuple):
+    """One decoded state, fields in ``PartitionAckState``'s order (so
+    ``PartitionAckState(*stored)`` builds and checks it)."""
 
-    def is_acked(self, offset: int) -> bool:
-        """True when ``offset`` is done according to this state."""
-        if offset < self.low_watermark:
-            return True
-        i = bisect_left(self.acked_above, offset)
-        return i < len(self.acked_above) and self.acked_above[i] == offset
+    scanned_to: int
+    pending_below: tuple[int, ...] = ()
+    acked_above: tuple[int, ...] = ()
+    parked: Parked = ()
 
 
-def encode_state(low_watermark: int, acked_above: Iterable[int], token: int, maximum: int) -> tuple[str, list[int]]:
-    """The stored form and the normalized (sorted, deduplicated, >= lw) offsets."""
-    if not isinstance(low_watermark, int) or low_watermark < 0:
-        raise ValueError(f"low_watermark must be an integer >= 0, got {low_watermark!r}")
-    above = sorted({int(o) for o in acked_above if int(o) >= low_watermark})
-    if len(above) > maximum:
-        raise AckStateTooLargeError(len(above), maximum)
-    deltas = []
-    prev = low_watermark
-    for o in above:
-        deltas.append(o - prev)
-        prev = o
-    return f"{low_watermark}|{int(token)}|{','.join(map(str, deltas))}", above
+def _deltas(values: Iterable[int], base: int) -> str:
+    out: list[str] = []
+    prev = base
+    for v in values:
+        out.append(str(v - prev))
+        prev = v
+    return ",".join(out)
 
 
-def decode_state(raw: str) -> AckState:
-    lw_s, tok_s, deltas_s = raw.split("|", 2)
-    lw = int(lw_s)
-    above: list[int] = []
-    prev = lw
-    if deltas_s:
-        for d in deltas_s.split(","):
-            prev += int(d)
-            above.append(prev)
-    return AckState(lw, above, int(tok_s))
+def _undeltas(text: str, base: int) -> list[int]:
+    out: list[int] = []
+    if not text:
+        return out
+    prev = base
+    for part in text.split(","):
+        prev += int(part)
+        out.append(prev)
+    return out
 
 
-class AckStore:
-    """Ack snapshots over one shared client (the caller owns it)."""
+def encode_state(queue_id: int, token: int, state: AckFields) -> str:
+    """The stored text of one state (see the module docstring)."""
+    pending = state.pending_below
+    pending_s = f"{pending[0]}:{_deltas(pending, pending[0])}" if pending else ""
+    fields = (str(int(queue_id)), str(int(token)), str(state.scanned_to), pending_s)
+    parked = ",".join(f"{h}:{start}:{'' if until is None else until}" for h, start, until in state.parked)
+    return "|".join((FORMAT_VERSION, *fields, _deltas(state.acked_above, state.scanned_to), parked))
 
-    def __init__(self, client: aioredis.Redis, keys: Keys, max_acked_above: int = DEFAULT_MAX_ACKED_ABOVE) -> None:
-        if max_acked_above < 0:
-            raise ValueError("max_acked_above must be >= 0")
+
+def decode_state(raw: str) -> tuple[int, int, StoredAckState]:
+    """``(queue_id, token, state)`` of a stored text in format 2 or 1; ValueError on
+    anything malformed."""
+    try:
+        parts = raw.split("|")
+        version = parts[0]
+        if version == LEGACY_VERSION and len(parts) == 6:
+            parked_s = ""
+            _, qid, token, scanned, pending_s, acked_s = parts
+        elif version == FORMAT_VERSION and len(parts) == 7:
+            _, qid, token, scanned, pending_s, acked_s, parked_s = parts
+        else:
+            raise ValueError(f"unknown ack state format {version!r}")
+        parked: list[tuple[int, int, int | None]] = []
+        for seg in parked_s.split(",") if parked_s else ():
+            h, start, until = seg.split(":")
+            parked.append((int(h), int(start), int(until) if until else None))
+        scanned_to = int(scanned)
+        pending: list[int] = []
+        if pending_s:
+            first_s, rest = pending_s.split(":", 1)
+            pending = _undeltas(rest, int(first_s))
+        state = StoredAckState(scanned_to, tuple(pending), tuple(_undeltas(acked_s, scanned_to)), tuple(parked))
+        return int(qid), int(token), state
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"malformed ack state {raw[:80]!r}: {exc}") from None
+
+
+class AckStateStore:
+    """Fenced ack states in Redis (the caller owns the client)."""
+
+    def __init__(self, client: aioredis.Redis, keys: Keys) -> None:
         self._client = client
         self._keys = keys
-        self.max_acked_above = max_acked_above
         self._save = client.register_script(_SAVE)
 
-    async def save_status(
-        self, queue: str, group: str, pp: int, low_watermark: int, acked_above: Iterable[int], fence_token: int
-    ) -> SaveStatus:
-        """Store the snapshot if the fence and the watermark allow; see the module docstring."""
-        blob, _ = encode_state(low_watermark, acked_above, fence_token, self.max_acked_above)
-        k = self._keys
-        res = await self._save(
-            keys=[k.acks(queue, group), k.lease(group_resource(queue, group))],
-            args=[int(pp), low_watermark, int(fence_token), blob],
-        )
-        return SaveStatus(int(res))
+    async def save(self, queue: str, group: str, token: int, blobs: Mapping[int, str]) -> bool:
+        """Store the encoded states by stream; False (nothing stored) when ``token`` is
+        not the live group lease's token."""
+        if not blobs:
+            return True
+        args: list[str | int] = [int(token)]
+        for stream, blob in blobs.items():
+            args += [int(stream), blob]
+        keys = [self._keys.acks(queue, group), self._keys.lease(group_resource(queue, group))]
+        return bool(await self._save(keys=keys, args=args))
 
-    async def save(
-        self, queue: str, group: str, pp: int, low_watermark: int, acked_above: Iterable[int], fence_token: int
-    ) -> bool:
-        """True when stored; False when fenced off or the watermark would go backwards."""
-        status = await self.save_status(queue, group, pp, low_watermark, acked_above, fence_token)
-        return status is SaveStatus.SAVED
-
-    async def load(self, queue: str, group: str, pp: int) -> AckState | None:
-        """The saved state of one pp, None when none was ever saved."""
-        raw = await self._client.hget(self._keys.acks(queue, group), str(int(pp)))
-        return decode_state(raw) if raw is not None else None
-
-    async def load_all(self, queue: str, group: str) -> dict[int, AckState]:
-        """Every saved pp state of the group, by pp."""
+    async def load(self, queue: str, group: str, queue_id: int) -> dict[int, StoredAckState]:
+        """The persisted state of every stream written for ``queue_id`` (others ignored)."""
         raw = await self._client.hgetall(self._keys.acks(queue, group))
-        return {int(pp): decode_state(v) for pp, v in sorted(raw.items(), key=lambda kv: int(kv[0]))}
-
-    async def delete_group(self, queue: str, group: str) -> None:
-        await self._client.delete(self._keys.acks(queue, group))
+        out: dict[int, StoredAckState] = {}
+        for stream, blob in raw.items():
+            qid, _token, state = decode_state(blob)
+            if qid == queue_id:
+                out[int(stream)] = state
+        return out

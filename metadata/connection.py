@@ -10,19 +10,70 @@ connection instead of failing at once with "Too many connections" (a read node h
 hundreds of groups runs their housekeeping in bursts). Every metadata script is written to be safe to retry (idempotent for the same
 arguments), which is what makes the retry policy acceptable.
 
+Errors: every redis-py exception a command (or a pipeline's ``execute``) raises
+reaches the caller as ``metadata.errors.MetadataUnavailable`` (the redis-py one is its
+``__cause__``), so code outside ``metadata/`` never handles redis-py types. Two stay
+as they are because redis-py itself relies on them: ``NoScriptError`` (a script
+reloads itself) and ``WatchError`` (optimistic transactions).
+
 The caller owns the client and must ``await client.aclose()``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import redis.asyncio as aioredis
+from redis.asyncio.client import Pipeline
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
-from redis.exceptions import BusyLoadingError, ConnectionError, TimeoutError
+from redis.exceptions import BusyLoadingError, ConnectionError, NoScriptError, RedisError, TimeoutError, WatchError
 
 from vpq.config.settings import RedisClientSettings, RedisSettings
+from vpq.metadata.errors import MetadataUnavailable
+
+_PASS_THROUGH = (NoScriptError, WatchError)
+
+
+def _unavailable(exc: RedisError) -> MetadataUnavailable:
+    return MetadataUnavailable(f"{type(exc).__name__}: {exc}")
+
+
+class _Pipeline(Pipeline):
+    """A pipeline whose failures are ``MetadataUnavailable`` (see the module docstring)."""
+
+    async def immediate_execute_command(self, *args: Any, **options: Any) -> Any:
+        try:
+            return await super().immediate_execute_command(*args, **options)
+        except _PASS_THROUGH:
+            raise
+        except RedisError as exc:
+            raise _unavailable(exc) from exc
+
+    async def execute(self, raise_on_error: bool = True) -> list[Any]:
+        try:
+            return await super().execute(raise_on_error)
+        except _PASS_THROUGH:
+            raise
+        except RedisError as exc:
+            raise _unavailable(exc) from exc
+
+
+class MetadataClient(aioredis.Redis):
+    """``redis.asyncio.Redis`` whose failures are ``MetadataUnavailable`` (see the
+    module docstring)."""
+
+    async def execute_command(self, *args: Any, **options: Any) -> Any:
+        try:
+            return await super().execute_command(*args, **options)
+        except _PASS_THROUGH:
+            raise
+        except RedisError as exc:
+            raise _unavailable(exc) from exc
+
+    def pipeline(self, transaction: bool = True, shard_hint: str | None = None) -> _Pipeline:
+        return _Pipeline(self.connection_pool, self.response_callbacks, transaction, shard_hint)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +95,7 @@ class ClientOptions:
         return cls(**section.model_dump())
 
 
-def create_client(url: str, options: ClientOptions | None = None, client_name: str | None = None) -> aioredis.Redis:
+def create_client(url: str, options: ClientOptions | None = None, client_name: str | None = None) -> MetadataClient:
     """A new client for ``url`` (no I/O happens until the first command); closing the
     client closes its pool."""
     o = options or ClientOptions()
@@ -61,12 +112,12 @@ def create_client(url: str, options: ClientOptions | None = None, client_name: s
         health_check_interval=o.health_check_interval,
         client_name=client_name,
     )
-    return aioredis.Redis.from_pool(pool)
+    return MetadataClient.from_pool(pool)
 
 
 def client_from_settings(
     settings: RedisSettings, url: str | None = None, options: ClientOptions | None = None
-) -> aioredis.Redis:
+) -> MetadataClient:
     """A client for ``url`` or else ``settings.url``, with ``options`` or else those of
     ``settings.client``; ValueError when no URL is set (the embedded-Redis case
     resolves the URL before building metadata clients)."""

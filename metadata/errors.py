@@ -1,10 +1,22 @@
-"""Errors raised by the metadata stores (the gateway maps them to HTTP statuses)."""
+"""Errors raised by the metadata stores (``metadata.api_errors`` maps them to HTTP statuses).
+
+Code outside ``metadata/`` sees only these: a failure of Redis itself (unreachable,
+timed out, still loading, or a command it refused) reaches it as ``MetadataUnavailable``,
+never as a redis-py exception (``metadata.connection`` translates them).
+"""
 
 from __future__ import annotations
 
 
 class MetadataError(Exception):
     """Base class of every metadata error."""
+
+
+class MetadataUnavailable(MetadataError):
+    """Redis could not serve a metadata request: unreachable, timed out (after the
+    client's retries), still loading its data, or it failed the command. Retryable;
+    the API answers 503 ``metadata_unavailable``. The redis-py exception is the
+    ``__cause__``."""
 
 
 class QueueNotFoundError(MetadataError, LookupError):

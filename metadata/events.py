@@ -38,6 +38,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError, RedisError, TimeoutError
 
 from vpq.metadata.aio import cancel_and_wait
+from vpq.metadata.errors import MetadataUnavailable
 from vpq.metadata.keys import Keys
 
 log = logging.getLogger(__name__)
@@ -177,7 +178,7 @@ class EventListener:
                 backoff = 0.05
             except asyncio.CancelledError:
                 raise
-            except (ConnectionError, TimeoutError, OSError, RedisError) as exc:
+            except (ConnectionError, TimeoutError, OSError, RedisError, MetadataUnavailable) as exc:
                 log.info("event listener lost Redis (%s); reconnecting in %.2fs", exc, backoff)
                 await self._disconnect()
                 await asyncio.sleep(backoff)

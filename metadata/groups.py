@@ -17,6 +17,7 @@ Contract:
   deadline has passed and returns their ids.
 - ``now_ms`` defaults to the Redis server clock (one clock for every node); tests
   may pass their own. All operations are single Lua scripts.
+- ``delete_group`` removes every key the group owns, its ack state included.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import redis.asyncio as aioredis
 from vpq.metadata.contexts import normalize
 from vpq.metadata.events import ANNOUNCE_LUA
 from vpq.metadata.keys import Keys
+from vpq.metadata.leases import group_resource
 from vpq.metadata.names import check_id, check_name
 
 StartPosition = Literal["earliest", "latest"]
@@ -110,12 +112,16 @@ for i = 1, #ARGV, 2 do redis.call('HSETNX', KEYS[1], ARGV[i], ARGV[i + 1]) end
 return redis.call('HGETALL', KEYS[1])
 """
 
-# KEYS: groups set, group hash, deadlines, members, start, events_version, events_log
+# KEYS: groups set, group hash, deadlines, members, start, events_version, events_log,
+#       ack state, group lease, group fence counter, fence floor
 # ARGV: channel, queue, group
 _DELETE = ANNOUNCE_LUA + """
-if redis.call('EXISTS', KEYS[2]) == 0 then return 0 end
-redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5])
+local existed = redis.call('EXISTS', KEYS[2]) == 1
+local last = tonumber(redis.call('GET', KEYS[10]) or '0')
+if last > tonumber(redis.call('GET', KEYS[11]) or '0') then redis.call('SET', KEYS[11], last) end
+redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[8], KEYS[9], KEYS[10])
 redis.call('SREM', KEYS[1], ARGV[3])
+if not existed then return 0 end
 vpq_announce(KEYS[6], KEYS[7], ARGV[1], {type='group', op='delete', queue=ARGV[2], group=ARGV[3]})
 return 1
 """
@@ -277,8 +283,13 @@ class GroupStore:
         return {int(flat[i]): int(flat[i + 1]) for i in range(0, len(flat), 2)}
 
     async def delete_group(self, queue: str, group: str) -> bool:
-        """Drop the group record, its members and start offsets (not its ack state)."""
+        """Remove every key of the group: its record, members, deadlines, start offsets,
+        ack state (``metadata.acks``), lease and fence counter (whose last token goes to
+        the fence floor, see ``metadata.leases``), and its name from the queue's set.
+        True when the group existed (then the deletion is announced); its leftovers are
+        removed either way."""
         k = self._keys
+        resource = group_resource(queue, group)
         n = await self._delete(
             keys=[
                 k.groups(queue),
@@ -288,6 +299,10 @@ class GroupStore:
                 k.group_start(queue, group),
                 k.events_version(),
                 k.events_log(),
+                k.acks(queue, group),
+                k.lease(resource),
+                k.fence(resource),
+                k.fence_floor(),
             ],
             args=[k.events(), queue, group],
         )

@@ -20,13 +20,16 @@ key                                       type    content
 ``p:nodes:{role}``                        zset    node id -> lease deadline (ms, Redis clock)
 ``p:nodes:{role}:info``                   hash    node id -> JSON {address, meta}
 ``p:lease:{resource}``                    hash    ``node``, ``token`` (key expires with the lease)
-``p:fence:{resource}``                    string  last fencing token issued (INCR, never expires)
+``p:fence:{resource}``                    string  last fencing token issued (INCR)
+``p:fence_floor``                         string  highest token of a deleted ``p:fence:{resource}``
 ``p:groups:{queue}``                      set     group names of the queue
 ``p:group:{queue}:{group}``               hash    group record (start, generation, created_ms)
 ``p:group:{queue}:{group}:deadlines``     zset    consumer id -> session deadline (ms)
 ``p:group:{queue}:{group}:members``       hash    consumer id -> JSON member info
 ``p:group:{queue}:{group}:start``         hash    pp -> start offset (set once)
-``p:acks:{queue}:{group}``                hash    pp -> encoded ack state
+``p:ackstate:{queue}:{group}``            hash    stream -> encoded ack state (``metadata.acks``)
+``p:cluster:physical_partitions``         string  the cluster's pp count (``metadata.partition_count``)
+``p:remap:fence``                         hash    the remap fence (``metadata.fences``)
 ``p:events``                              pubsub  change announcements (JSON)
 ``p:events:version``                      string  announcement counter
 ``p:events:log``                          list    recent announcements, newest first (capped)
@@ -92,6 +95,9 @@ class Keys:
     def fence(self, resource: str) -> str:
         return f"{self.prefix}:fence:{resource}"
 
+    def fence_floor(self) -> str:
+        return f"{self.prefix}:fence_floor"
+
     # consumer groups
     def groups(self, queue: str) -> str:
         return f"{self.prefix}:groups:{queue}"
@@ -110,7 +116,7 @@ class Keys:
 
     # ack state
     def acks(self, queue: str, group: str) -> str:
-        return f"{self.prefix}:acks:{queue}:{group}"
+        return f"{self.prefix}:ackstate:{queue}:{group}"
 
     # change announcements
     def events(self) -> str:

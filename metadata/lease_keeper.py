@@ -27,9 +27,8 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from redis.exceptions import RedisError
-
 from vpq.metadata.aio import cancel_and_wait
+from vpq.metadata.errors import MetadataUnavailable
 from vpq.metadata.leases import LeaseManager, NodeRegistry
 
 log = logging.getLogger(__name__)
@@ -84,12 +83,12 @@ class LeaseKeeper:
         if not release:
             return
         for resource, token in list(self._held.items()):
-            with contextlib.suppress(RedisError, OSError):
+            with contextlib.suppress(MetadataUnavailable, OSError):
                 await self._leases.release(resource, self.node_id, token)
         self._held.clear()
         self._last_ok.clear()
         if self._nodes is not None and self._role is not None:
-            with contextlib.suppress(RedisError, OSError):
+            with contextlib.suppress(MetadataUnavailable, OSError):
                 await self._nodes.deregister_node(self.node_id, self._role)
 
     # leases
@@ -140,7 +139,7 @@ class LeaseKeeper:
                 await self.renew_now()
             except asyncio.CancelledError:
                 raise
-            except (RedisError, OSError) as exc:
+            except (MetadataUnavailable, OSError) as exc:
                 log.warning("lease renewal failed: %s", exc)
                 now = time.monotonic()
                 for resource in list(self._held):

@@ -12,7 +12,11 @@ Leases: a resource (``pp_resource(3)`` = ``"pp:3"`` for write nodes,
 owner at a time. ``acquire`` grants it when nobody holds it (or the caller
 already does) and returns a FENCING TOKEN: ``INCR`` of a per-resource counter
 that never expires, so every grant, including one after an expiry or a
-re-acquire by the same node, gets a strictly higher token than any before.
+re-acquire by the same node, gets a strictly higher token than any before. A
+counter is only deleted with what it fences (``GroupStore.delete_group`` drops
+a group's), and then its value is kept in ``p:fence_floor`` (the highest of
+all deleted counters): a new counter starts from there, so a resource deleted
+and created again never hands out a token its old holder may still have.
 The lease itself is a key with a TTL: when its owner stops renewing, Redis
 expires it and the next ``acquire`` hands the resource over with a higher
 token. ``renew``/``release`` succeed only for the current (node, token) pair, so
@@ -90,10 +94,14 @@ end
 return out
 """
 
-# KEYS: lease, fence ; ARGV: node, ttl
+# KEYS: lease, fence, fence floor ; ARGV: node, ttl
 _ACQUIRE = """
 local holder = redis.call('HGET', KEYS[1], 'node')
 if holder and holder ~= ARGV[1] then return false end
+if redis.call('EXISTS', KEYS[2]) == 0 then
+  local floor = redis.call('GET', KEYS[3])
+  if floor then redis.call('SET', KEYS[2], floor) end
+end
 local token = redis.call('INCR', KEYS[2])
 redis.call('HSET', KEYS[1], 'node', ARGV[1], 'token', token)
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -223,7 +231,7 @@ class LeaseManager:
         node does. Re-acquiring one's own lease issues a new, higher token."""
         k = self._keys
         token = await self._acquire(
-            keys=[k.lease(_check_resource(resource)), k.fence(resource)],
+            keys=[k.lease(_check_resource(resource)), k.fence(resource), k.fence_floor()],
             args=[check_id("node id", node_id), _check_ttl(ttl_ms)],
         )
         return int(token) if token is not None else None

@@ -13,9 +13,9 @@ Contract:
   can never be mistaken for the new queue's.
 - Every change is announced (``{"type": "queue", "op": "create"|"update"|"delete",
   "name", "id"}``), atomically with it.
-- ``delete`` removes only the registry entry. Its placement, lineage, groups and
-  ack state are the admin flow's to drop (``MapStore``, ``GroupStore.delete_group``,
-  ``AckStore.delete_group``).
+- ``delete`` removes only the registry entry. Its placement, lineage and groups
+  (each with its ack state, lease and fence counter) are the admin flow's to drop
+  (``MapStore``, ``GroupStore.delete_group``).
 """
 
 from __future__ import annotations

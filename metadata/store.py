@@ -11,22 +11,23 @@ The usual entry point for a role process::
 
 Every store keeps its keys under ``settings.key_prefix``. ``stop()`` closes the
 client; components built from it (listeners, caches, keepers) must be stopped
-first.
+first. Redis failures reach callers as ``metadata.errors.MetadataUnavailable``
+(``metadata.connection``); ``client`` is for code inside ``metadata/`` and tests.
 """
 
 from __future__ import annotations
 
-import redis.asyncio as aioredis
-
 from vpq.config.settings import QueueDefaults, RedisSettings
-from vpq.metadata.acks import DEFAULT_MAX_ACKED_ABOVE, AckStore
-from vpq.metadata.connection import ClientOptions, client_from_settings
+from vpq.metadata.acks import AckStateStore
+from vpq.metadata.connection import ClientOptions, MetadataClient, client_from_settings
 from vpq.metadata.contexts import ContextRegistry
 from vpq.metadata.events import Announcer, EventListener
+from vpq.metadata.fences import FenceStore
 from vpq.metadata.groups import GroupStore
 from vpq.metadata.keys import Keys
 from vpq.metadata.leases import LeaseManager, NodeRegistry
 from vpq.metadata.maps import MapStore
+from vpq.metadata.partition_count import get_or_init_partition_count, read_partition_count
 from vpq.metadata.queues import QueueRegistry
 
 
@@ -37,11 +38,10 @@ class MetadataStore:
         url: str | None = None,
         queue_defaults: QueueDefaults | None = None,
         *,
-        max_acked_above: int = DEFAULT_MAX_ACKED_ABOVE,
         options: ClientOptions | None = None,
     ) -> None:
         self.settings = settings
-        self.client: aioredis.Redis = client_from_settings(settings, url, options)
+        self.client: MetadataClient = client_from_settings(settings, url, options)
         self.keys = Keys(settings.key_prefix)
         self.queues = QueueRegistry(self.client, self.keys, queue_defaults)
         self.contexts = ContextRegistry(self.client, self.keys)
@@ -49,12 +49,26 @@ class MetadataStore:
         self.nodes = NodeRegistry(self.client, self.keys)
         self.leases = LeaseManager(self.client, self.keys)
         self.groups = GroupStore(self.client, self.keys)
-        self.acks = AckStore(self.client, self.keys, max_acked_above)
+        self.acks = AckStateStore(self.client, self.keys)
+        self.fences = FenceStore(self.client, self.keys)
         self.announcer = Announcer(self.client, self.keys)
 
     async def start(self) -> None:
-        """Check that Redis answers (raises redis ConnectionError otherwise)."""
+        """Check that Redis answers (``MetadataUnavailable`` otherwise)."""
+        await self.ping()
+
+    async def ping(self) -> None:
+        """One round trip to Redis; ``MetadataUnavailable`` when it does not answer."""
         await self.client.ping()
+
+    async def get_or_init_partition_count(self, default: int) -> int:
+        """The cluster's physical-partition count, ``default`` stored first when the
+        cluster has none yet (``metadata.partition_count``)."""
+        return await get_or_init_partition_count(self.client, self.keys, default)
+
+    async def read_partition_count(self) -> int | None:
+        """The stored physical-partition count, None before the cluster is created."""
+        return await read_partition_count(self.client, self.keys)
 
     async def stop(self) -> None:
         await self.client.aclose()

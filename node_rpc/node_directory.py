@@ -32,7 +32,7 @@ from typing import Any, NamedTuple
 import mmh3
 
 from vpq.common.errors import Unavailable
-from vpq.gateway.cluster_errors import metadata_errors
+from vpq.metadata.api_errors import metadata_errors
 from vpq.metadata.leases import LeaseManager, NodeRegistry, pp_resource
 
 WRITE_ROLE = "write"

@@ -34,7 +34,7 @@
 
 A put that fails after the registry accepted it (e.g. Redis away) leaves the config
 stored; repeating the put finishes the placement. Errors come out as ``common.errors``
-(``cluster_errors.metadata_errors``).
+(``metadata.api_errors.metadata_errors``).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from vpq.gateway.cluster_errors import metadata_errors
+from vpq.metadata.api_errors import metadata_errors
 from vpq.metadata.queues import QueueRecord
 from vpq.metadata.store import MetadataStore
 from vpq.queue_admin.cluster_placement import lineage_repair_splits
@@ -122,7 +122,6 @@ class QueueAdmin:
             await self._md.maps.delete_lineage(name)
             for group in await self._md.groups.groups(name):
                 await self._md.groups.delete_group(name, group)
-                await self._md.acks.delete_group(name, group)
         self._traffic.forget(name)
         await self._changed(name, current)
 

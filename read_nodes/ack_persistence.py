@@ -1,15 +1,10 @@
-"""Persisted ack state of a consumer group, in the compact form, fenced by the group lease.
+"""What a hosted group persists of its ack state, and when. Pure, no I/O.
 
-Why not ``metadata.acks``: that store keeps the pair form ``(low_watermark,
-done offsets above it)`` capped at 10,000 offsets. One message that stays
-outstanding (a message of an env without consumers waits for ever, a nack may
-delay one for a day) makes the pair form grow with every later ack, so the read
-node would have to stop ingesting the pp after ~9,000 acks: a single stuck test
-message would stall a production group. The compact form
-(``read_nodes.ack_tracker.PartitionAckState``) lists the OUTSTANDING offsets
-instead, so its size is bounded by what the group holds, never by what it acked.
+The store and the stored format are ``metadata.acks`` (compact form: the
+OUTSTANDING offsets, so a single stuck message never makes the state grow with
+every later ack, as the pair form ``(low_watermark, done offsets above it)`` would).
 
-What is stored, per pp (``trim_state``): the compact state, except that when
+What is saved, per stream (``trim_state``): the compact state, except that when
 it lists more than ``DEFAULT_MAX_LISTED`` outstanding offsets above the highest
 done offset ``H`` (a backlog ingested but not delivered yet), it is cut just
 above ``H``: ``scanned_to' = min(scanned_to, max(H + 1, floor))`` and only the
@@ -23,100 +18,29 @@ bound of the highest done offset (the caller records every offset it asked to
 ack or dead-lettered), and ``floor`` is the ``scanned_to`` of the state the
 group was restored from (done offsets below it are implied, not listed).
 
-Storage: one hash per group, ``{prefix}:ackstate:{queue}:{group}``, field
-stream (``read_nodes.delivery_types.stream_of``: a context of a pp) ->
-``"2|queue_id|token|scanned_to|pending|acked|parked"`` (``pending``: first
-offset then successive differences; ``acked``: differences from
-``scanned_to``; both comma separated, possibly empty; ``parked``: segments
-``key_hash:from_offset:until`` separated by commas, ``until`` empty when open).
-Version 1 (field pp, no ``parked``) is still read: such a state holds for every
-context of its pp. ``save`` is one Lua script that writes only while
-``token`` is the live token of the group lease ``group:{queue}:{group}``
-(``metadata.leases``): a node that lost the group can never overwrite its
-successor's state. ``load`` ignores states written for another queue id (a
-queue deleted and created again under the same name). ``delete_group`` is for
-the admin flow that deletes a queue or group (it must call it alongside
-``metadata.acks.AckStore.delete_group``).
+``restored_states`` turns what ``AckStateStore.load`` read into checked
+``PartitionAckState``s (ValueError when a stored state breaks their invariants).
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
-import redis.asyncio as aioredis
-
-from vpq.metadata.keys import Keys
-from vpq.metadata.leases import group_resource
+from vpq.metadata.acks import StoredAckState, encode_state
 from vpq.read_nodes.ack_tracker import PartitionAckState
 
-FORMAT_VERSION = "2"
-LEGACY_VERSION = "1"  # per pp, no parked keys: still read
 DEFAULT_MAX_LISTED = 1000
 """Outstanding offsets above the highest done one listed before a state is cut there."""
 
-# KEYS: state hash, group lease ; ARGV: token, pp, blob, pp, blob, ...
-_SAVE = """
-if redis.call('HGET', KEYS[2], 'token') ~= ARGV[1] then return 0 end
-for i = 2, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
-return 1
-"""
 
-
-def _deltas(values: Iterable[int], base: int) -> str:
-    out: list[str] = []
-    prev = base
-    for v in values:
-        out.append(str(v - prev))
-        prev = v
-    return ",".join(out)
-
-
-def _undeltas(text: str, base: int) -> list[int]:
-    out: list[int] = []
-    if not text:
-        return out
-    prev = base
-    for part in text.split(","):
-        prev += int(part)
-        out.append(prev)
-    return out
-
-
-def encode_state(queue_id: int, token: int, state: PartitionAckState) -> str:
-    """The stored text of one pp's state (see the module docstring)."""
-    pending = state.pending_below
-    pending_s = f"{pending[0]}:{_deltas(pending, pending[0])}" if pending else ""
-    fields = (str(int(queue_id)), str(int(token)), str(state.scanned_to), pending_s)
-    parked = ",".join(f"{h}:{start}:{'' if until is None else until}" for h, start, until in state.parked)
-    return "|".join((FORMAT_VERSION, *fields, _deltas(state.acked_above, state.scanned_to), parked))
-
-
-def decode_state(raw: str) -> tuple[int, int, PartitionAckState]:
-    """``(queue_id, token, state)``; ValueError on anything malformed."""
+def restored_states(stored: Mapping[int, StoredAckState]) -> dict[int, PartitionAckState]:
+    """``PartitionAckState`` by stream of what the store loaded; ValueError when one
+    breaks the compact form's invariants."""
     try:
-        parts = raw.split("|")
-        version = parts[0]
-        if version == LEGACY_VERSION and len(parts) == 6:
-            parked_s = ""
-            _, qid, token, scanned, pending_s, acked_s = parts
-        elif version == FORMAT_VERSION and len(parts) == 7:
-            _, qid, token, scanned, pending_s, acked_s, parked_s = parts
-        else:
-            raise ValueError(f"unknown ack state format {version!r}")
-        parked: list[tuple[int, int, int | None]] = []
-        for seg in parked_s.split(",") if parked_s else ():
-            h, start, until = seg.split(":")
-            parked.append((int(h), int(start), int(until) if until else None))
-        scanned_to = int(scanned)
-        pending: list[int] = []
-        if pending_s:
-            first_s, rest = pending_s.split(":", 1)
-            pending = _undeltas(rest, int(first_s))
-        state = PartitionAckState(scanned_to, tuple(pending), tuple(_undeltas(acked_s, scanned_to)), tuple(parked))
-        return int(qid), int(token), state
+        return {stream: PartitionAckState(*st) for stream, st in stored.items()}
     except (ValueError, TypeError) as exc:
-        raise ValueError(f"malformed ack state {raw[:80]!r}: {exc}") from None
+        raise ValueError(f"malformed ack state: {exc}") from None
 
 
 def trim_state(
@@ -182,39 +106,3 @@ class AckSnapshots:
 
     def mark_saved(self, blobs: Mapping[int, str]) -> None:
         self._saved.update(blobs)
-
-
-class AckStateStore:
-    """Fenced compact ack states in Redis (the caller owns the client)."""
-
-    def __init__(self, client: aioredis.Redis, keys: Keys) -> None:
-        self._client = client
-        self._keys = keys
-        self._save = client.register_script(_SAVE)
-
-    def key(self, queue: str, group: str) -> str:
-        return f"{self._keys.prefix}:ackstate:{queue}:{group}"
-
-    async def save(self, queue: str, group: str, token: int, blobs: Mapping[int, str]) -> bool:
-        """Store the encoded pp states; False (nothing stored) when ``token`` is not
-        the live group lease's token."""
-        if not blobs:
-            return True
-        args: list[str | int] = [int(token)]
-        for pp, blob in blobs.items():
-            args += [int(pp), blob]
-        ok = await self._save(keys=[self.key(queue, group), self._keys.lease(group_resource(queue, group))], args=args)
-        return bool(ok)
-
-    async def load(self, queue: str, group: str, queue_id: int) -> dict[int, PartitionAckState]:
-        """The persisted state of every pp written for ``queue_id`` (others ignored)."""
-        raw = await self._client.hgetall(self.key(queue, group))
-        out: dict[int, PartitionAckState] = {}
-        for pp, blob in raw.items():
-            qid, _token, state = decode_state(blob)
-            if qid == queue_id:
-                out[int(pp)] = state
-        return out
-
-    async def delete_group(self, queue: str, group: str) -> None:
-        await self._client.delete(self.key(queue, group))

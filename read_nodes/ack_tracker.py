@@ -4,7 +4,7 @@ What must survive a read-node failover is *which offsets of this queue are done*
 (acked, or dead-lettered and safely produced to the DLQ). Two forms are offered;
 a group must be persisted and restored with one form consistently.
 
-**Pair form** ``(low_watermark, acked_above)`` (what ``metadata.acks`` stores):
+**Pair form** ``(low_watermark, acked_above)`` (not persisted by the read node):
 every offset of the queue below ``low_watermark`` is done (offsets of other
 queues in the shared pp do not matter), plus the done offsets at or above it.
 The watermark never goes backwards. Its size is the number of done offsets
@@ -159,7 +159,7 @@ def _contains(sorted_values: tuple[int, ...], value: int) -> bool:
 
 AckStateLike = Any
 """A ``PartitionAckState``, a ``(low_watermark, acked_above)`` pair, or any object
-with ``low_watermark`` and ``acked_above`` attributes (``metadata.acks.AckState``)."""
+with ``low_watermark`` and ``acked_above`` attributes."""
 
 
 def as_partition_state(state: AckStateLike) -> PartitionAckState:

@@ -4,8 +4,8 @@ base class of ``GroupDelivery``, sharing its state; split off so that each file 
 one job.
 
 Persistence: ``ack_state()`` gives per stream ``(low_watermark, acked_above)`` (the
-form ``metadata.acks`` stores), ``compact_ack_state()`` a form bounded by the
-outstanding messages and parked keys; ``restore`` takes either (see
+pair form), ``compact_ack_state()`` a form bounded by the outstanding messages and
+parked keys (the one ``metadata.acks`` stores); ``restore`` takes either (see
 ``read_nodes.ack_tracker``).
 """
 
@@ -44,9 +44,8 @@ class DeliveryReports:
     # ------------------------------------------------------------- persistence
     def ack_state(self) -> dict[int, tuple[int, list[int]]]:
         """Per pp, ``(low_watermark, sorted done offsets >= it)``: every offset of this
-        queue below the watermark is acked or dead-lettered (confirmed). Persist it
-        (``metadata.acks``) so that a takeover (``restore``) redelivers exactly the
-        messages not done. The watermark never goes backwards. See
+        queue below the watermark is acked or dead-lettered (confirmed). Restored
+        (``restore``), it makes a takeover redeliver exactly the messages not done. The watermark never goes backwards. See
         ``read_nodes.ack_tracker`` for its size and ``compact_ack_state``."""
         return self._tracker.pair_state()
 

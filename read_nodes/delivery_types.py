@@ -89,9 +89,9 @@ class DeliveryConfig:
       least the largest poll, so a hot key fills whole polls.
     - ``blocked_read_ahead``: bound on the messages held, over all keys, behind a
       run in flight; past it more of a blocked key's messages are parked.
-    - ``max_acked_above``: bound on a pp's ack window, so the persisted pair form
-      stays within ``metadata.acks``' limit of 10,000 (the default leaves headroom
-      for holes re-read after a takeover; None: unbounded).
+    - ``max_acked_above``: bound on a pp's ack window, so a persisted pair form
+      stays below 10,000 offsets (the default leaves headroom for holes re-read
+      after a takeover; None: unbounded, what the read node's compact form uses).
     - ``virtual_partitions``: the queue's current V (``set_virtual_partitions`` changes it).
     - ``set_fallback``: the queue's set-fallback routing option.
     - ``steal_when_idle``: a consumer whose own vps have nothing ready takes ready

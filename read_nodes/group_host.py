@@ -4,7 +4,7 @@ A host exists only while the node holds the group's lease (``group:{q}:{g}``)
 under ``token``. It wraps the pure ``GroupDelivery`` with everything that needs
 I/O or time:
 
-- **restore** (``open``): the persisted ack state (``read_nodes.ack_persistence``),
+- **restore** (``open``): the persisted ack state (``metadata.acks``),
   the group's start offsets, its lineage and its members; every message not done
   there is delivered again (delivery counts restart), nothing done is;
 - **ingestion** (``read_nodes.ingestor``): a task woken by the tailers of the
@@ -38,15 +38,14 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from redis.exceptions import RedisError
-
 from vpq.codec.message_id import MessageIdError, decode_message_ids
 from vpq.common.errors import BadRequest, Conflict, NotFound, Unavailable, VpqError
 from vpq.isolation.context import IsolationContext
 from vpq.metadata.aio import cancel_and_wait
+from vpq.metadata.errors import MetadataUnavailable
 from vpq.metadata.names import check_id
 from vpq.metadata.queues import QueueRecord
-from vpq.read_nodes.ack_persistence import AckSnapshots
+from vpq.read_nodes.ack_persistence import AckSnapshots, restored_states
 from vpq.read_nodes.delivery import GroupDelivery
 from vpq.read_nodes.delivery_types import DeadLetter, Delivery, DeliveryConfig, UnknownConsumer, stream_pp
 from vpq.read_nodes.group_members import GroupMembers, new_consumer_id
@@ -145,7 +144,7 @@ class GroupHost:
 
     async def open(self, start_offsets: Mapping[int, int]) -> None:
         """Restore the group (see the module docstring) and start its tasks."""
-        restored = await self.parts.acks.load(self.queue, self.group, self.record.id)
+        restored = restored_states(await self.parts.acks.load(self.queue, self.group, self.record.id))
         self.delivery.restore(restored)
         self.snapshots = AckSnapshots(self.record.id, restored)
         self._starts = dict(start_offsets)
@@ -177,7 +176,7 @@ class GroupHost:
         if persist:
             try:
                 await self._persist(force=True)
-            except (RedisError, OSError) as exc:
+            except (MetadataUnavailable, OSError) as exc:
                 log.warning("%s/%s: final ack persist failed: %s", self.queue, self.group, exc)
         await self.ingestor.close()
         self._notify()
@@ -256,7 +255,7 @@ class GroupHost:
                 await self.tick()
             except asyncio.CancelledError:
                 raise
-            except (RedisError, OSError, VpqError) as exc:
+            except (MetadataUnavailable, OSError, VpqError) as exc:
                 log.warning("%s/%s: housekeeping: %s", self.queue, self.group, exc)
             except Exception:
                 log.exception("%s/%s: housekeeping failed", self.queue, self.group)

@@ -33,10 +33,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 from aiohttp import web
-from redis.exceptions import RedisError
 
 from vpq.common.errors import BadRequest, InternalError, MethodNotAllowed, NotFound, Unavailable, VpqError
 from vpq.isolation.context import IsolationContext, IsolationError
+from vpq.metadata.errors import MetadataUnavailable
 from vpq.metadata.names import check_name
 from vpq.node_rpc.read_node_client import MESSAGE_COUNT_HEADER
 
@@ -74,7 +74,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return await handler(request)
     except VpqError as err:
         return error_response(err)
-    except RedisError as exc:
+    except MetadataUnavailable as exc:
         log.warning("metadata store error on %s %s: %s", request.method, request.path, exc)
         return error_response(Unavailable("metadata_unavailable", f"the metadata store is unavailable: {exc}"))
     except web.HTTPMethodNotAllowed as exc:

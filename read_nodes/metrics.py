@@ -44,9 +44,9 @@ from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from redis.exceptions import RedisError
 
 from vpq.common.errors import VpqError
+from vpq.metadata.errors import MetadataUnavailable
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 """The classic Prometheus text format, what ``generate_latest`` writes."""
@@ -143,7 +143,7 @@ async def collect(hosts: Iterable[HostedGroup], status: Mapping[str, Any]) -> No
         try:
             info = await host.info()
             oldest = await host.oldest_unacked_by_context()
-        except (VpqError, RedisError, OSError):
+        except (VpqError, MetadataUnavailable, OSError):
             continue  # closed (moving) since the list was taken, or Redis away for a moment
         now = time.time_ns() // 1_000_000
         sample.groups.append(group_sample(host.queue, host.group, info, host.stats(), oldest, now))

@@ -12,12 +12,12 @@ import time
 from dataclasses import dataclass
 
 from vpq.config.settings import ReadNodeSettings, Settings
+from vpq.metadata.acks import AckStateStore
 from vpq.metadata.map_cache import MapCache
 from vpq.metadata.store import MetadataStore
 from vpq.node_rpc.node_directory import WriteNodeDirectory
 from vpq.node_rpc.write_node_client import WriteNodeClient
 from vpq.queue_admin.cluster_queues import QueueAdmin
-from vpq.read_nodes.ack_persistence import AckStateStore
 from vpq.read_nodes.dead_letters import DeadLetterProducer
 from vpq.read_nodes.tailer import RecordSource
 from vpq.read_nodes.tailer_pool import TailerPool

@@ -42,9 +42,9 @@ from aiohttp import web
 from vpq.common.errors import Conflict, NotFound
 from vpq.common.lifecycle import close_all
 from vpq.config.settings import Settings
-from vpq.gateway.cluster_errors import metadata_errors
 from vpq.isolation.context import IsolationContext
 from vpq.metadata.aio import cancel_and_wait
+from vpq.metadata.api_errors import metadata_errors
 from vpq.metadata.events import EventListener
 from vpq.metadata.lease_keeper import LeaseKeeper
 from vpq.metadata.leases import group_resource
@@ -56,7 +56,6 @@ from vpq.produce_path.append_accumulator import AppendAccumulator
 from vpq.produce_path.produce import Appender, AppendPolicy
 from vpq.queue_admin.cluster_queues import QueueAdmin
 from vpq.queue_admin.log_ends import LogEnds
-from vpq.read_nodes.ack_persistence import AckStateStore
 from vpq.read_nodes.dead_letters import DeadLetterProducer
 from vpq.read_nodes.group_host import GroupHost
 from vpq.read_nodes.group_start import start_offsets
@@ -69,7 +68,6 @@ from vpq.read_nodes.tailer import RecordSource
 from vpq.read_nodes.tailer_pool import TailerPool
 from vpq.traffic.cluster_traffic import TrafficMeter
 from vpq.virtual_partitions.router import ProduceRouter
-from vpq.write_nodes.cluster_meta import read_partition_count
 
 log = logging.getLogger("vpq.read_node")
 
@@ -133,7 +131,7 @@ class ReadNodeService:
         cache = self._cache = MapCache(md.queues, md.maps, listener)
         await cache.start()
         self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1024, limit_per_host=256))
-        self._partition_count = await read_partition_count(md.client, md.keys) or s.cluster.physical_partitions
+        self._partition_count = await md.read_partition_count() or s.cluster.physical_partitions
         writers = WriteNodeDirectory(md.nodes, md.leases, self._partition_count)
         listener.add_callback(writers.on_event)
         await writers.refresh()
@@ -154,7 +152,7 @@ class ReadNodeService:
         )
         self.parts = NodeParts(
             settings=s, node_id=self.node_id, options=o, md=md, map_cache=cache, writers=writers,
-            write_client=write_client, source=source, pool=pool, acks=AckStateStore(md.client, md.keys), admin=admin,
+            write_client=write_client, source=source, pool=pool, acks=md.acks, admin=admin,
             dead_letters=DeadLetterProducer(appender, admin, source),
         )
         self._runner = web.AppRunner(build_app(self), access_log=None, shutdown_timeout=2.0)

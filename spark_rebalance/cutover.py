@@ -24,7 +24,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from vpq.spark_rebalance.fences import Fence
+from vpq.metadata.fences import Fence
 from vpq.spark_rebalance.plan_model import Split
 from vpq.virtual_partitions.placement import VpMove
 

@@ -6,7 +6,7 @@ The protocol is ``docs/internals.md``, "Remap cut-over". In short, from map epoc
 1. splits: publish the split map (E0+1, compare-and-swap) then copy lineage
    (``split_lineage``); a split moves nothing, so it needs no fence;
 2. fence: publish E1 = next epoch, same placement, AND the fence of the moved vps
-   (one Lua script, ``fences.FenceStore.publish_fenced``); write nodes refuse appends
+   (one Lua script, ``metadata.fences.FenceStore.publish_fenced``); write nodes refuse appends
    to fenced vps (retryable ``stale_map``);
 3. ask the owner of every pp a move leaves or enters for its fenced end offset
    (``FenceClient``; X for a source, Y for a target), bounded retries;
@@ -34,6 +34,7 @@ from typing import Any, Protocol
 
 from vpq.common.errors import VpqError
 from vpq.config.settings import PublisherSettings
+from vpq.metadata.fences import BUSY, GONE, PUBLISHED, Fence, FenceStore, fence_of
 from vpq.metadata.maps import MapConflictError
 from vpq.metadata.store import MetadataStore
 from vpq.spark_rebalance.cutover import (
@@ -47,7 +48,6 @@ from vpq.spark_rebalance.cutover import (
     rebase_moves,
     resolve_lineage,
 )
-from vpq.spark_rebalance.fences import BUSY, GONE, PUBLISHED, Fence, FenceStore, fence_of
 from vpq.spark_rebalance.plan_model import Plan
 from vpq.virtual_partitions.placement import VpMove
 
@@ -157,7 +157,7 @@ class Publisher:
     ) -> None:
         self._md = md
         self._maps = md.maps
-        self._fences = FenceStore(md.client, md.keys)
+        self._fences = md.fences
         self._client = fence_client
         self._opts = options or PublisherOptions()
         self._clock = clock

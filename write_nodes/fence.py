@@ -3,7 +3,7 @@
 Two pieces for ``write_nodes/service.py`` to wire in:
 
 - ``FenceView`` (``start()``/``stop()``): the node's copy of the remap fence
-  (``spark_rebalance.fences``), read atomically with the map epoch it belongs to and
+  (``metadata.fences``), read atomically with the map epoch it belongs to and
   reloaded on every newer ``map`` announcement (and ``resync``). It never goes back
   to an older epoch. ``check(map_epoch, pairs)`` is called in the append handler
   right after the placement check, in the same stretch without awaits as the hand-off
@@ -38,7 +38,7 @@ from aiohttp import web
 
 from vpq.common.errors import BadRequest, Unavailable, VpqError
 from vpq.metadata.events import EventListener
-from vpq.spark_rebalance.fences import Fence, FenceStore
+from vpq.metadata.fences import Fence, FenceStore
 
 log = logging.getLogger(__name__)
 

@@ -33,7 +33,6 @@ from typing import Protocol
 
 import orjson
 from aiohttp import web
-from redis.exceptions import RedisError
 
 from vpq.codec.errors import CorruptBatchError
 from vpq.codec.records import BatchView
@@ -46,6 +45,7 @@ from vpq.common.errors import (
     Unavailable,
     VpqError,
 )
+from vpq.metadata.errors import MetadataUnavailable
 from vpq.metadata.map_cache import MapCache
 from vpq.node_rpc.append_frames import ChainGate, Frame, FrameError, decode_frames, error_entry, ok_entry
 from vpq.write_nodes.batch_scan import TrafficKey, summarize_batch
@@ -188,7 +188,7 @@ class PlacementGuard:
                 return
             try:
                 await self._cache.refresh()
-            except (RedisError, OSError) as exc:
+            except (MetadataUnavailable, OSError) as exc:
                 raise Unavailable("metadata_unavailable", f"cannot reload the placement map: {exc}") from exc
             finally:
                 self._generation += 1

@@ -52,11 +52,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from redis.exceptions import RedisError
-
 from vpq.common.errors import Unavailable
 from vpq.config.settings import LogSettings
 from vpq.metadata.aio import cancel_and_wait
+from vpq.metadata.errors import MetadataUnavailable
 from vpq.metadata.lease_keeper import LeaseKeeper
 from vpq.metadata.leases import LeaseManager, NodeRegistry, pp_resource
 from vpq.write_nodes.errors import LogIOError
@@ -278,7 +277,7 @@ class PartitionOwnership:
                 await self.tick()
             except asyncio.CancelledError:
                 raise
-            except (RedisError, OSError) as exc:
+            except (MetadataUnavailable, OSError) as exc:
                 log.warning("ownership round failed: %s", exc)
             except Exception:
                 log.exception("ownership round failed")
@@ -456,7 +455,7 @@ class PartitionOwnership:
             if release and self._keeper.token(part.resource) == part.token:
                 try:
                     await self._keeper.release(part.resource)
-                except (RedisError, OSError) as exc:
+                except (MetadataUnavailable, OSError) as exc:
                     log.warning("could not release the lease of partition %d (it will expire): %s", part.pp, exc)
             if self._parts.get(part.pp) is part:
                 del self._parts[part.pp]

@@ -3,7 +3,7 @@
 ``start()``:
 1. connects to Redis (``MetadataStore``), reads the cluster's physical-partition
    count, storing ``settings.cluster.physical_partitions`` when the cluster is new
-   (``cluster_meta.get_or_init_partition_count``);
+   (``MetadataStore.get_or_init_partition_count``);
 2. starts the event listener and the map cache (the placement checks read memory);
 3. starts the traffic exporter (per (queue, vp, lane, env) counts, one Parquet file
    per ``rebalance.window_ms`` window under the stats directory);
@@ -33,20 +33,18 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from aiohttp import web
-from redis.exceptions import RedisError
 
 from vpq.config.settings import Settings
 from vpq.metadata.aio import cancel_and_wait
 from vpq.metadata.contexts import ContextRegistry
+from vpq.metadata.errors import MetadataUnavailable
 from vpq.metadata.events import EventListener
 from vpq.metadata.lease_keeper import LeaseKeeper
 from vpq.metadata.map_cache import MapCache
 from vpq.metadata.store import MetadataStore
-from vpq.spark_rebalance.fences import FenceStore
 from vpq.traffic.stats_writer import StatsWriter
 from vpq.traffic.traffic_counter import TrafficCounter
 from vpq.write_nodes.batch_scan import TrafficKey
-from vpq.write_nodes.cluster_meta import get_or_init_partition_count
 from vpq.write_nodes.fence import FenceView, wire_fence
 from vpq.write_nodes.handlers import PlacementGuard, WriteNodeHandlers, build_app
 from vpq.write_nodes.metrics import WriteNodeMetrics
@@ -111,7 +109,7 @@ class TrafficExporter:
             await cancel_and_wait(task)
         try:
             await self.flush(final=True)
-        except (OSError, RedisError) as exc:
+        except (OSError, MetadataUnavailable) as exc:
             log.warning("could not write the last traffic window: %s", exc)
         self._writer.stop()
 
@@ -168,7 +166,7 @@ class TrafficExporter:
                     names = (env, lane)
                 except KeyError:
                     names = ("prod", "")
-                except (RedisError, OSError):
+                except (MetadataUnavailable, OSError):
                     if not final:
                         self._pending.append(item)
                         continue
@@ -255,7 +253,7 @@ class WriteNodeService:
         try:
             md = self._md = MetadataStore(s.redis, url=self._redis_url, queue_defaults=s.queues)
             await md.start()
-            self.partition_count = await get_or_init_partition_count(md.client, md.keys, s.cluster.physical_partitions)
+            self.partition_count = await md.get_or_init_partition_count(s.cluster.physical_partitions)
             if self.partition_count != s.cluster.physical_partitions:
                 log.warning(
                     "the cluster has %d physical partitions (settings ask for %d): keeping %d",
@@ -267,7 +265,7 @@ class WriteNodeService:
             await self._listener.start()
             self._cache = MapCache(md.queues, md.maps, self._listener)
             await self._cache.start()
-            self._fence = FenceView(FenceStore(md.client, md.keys), self._listener)
+            self._fence = FenceView(md.fences, self._listener)
             await self._fence.start()
             self._traffic = TrafficExporter(stats_dir(s).resolve(), self.node_id, s.rebalance.window_ms, md.contexts)
             await self._traffic.start()
@@ -336,7 +334,7 @@ class WriteNodeService:
         if self._ownership is not None:
             await self._ownership.stop(release=release)
         if self._keeper is not None:
-            with contextlib.suppress(RedisError, OSError):
+            with contextlib.suppress(MetadataUnavailable, OSError):
                 await self._keeper.stop(release=release)
         if self._runner is not None:
             await self._runner.cleanup()

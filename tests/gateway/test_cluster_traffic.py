@@ -1,20 +1,19 @@
-"""gateway/cluster_errors.py: metadata errors mapped to API errors (TrafficMeter: tests/traffic)."""
+"""metadata/api_errors.py: metadata errors mapped to API errors (TrafficMeter: tests/traffic)."""
 
 from __future__ import annotations
 
 import pytest
-from redis.exceptions import ConnectionError as RedisConnectionError
 
 from vpq.common.errors import BadRequest, Conflict, NotFound, Unavailable
-from vpq.gateway.cluster_errors import metadata_errors
-from vpq.metadata.errors import QueueConfigError, QueueConflictError, QueueNotFoundError
+from vpq.metadata.api_errors import metadata_errors
+from vpq.metadata.errors import MetadataUnavailable, QueueConfigError, QueueConflictError, QueueNotFoundError
 from vpq.metadata.maps import MapConflictError
 
 
 @pytest.mark.parametrize(
     ("raised", "expected", "code"),
     [
-        (RedisConnectionError("refused"), Unavailable, "metadata_unavailable"),
+        (MetadataUnavailable("refused"), Unavailable, "metadata_unavailable"),
         (QueueNotFoundError("q"), NotFound, "queue_not_found"),
         (QueueConflictError("q", "may only grow"), Conflict, "virtual_partitions_shrink"),
         (QueueConfigError("ordering", "bad"), BadRequest, "invalid_request"),

@@ -1,70 +1,77 @@
+"""metadata/acks.py: the stored ack-state format (2, and 1 still read) and the store,
+fenced by the group lease, on a real redis-server."""
+
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from vpq.common.redis_server import RedisServer
 from vpq.config.settings import RedisSettings
-from vpq.metadata.acks import AckStore, SaveStatus, decode_state, encode_state
-from vpq.metadata.errors import AckStateTooLargeError
+from vpq.metadata.acks import StoredAckState, decode_state, encode_state
 from vpq.metadata.leases import group_resource
 from vpq.metadata.store import MetadataStore
 
-
-@given(st.integers(0, 2**53), st.lists(st.integers(0, 2**53), max_size=50), st.integers(1, 2**40))
-@settings(max_examples=100, deadline=None)
-def test_encoding_round_trip(lw: int, above: list[int], token: int) -> None:
-    blob, norm = encode_state(lw, above, token, 10_000)
-    state = decode_state(blob)
-    assert state.low_watermark == lw
-    assert state.acked_above == norm == sorted({o for o in above if o >= lw})
-    assert state.fence_token == token
-    for o in above:
-        assert state.is_acked(o)
+S = StoredAckState
 
 
-async def test_watermark_never_goes_backwards_and_size_is_bounded(md: MetadataStore) -> None:
-    r = group_resource("q", "g")
-    token = await md.leases.acquire(r, "read-1", 10000)
+def test_encoding_round_trip() -> None:
+    for state in (
+        S(0),
+        S(100, (3, 7, 99), (100, 105)),
+        S(2**40, (2**40 - 5,), ()),
+        S(100, (3, 7), (104,), ((5, 10, 50), (9, 60, None))),
+    ):
+        assert decode_state(encode_state(7, 42, state)) == (7, 42, state)
+    with pytest.raises(ValueError):
+        decode_state("2|1|1|0||")
+    with pytest.raises(ValueError):
+        decode_state("garbage")
+    with pytest.raises(ValueError):
+        decode_state("2|1|1|x|||")
+
+
+def test_format_1_is_still_read() -> None:
+    """Format 1: per pp, no parked part."""
+    assert decode_state("1|7|2|100|3:0,4|4") == (7, 2, S(100, (3, 7), (104,)))
+    assert decode_state("1|7|2|10|4:0|") == (7, 2, S(10, (4,), ()))
+
+
+async def test_ack_store_is_fenced_by_the_group_lease(md: MetadataStore) -> None:
+    store = md.acks
+    state = S(10, (4,), ())
+    blob = encode_state(5, 1, state)
+    assert not await store.save("q", "g", 1, {0: blob})  # no lease at all
+    token = await md.leases.acquire(group_resource("q", "g"), "r1", 10_000)
     assert token is not None
-    assert await md.acks.load("q", "g", 0) is None
-    assert await md.acks.save("q", "g", 0, 100, [105, 103, 90], token)
-    assert await md.acks.save_status("q", "g", 0, 99, [], token) is SaveStatus.REGRESSED
-    assert await md.acks.save_status("q", "g", 0, 100, [103, 105, 107], token) is SaveStatus.SAVED
-    assert await md.acks.save_status("q", "g", 0, 200, [], token + 1) is SaveStatus.FENCED
-    state = await md.acks.load("q", "g", 0)
-    assert state is not None and state.low_watermark == 100 and state.acked_above == [103, 105, 107]
-    small = AckStore(md.client, md.keys, max_acked_above=3)
-    with pytest.raises(AckStateTooLargeError):
-        await small.save("q", "g", 0, 100, [101, 102, 103, 104], token)
-    assert (await md.acks.load("q", "g", 0)).acked_above == [103, 105, 107]  # refused: unchanged
-    assert await small.save("q", "g", 0, 103, [102, 104, 105, 106], token)  # 3 left above the new lw
-    assert (await md.acks.load("q", "g", 0)).acked_above == [104, 105, 106]
+    assert not await store.save("q", "g", token + 1, {0: blob})
+    assert await store.save("q", "g", token, {0: blob, 3: encode_state(5, token, S(7))})
+    assert await store.load("q", "g", 5) == {0: state, 3: S(7)}
+    assert await store.load("q", "g", 6) == {}  # written for another incarnation of the queue
+    await md.leases.release(group_resource("q", "g"), "r1", token)
+    token2 = await md.leases.acquire(group_resource("q", "g"), "r2", 10_000)
+    assert not await store.save("q", "g", token, {0: encode_state(5, token, S(99))})
+    assert await store.load("q", "g", 5) == {0: state, 3: S(7)}
+    assert token2 is not None and token2 > token
+    assert await md.client.exists(md.keys.acks("q", "g")) == 1
 
 
 async def test_ack_state_survives_a_redis_crash_with_aof(redis_server: RedisServer, key_prefix: str) -> None:
-    settings = RedisSettings(key_prefix=key_prefix)
-    md = MetadataStore(settings, url=redis_server.url)
+    md = MetadataStore(RedisSettings(key_prefix=key_prefix), url=redis_server.url)
     try:
-        r = group_resource("orders", "billing")
-        token = await md.leases.acquire(r, "read-1", 60000)
+        token = await md.leases.acquire(group_resource("orders", "billing"), "read-1", 60000)
         assert token is not None
-        for pp in range(3):
-            assert await md.acks.save("orders", "billing", pp, 1000 + pp, [1005 + pp, 1010 + pp], token)
-        assert await md.acks.save("orders", "billing", 0, 2000, [2002], token)
-        before = await md.acks.load_all("orders", "billing")
+        blobs = {pp: encode_state(3, token, S(1000 + pp, (990,), (1005 + pp,))) for pp in range(3)}
+        assert await md.acks.save("orders", "billing", token, blobs)
+        before = await md.acks.load("orders", "billing", 3)
 
         redis_server.kill()  # SIGKILL: no shutdown save, only the fsynced AOF
         redis_server.start()
 
-        after = await md.acks.load_all("orders", "billing")  # the client reconnects by itself
-        assert after == before
-        assert after[0].low_watermark == 2000 and after[0].acked_above == [2002]
-        assert after[2].low_watermark == 1002 and after[2].acked_above == [1007, 1012]
-        # the lease survived too, and the watermark still cannot go backwards
-        assert await md.acks.save_status("orders", "billing", 0, 1500, [], token) is SaveStatus.REGRESSED
-        assert await md.acks.save("orders", "billing", 0, 2003, [], token)
-        assert (await md.acks.load("orders", "billing", 0)).low_watermark == 2003
+        after = await md.acks.load("orders", "billing", 3)  # the client reconnects by itself
+        assert after == before and after[2] == S(1002, (990,), (1007,))
+        # the lease survived too: the holder still writes, nobody else does
+        assert await md.acks.save("orders", "billing", token, {0: encode_state(3, token, S(2000))})
+        assert not await md.acks.save("orders", "billing", token - 1, {0: encode_state(3, token, S(2001))})
+        assert (await md.acks.load("orders", "billing", 3))[0] == S(2000)
     finally:
         await md.stop()

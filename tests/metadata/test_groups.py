@@ -4,7 +4,13 @@ import asyncio
 
 import pytest
 
+from vpq.metadata.acks import StoredAckState, encode_state
+from vpq.metadata.leases import group_resource
 from vpq.metadata.store import MetadataStore
+
+
+async def _keys(md: MetadataStore) -> set[str]:
+    return {k async for k in md.client.scan_iter(match=f"{md.keys.prefix}:*")}
 
 
 async def test_join_creates_group_and_generation_bumps_on_changes(md: MetadataStore) -> None:
@@ -70,6 +76,44 @@ async def test_start_offsets_first_writer_wins_and_delete(md: MetadataStore) -> 
     assert await md.groups.get_group("q", "g") is None
     assert await md.groups.members("q", "g") == []
     assert await md.groups.groups("q") == []
+
+
+async def test_delete_group_removes_every_key_of_the_group(md: MetadataStore) -> None:
+    """Record, members, deadlines, start offsets, ack state, lease and fence counter go;
+    another group of the queue keeps all of its keys; a re-created group's tokens stay
+    above every token of its former self (the fence floor)."""
+    before = await _keys(md)
+    for g in ("g", "other"):
+        await md.groups.join("q", g, "c1", ("prod", "", ""), 60_000)
+        await md.groups.set_start_offsets("q", g, {0: 10})
+        token = await md.leases.acquire(group_resource("q", g), "r1", 60_000)
+        assert token is not None
+        assert await md.acks.save("q", g, token, {0: encode_state(1, token, StoredAckState(12, (11,)))})
+    with_groups = await _keys(md)
+    other = {k for k in with_groups - before if ":other" in k}
+    assert len(other) >= 7  # record, deadlines, members, start, ackstate, lease, fence
+    old_token = await md.leases.acquire(group_resource("q", "g"), "r1", 60_000)
+    assert await md.groups.delete_group("q", "g")
+    after = await _keys(md)
+    assert {k for k in after if ":g:" in k or k.endswith(":g")} == set()
+    assert other <= after and md.keys.fence_floor() in after
+    assert await md.groups.groups("q") == ["other"]
+    assert not await md.groups.delete_group("q", "g")
+    # the lease is gone: its holder is fenced off, and a new incarnation's tokens go on
+    assert not await md.leases.renew(group_resource("q", "g"), "r1", old_token, 60_000)
+    assert not await md.acks.save("q", "g", old_token, {0: encode_state(1, old_token, StoredAckState(13))})
+    new_token = await md.leases.acquire(group_resource("q", "g"), "r2", 60_000)
+    assert new_token is not None and old_token is not None and new_token > old_token
+
+
+async def test_delete_group_removes_the_leftovers_of_a_group_without_record(md: MetadataStore) -> None:
+    token = await md.leases.acquire(group_resource("q", "gone"), "r1", 60_000)
+    assert token is not None
+    assert await md.acks.save("q", "gone", token, {0: encode_state(1, token, StoredAckState(3))})
+    assert not await md.groups.delete_group("q", "gone")  # no record: not announced, still cleaned
+    assert not await md.client.exists(
+        md.keys.acks("q", "gone"), md.keys.lease(group_resource("q", "gone")), md.keys.fence(group_resource("q", "gone"))
+    )
 
 
 async def test_bad_input(md: MetadataStore) -> None:

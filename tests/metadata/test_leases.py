@@ -4,6 +4,7 @@ import asyncio
 
 import pytest
 
+from vpq.metadata.acks import StoredAckState, encode_state
 from vpq.metadata.lease_keeper import LeaseKeeper
 from vpq.metadata.leases import Lease, group_resource, pp_resource
 from vpq.metadata.store import MetadataStore
@@ -52,10 +53,9 @@ async def test_expired_lease_hands_over_with_higher_token(make_store) -> None:
     assert not await old.leases.check_fence(r, stale)
     assert await old.leases.check_fence(r, fresh)
     # the stale owner's ack snapshot is rejected, the new owner's accepted
-    assert not await old.acks.save("orders", "billing", 0, 10, [12], stale)
-    assert await new.acks.save("orders", "billing", 0, 5, [7], fresh)
-    state = await old.acks.load("orders", "billing", 0)
-    assert state is not None and state.low_watermark == 5 and state.acked_above == [7]
+    assert not await old.acks.save("orders", "billing", stale, {0: encode_state(1, stale, StoredAckState(10))})
+    assert await new.acks.save("orders", "billing", fresh, {0: encode_state(1, fresh, StoredAckState(5, (), (7,)))})
+    assert await old.acks.load("orders", "billing", 1) == {0: StoredAckState(5, (), (7,))}
 
 
 async def test_node_registry(md: MetadataStore) -> None:

@@ -18,7 +18,7 @@ def test_every_key_is_under_the_prefix_and_distinct() -> None:
     k = Keys("vpq-a")
     names = [
         k.queues(), k.queue_ids(), k.queue_seq(), k.contexts(), k.context_ids(), k.context_seq(), k.map(),
-        k.lineage("q"), k.nodes("write"), k.node_info("write"), k.lease("pp:1"), k.fence("pp:1"),
+        k.lineage("q"), k.nodes("write"), k.node_info("write"), k.lease("pp:1"), k.fence("pp:1"), k.fence_floor(),
         k.groups("q"), k.group("q", "g"), k.group_deadlines("q", "g"), k.group_members("q", "g"),
         k.group_start("q", "g"), k.acks("q", "g"), k.events(), k.events_version(), k.events_log(),
     ]  # fmt: skip

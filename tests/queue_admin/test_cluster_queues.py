@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from vpq.common.errors import BadRequest, Conflict, NotFound
 from vpq.config.settings import RedisSettings
+from vpq.metadata.acks import StoredAckState, encode_state
 from vpq.metadata.leases import group_resource
 from vpq.metadata.maps import LineageRange
 from vpq.metadata.store import MetadataStore
@@ -223,8 +224,8 @@ async def test_get_list_delete(md: MetadataStore) -> None:
     assert got["max_message_bytes"] == 100 and got["epoch"] == 2
     await md.groups.join("b", "g1", "c1", ("prod", "", ""), 10_000)
     token = await md.leases.acquire(group_resource("b", "g1"), "r1", 60_000)
-    assert token is not None and await md.acks.save("b", "g1", 0, 5, [], token)
-    assert await md.acks.load_all("b", "g1") != {}
+    assert token is not None and await md.acks.save("b", "g1", token, {0: encode_state(1, token, StoredAckState(5))})
+    assert await md.client.exists(md.keys.acks("b", "g1"))
     await admin.delete("b")
     with pytest.raises(NotFound) as info:
         await admin.get("b")
@@ -233,7 +234,7 @@ async def test_get_list_delete(md: MetadataStore) -> None:
     assert m is not None and set(m["queues"]) == {"a"} and m["epoch"] == 3
     assert await md.maps.lineage_all("b") == {}
     assert await md.groups.groups("b") == []
-    assert await md.acks.load_all("b", "g1") == {}
+    assert not await md.client.exists(md.keys.acks("b", "g1"), md.keys.lease(group_resource("b", "g1")))
     with pytest.raises(NotFound):
         await admin.delete("b")
     # created again: a new id, placed again, lineage fresh

@@ -319,7 +319,7 @@ class Harness:
         state: dict = self.gd.ack_state() if self.form == "pair" else self.gd.compact_ack_state()  # type: ignore[type-arg]
         if json_roundtrip and self.form == "compact":
             state = {pp: PartitionAckState.from_json(s.to_json()) for pp, s in state.items()}
-        elif json_roundtrip:  # as metadata.acks stores it: an object with the two attributes
+        elif json_roundtrip:  # as a store of the pair form would: an object with the two attributes
             state = {pp: SimpleNamespace(low_watermark=lw, acked_above=above) for pp, (lw, above) in state.items()}
         self.gd = GroupDelivery(self.cfg)
         self.gd.restore(state)

@@ -7,7 +7,8 @@ from __future__ import annotations
 from tests.read_nodes.test_service_parts import _Pool
 from vpq.codec.records import Record
 from vpq.isolation.context import IsolationContext
-from vpq.read_nodes.ack_persistence import decode_state, encode_state, trim_state
+from vpq.metadata.acks import decode_state, encode_state
+from vpq.read_nodes.ack_persistence import restored_states, trim_state
 from vpq.read_nodes.ack_tracker import PartitionAckState
 from vpq.read_nodes.delivery import GroupDelivery
 from vpq.read_nodes.delivery_types import Admission, DeliveryConfig, DeliveryEntry, stream_of
@@ -135,7 +136,7 @@ async def test_parked_keys_survive_a_takeover_through_the_compact_state() -> Non
     delivery.ack("c", [first[0].message_id])  # 0 done; 1 in flight; 2, 3 held; 4.. parked
     stream = stream_of(0, PROD_ID)
     blobs = {stream: encode_state(7, 1, st) for stream, st in delivery.compact_ack_state().items()}
-    restored = {s: decode_state(b)[2] for s, b in blobs.items()}
+    restored = restored_states({s: decode_state(b)[2] for s, b in blobs.items()})
     assert restored[stream].parked and trim_state(restored[stream], 0, 0).parked == restored[stream].parked
     # a successor restores and re-reads the same log
     d2 = GroupDelivery(DeliveryConfig(virtual_partitions=1, key_read_ahead=4))
@@ -157,11 +158,11 @@ async def test_parked_keys_survive_a_takeover_through_the_compact_state() -> Non
 def test_a_compact_state_with_parked_segments_round_trips_and_old_states_still_read() -> None:
     st = PartitionAckState(100, (3, 7), (104,), ((5, 10, 50), (9, 60, None)))
     qid, token, back = decode_state(encode_state(7, 2, st))
-    assert (qid, token, back) == (7, 2, st)
+    assert (qid, token, restored_states({0: back})[0]) == (7, 2, st)
     assert st.low_watermark == 3 and not st.is_done(20, 5) and st.is_done(20, 6) and not st.is_done(70, 9)
     assert st.is_done(55, 5)  # past the closed segment's end
     legacy = "1|7|2|100|3:0,4|4"
-    assert decode_state(legacy)[2] == PartitionAckState(100, (3, 7), (104,))
+    assert restored_states({0: decode_state(legacy)[2]}) == {0: PartitionAckState(100, (3, 7), (104,))}
 
 
 def test_contexts_cold_for_every_reader_of_a_queue_are_not_cached() -> None:
@@ -201,7 +202,7 @@ async def test_the_ingestor_reports_the_contexts_it_cannot_deliver() -> None:
 def test_a_state_kept_per_pp_alone_holds_for_every_context_of_that_pp() -> None:
     """An ack state persisted per pp (format 1, before streams) restores every context's
     stream of that pp: nothing done there is delivered again, nothing else is lost."""
-    legacy = {0: decode_state("1|7|2|10|4:0|")[2]}  # offsets < 10 of pp 0 done, except 4
+    legacy = restored_states({0: decode_state("1|7|2|10|4:0|")[2]})  # offsets < 10 of pp 0 done, except 4
     g = GroupDelivery(DeliveryConfig(virtual_partitions=1))
     g.restore(legacy)
     g.join("p", PROD, [0], 0)

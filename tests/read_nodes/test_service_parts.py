@@ -1,22 +1,25 @@
-"""The read-node service's pure parts: lineage order, persisted ack state (encoding,
-trimming, fencing), message rendering, and the ingestor against in-memory tailers."""
+"""The read-node service's pure parts: lineage order, persisted ack state (trimming,
+restoring), message rendering, and the ingestor against in-memory tailers."""
 
 from __future__ import annotations
 
 import base64
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vpq.codec.batch_common import VALUE_JSON, VALUE_RAW
 from vpq.codec.records import Record
-from vpq.config.settings import RedisSettings
 from vpq.isolation.context import IsolationContext
-from vpq.metadata.leases import group_resource
+from vpq.metadata.acks import decode_state, encode_state
 from vpq.metadata.maps import LineageRange
-from vpq.metadata.store import MetadataStore
-from vpq.read_nodes.ack_persistence import AckSnapshots, AckStateStore, decode_state, encode_state, trim_state
+from vpq.read_nodes.ack_persistence import (
+    AckSnapshots,
+    decode_state,
+    encode_state,
+    restored_states,
+    trim_state,
+)
 from vpq.read_nodes.ack_tracker import AckTracker, PartitionAckState
 from vpq.read_nodes.dead_letters import dlq_name
 from vpq.read_nodes.delivery import GroupDelivery
@@ -61,19 +64,6 @@ def test_lineage_order_same_pp_moved_away_and_back() -> None:
 
 
 # ---------------------------------------------------------------- ack persistence
-def test_ack_state_encoding_round_trip() -> None:
-    for state in (
-        PartitionAckState(0),
-        PartitionAckState(100, (3, 7, 99), (100, 105)),
-        PartitionAckState(2**40, (2**40 - 5,), ()),
-    ):
-        assert decode_state(encode_state(7, 42, state)) == (7, 42, state)
-    with pytest.raises(ValueError):
-        decode_state("2|1|1|0||")
-    with pytest.raises(ValueError):
-        decode_state("garbage")
-
-
 def test_trim_cuts_a_long_backlog_above_the_highest_done_offset() -> None:
     backlog = PartitionAckState(5000, tuple(range(10, 5000)), ())
     trimmed = trim_state(backlog, highest_done=9, floor=0, max_listed=100)
@@ -113,35 +103,10 @@ def test_trimmed_state_restores_exactly_the_not_done_offsets(ops: list[tuple[str
         return
     trimmed = trim_state(compact[0], max(done, default=-1), 0, max_listed)
     restored = AckTracker()
-    restored.restore({0: decode_state(encode_state(9, 1, trimmed))[2]})
+    restored.restore(restored_states({0: decode_state(encode_state(9, 1, trimmed))[2]}))
     for o in queue_offsets:
         assert restored.is_done(0, o) == (o in done), (o, trimmed)
     assert snapshots.trimmed(compact)[0].scanned_to <= compact[0].scanned_to
-
-
-async def test_ack_store_is_fenced_by_the_group_lease(redis_url, key_prefix) -> None:
-    md = MetadataStore(RedisSettings(key_prefix=key_prefix), url=redis_url)
-    await md.start()
-    try:
-        store = AckStateStore(md.client, md.keys)
-        state = PartitionAckState(10, (4,), ())
-        blob = encode_state(5, 1, state)
-        assert not await store.save("q", "g", 1, {0: blob})  # no lease at all
-        token = await md.leases.acquire(group_resource("q", "g"), "r1", 10_000)
-        assert token is not None
-        assert not await store.save("q", "g", token + 1, {0: blob})
-        assert await store.save("q", "g", token, {0: blob, 3: encode_state(5, token, PartitionAckState(7))})
-        assert await store.load("q", "g", 5) == {0: state, 3: PartitionAckState(7)}
-        assert await store.load("q", "g", 6) == {}  # written for another incarnation of the queue
-        await md.leases.release(group_resource("q", "g"), "r1", token)
-        token2 = await md.leases.acquire(group_resource("q", "g"), "r2", 10_000)
-        assert not await store.save("q", "g", token, {0: encode_state(5, token, PartitionAckState(99))})
-        assert await store.load("q", "g", 5) == {0: state, 3: PartitionAckState(7)}
-        assert token2 is not None and token2 > token
-        await store.delete_group("q", "g")
-        assert await store.load("q", "g", 5) == {}
-    finally:
-        await md.stop()
 
 
 # -------------------------------------------------------------------- rendering

@@ -13,10 +13,10 @@ import aiohttp
 import pytest
 
 from tests.spark_rebalance.test_publisher_fence import FakeWriteNode, create_queue, start_md
+from vpq.metadata.fences import PUBLISHED, FenceStore, fence_of
 from vpq.metadata.maps import LineageRange as R
 from vpq.metadata.store import MetadataStore
 from vpq.spark_rebalance.fence_client import HttpFenceClient
-from vpq.spark_rebalance.fences import PUBLISHED, FenceStore, fence_of
 from vpq.spark_rebalance.plan_model import Imbalance, Plan, Split
 from vpq.spark_rebalance.publisher import Publisher, PublisherOptions
 from vpq.virtual_partitions.placement import PlacementMap, VpMove

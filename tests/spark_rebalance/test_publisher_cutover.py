@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from vpq.metadata.fences import Fence, FencedQueue, fence_of
 from vpq.metadata.maps import LineageRange as R
 from vpq.spark_rebalance.cutover import (
     LineageState,
@@ -19,7 +20,6 @@ from vpq.spark_rebalance.cutover import (
     rebase_moves,
     resolve_lineage,
 )
-from vpq.spark_rebalance.fences import Fence, FencedQueue, fence_of
 from vpq.spark_rebalance.plan_model import Split
 from vpq.virtual_partitions.placement import VpMove
 

@@ -17,9 +17,9 @@ from aiohttp import web
 
 from vpq.common.errors import Unavailable
 from vpq.config.settings import RedisSettings
+from vpq.metadata.fences import PUBLISHED, FenceStore, fence_of
 from vpq.metadata.leases import pp_resource
 from vpq.metadata.store import MetadataStore
-from vpq.spark_rebalance.fences import PUBLISHED, FenceStore, fence_of
 from vpq.write_nodes.fence import FENCE_ROUTE, FenceEndpoint, FenceView
 
 TTL_MS = 60_000

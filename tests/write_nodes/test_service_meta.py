@@ -1,4 +1,5 @@
-"""The cluster's partition count in Redis, traffic statistics, and the process entry point."""
+"""A running cluster's partition count wins over the settings', traffic statistics, and
+the process entry point."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ from pathlib import Path
 
 import aiohttp
 import pyarrow.parquet as pq
-import pytest
 
 from tests.write_nodes.test_service_helpers import (
     append,
@@ -26,33 +26,15 @@ from tests.write_nodes.test_service_helpers import (
 from vpq.codec.records import decode_batches
 from vpq.common.runfiles import write_settings
 from vpq.metadata.leases import pp_resource
-from vpq.write_nodes.cluster_meta import get_or_init_partition_count, partition_count_key, read_partition_count
 from vpq.write_nodes.service import WriteNodeService
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-async def test_partition_count_is_set_once(tmp_path, redis_url, key_prefix):
-    md = await open_metadata(make_settings(tmp_path, key_prefix), redis_url)
-    try:
-        assert await read_partition_count(md.client, md.keys) is None
-        results = await asyncio.gather(*(get_or_init_partition_count(md.client, md.keys, k) for k in (3, 5, 7)))
-        assert len(set(results)) == 1 and results[0] in (3, 5, 7)
-        assert await get_or_init_partition_count(md.client, md.keys, 64) == results[0]
-        assert await read_partition_count(md.client, md.keys) == results[0]
-        await md.client.set(partition_count_key(md.keys), "zero")
-        with pytest.raises(ValueError):
-            await read_partition_count(md.client, md.keys)
-        with pytest.raises(ValueError):
-            await get_or_init_partition_count(md.client, md.keys, 0)
-    finally:
-        await md.stop()
-
-
 async def test_an_existing_cluster_keeps_its_partition_count(tmp_path, redis_url, key_prefix):
     settings = make_settings(tmp_path, key_prefix, partitions=3)
     md = await open_metadata(settings, redis_url)
-    await get_or_init_partition_count(md.client, md.keys, 1)
+    await md.get_or_init_partition_count(1)
     service = WriteNodeService(settings, "w0", 0, redis_url)
     await service.start()
     try:

@@ -1,11 +1,12 @@
-"""Turning metadata-layer exceptions into ``common.errors`` for the cluster backend.
+"""Turning metadata-layer exceptions into the API's ``common.errors``.
 
 ``metadata_errors()`` is a context manager around any code that talks to the metadata
-stores: Redis trouble becomes a retryable ``Unavailable`` (``metadata_unavailable``), and
-the stores' own errors become the API's (unknown queue -> 404 ``queue_not_found``, a
-shrinking ``virtual_partitions`` -> 409 ``virtual_partitions_shrink``, an invalid field ->
-400 ``invalid_request`` with detail ``field``, a lost map compare-and-swap race -> 503
-``map_conflict``). Anything else passes through unchanged.
+stores: Redis trouble (``MetadataUnavailable``) becomes a retryable ``Unavailable``
+(``metadata_unavailable``), and the stores' own errors become the API's (unknown
+queue -> 404 ``queue_not_found``, a shrinking ``virtual_partitions`` -> 409
+``virtual_partitions_shrink``, an invalid field -> 400 ``invalid_request`` with detail
+``field``, a lost map compare-and-swap race -> 503 ``map_conflict``). Anything else
+passes through unchanged.
 """
 
 from __future__ import annotations
@@ -13,10 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from redis.exceptions import RedisError
-
 from vpq.common.errors import BadRequest, Conflict, NotFound, Unavailable
-from vpq.metadata.errors import QueueConfigError, QueueConflictError, QueueNotFoundError
+from vpq.metadata.errors import MetadataUnavailable, QueueConfigError, QueueConflictError, QueueNotFoundError
 from vpq.metadata.maps import MapConflictError
 
 RETRY_AFTER_S = 1.0
@@ -27,7 +26,7 @@ def metadata_errors() -> Iterator[None]:
     """See the module docstring."""
     try:
         yield
-    except RedisError as exc:
+    except MetadataUnavailable as exc:
         raise Unavailable(
             "metadata_unavailable", f"the metadata store (Redis) is unavailable: {exc}", retry_after=RETRY_AFTER_S
         ) from exc

@@ -11,8 +11,9 @@ Contract:
 - A stored value that is not a positive integer raises ``ValueError``: the metadata
   is damaged and guessing would put data on partitions nobody reads.
 
-Every role (write nodes, gateway, rebalancer) must use these functions rather than
-``settings.cluster.physical_partitions`` once the cluster exists.
+Every role (write nodes, gateway, read nodes, rebalancer) must use these functions,
+through ``MetadataStore.get_or_init_partition_count`` / ``read_partition_count``,
+rather than ``settings.cluster.physical_partitions`` once the cluster exists.
 """
 
 from __future__ import annotations
