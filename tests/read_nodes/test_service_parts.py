@@ -13,13 +13,7 @@ from vpq.codec.records import Record
 from vpq.isolation.context import IsolationContext
 from vpq.metadata.acks import decode_state, encode_state
 from vpq.metadata.maps import LineageRange
-from vpq.read_nodes.ack_persistence import (
-    AckSnapshots,
-    decode_state,
-    encode_state,
-    restored_states,
-    trim_state,
-)
+from vpq.read_nodes.ack_persistence import AckSnapshots, restored_states, trim_state
 from vpq.read_nodes.ack_tracker import AckTracker, PartitionAckState
 from vpq.read_nodes.dead_letters import dlq_name
 from vpq.read_nodes.delivery import GroupDelivery
