@@ -35,14 +35,18 @@ from vpq.write_nodes.service import WriteNodeService
 T = TypeVar("T")
 
 
-def platform_settings(data_dir: Path, *, write_nodes: int = 1, read_nodes: int = 1, physical_partitions: int = 4) -> Settings:
+def platform_settings(
+    data_dir: Path, *, write_nodes: int = 1, read_nodes: int = 1, physical_partitions: int = 4, **sections: Any
+) -> Settings:
     """Product settings for a test platform: product defaults but the node counts, the data
-    directory, a gateway on a free port, and a short metadata poll."""
+    directory, a gateway on a free port, a short metadata poll, and any whole settings
+    sections given (``queues=QueueDefaults(...)``)."""
     return Settings(
         data_dir=data_dir,
         cluster=ClusterSettings(write_nodes=write_nodes, read_nodes=read_nodes, physical_partitions=physical_partitions),
         redis=RedisSettings(poll_fallback_ms=50),
         gateway=GatewaySettings(port=0),
+        **sections,
     )
 
 
