@@ -65,20 +65,26 @@ def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LivePlatform]
     live.stop()
 
 
+@pytest.fixture(scope="module")
+def cleaner(platform: LivePlatform) -> Iterator[ClusterBackend]:
+    """A backend on the platform's own loop that deletes the queues a test left."""
+    admin = ClusterBackend(platform.settings, platform.redis_url)
+    platform.run(admin.start())
+    yield admin
+    platform.run(admin.stop())
+
+
 @pytest.fixture
 def real_backend(platform: LivePlatform) -> ClusterBackend:
     return ClusterBackend(platform.settings, platform.redis_url)
 
 
 @pytest.fixture
-async def backend(platform: LivePlatform, real_backend: ClusterBackend) -> AsyncIterator[RecordingBackend]:
+async def backend(
+    platform: LivePlatform, cleaner: ClusterBackend, real_backend: ClusterBackend
+) -> AsyncIterator[RecordingBackend]:
     yield RecordingBackend(real_backend)
-    cleaner = ClusterBackend(platform.settings, platform.redis_url)
-    await cleaner.start()
-    try:
-        await clear_queues(cleaner)
-    finally:
-        await cleaner.stop()
+    platform.run(clear_queues(cleaner))
 
 
 @pytest.fixture
