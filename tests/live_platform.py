@@ -6,8 +6,9 @@ real roles on an event loop of their own, in a background thread: write nodes
 the gateway (``create_app`` over ``ClusterBackend`` served by ``GatewayServer``). It is
 what ``vpq up --single-process`` runs, without the CLI around it.
 
-Tests talk to it over HTTP from their own loop (``url``), or build their own gateway app
-over a ``ClusterBackend`` on ``redis_url`` with ``settings``. ``serve(app)`` runs one
+Tests talk to it over HTTP from their own loop (``url``; the nodes' ``address`` in
+``writers`` and ``readers``), or build their own gateway app over a ``ClusterBackend``
+on ``redis_url`` with ``settings``. ``serve(app)`` runs one
 more aiohttp app on the platform's loop (for synchronous tests that need, say, a
 recording proxy in front of the gateway). ``stop()`` stops everything it started.
 """
@@ -61,6 +62,8 @@ class LivePlatform:
         self._thread = threading.Thread(target=self._loop.run_forever, name="live-platform", daemon=True)
         self._started: list[Any] = []
         self._runners: list[web.AppRunner] = []
+        self.writers: list[WriteNodeService] = []
+        self.readers: list[ReadNodeService] = []
         self.url = ""
 
     @property
@@ -85,10 +88,12 @@ class LivePlatform:
             node = WriteNodeService(s, f"w{i}", i, self.redis_url)
             await node.start()
             self._started.append(node)
+            self.writers.append(node)
         for j in range(s.cluster.read_nodes):
             reader = ReadNodeService(s, f"r{j}", self.redis_url)
             await reader.start()
             self._started.append(reader)
+            self.readers.append(reader)
         if self._with_gateway:
             app = create_app(s.gateway, ClusterBackend(s, self.redis_url), queue_defaults=s.queues)
             server = GatewayServer(app, s.gateway)

@@ -15,7 +15,7 @@ from vpq.common.redis_server import find_redis_server
 from tests.live_platform import LivePlatform, platform_settings
 from tests.needs import missing
 from tests.sdk.conftest import ThreadedGateway
-from tests.sdk.recording_proxy import RecordingProxy
+from tests.recording_proxy import RecordingProxy
 
 REPO = Path(__file__).resolve().parents[2]
 

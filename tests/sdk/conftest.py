@@ -1,6 +1,6 @@
 """Fixtures for SDK tests: one real platform per test module (``tests/live_platform.py``:
 redis-server, a write node, a read node and the real gateway), reached through a
-recording pass-through proxy (``tests/sdk/recording_proxy.py``) served in-loop (async
+recording pass-through proxy (``tests/recording_proxy.py``) served in-loop (async
 tests) or from the platform's thread (sync client and CLI tests). Tests share the
 module's platform, so each one names its own queues (``q``/``queue_name``)."""
 
@@ -22,7 +22,7 @@ from vpq.sdk.models import Message
 from vpq.sdk.retry import RetryPolicy
 from tests.live_platform import LivePlatform, platform_settings
 from tests.needs import missing
-from tests.sdk.recording_proxy import RecordingProxy
+from tests.recording_proxy import RecordingProxy
 
 READ_BACK_S = 10.0  # only a hang guard for reading a queue back
 

@@ -22,7 +22,7 @@ from vpq.sdk.models import Message, ProduceMessage
 from vpq.sdk.retry import RetryPolicy
 from tests.live_platform import LivePlatform
 from tests.sdk.conftest import RecordingSleep, read_back, values
-from tests.sdk.recording_proxy import RecordingProxy
+from tests.recording_proxy import RecordingProxy
 
 
 async def poll_until(client: AsyncClient, queue: str, group: str, cid: str, n: int) -> list[Message]:

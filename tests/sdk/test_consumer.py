@@ -18,7 +18,7 @@ from vpq.config.settings import QueueDefaults
 from vpq.common.redis_server import find_redis_server
 from tests.live_platform import LivePlatform, platform_settings
 from tests.needs import missing
-from tests.sdk.recording_proxy import RecordingProxy
+from tests.recording_proxy import RecordingProxy
 
 GUARD_S = 10  # only a hang guard: a failing test must not block the suite
 

@@ -15,7 +15,7 @@ from vpq.sdk.producer import Producer
 from vpq.sdk.retry import RetryPolicy
 from tests.live_platform import LivePlatform
 from tests.sdk.conftest import read_back, values
-from tests.sdk.recording_proxy import RecordingProxy
+from tests.recording_proxy import RecordingProxy
 
 
 @pytest.fixture

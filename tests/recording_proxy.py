@@ -1,11 +1,12 @@
-"""A pass-through HTTP proxy in front of the real gateway, for SDK tests.
+"""A pass-through HTTP proxy in front of a real server (the gateway, a write or read node).
 
-It forwards every request unchanged to the gateway at ``target`` and its answer back, so
-the SDK talks to the product. What only a stand-in can do, it adds: it records each
-request (``requests``, ``requests_to``) so a test can check what the SDK sent; it
+It forwards every request unchanged to ``target`` and the answer back, so the client
+under test talks to the product. What only a stand-in can do, it adds: it records each
+request (``requests``, ``requests_to``) so a test can check what the client sent; it
 answers the next matching requests with an injected error instead of forwarding them
 (``fail``); it holds produce requests until released (``hold_produce``); it delays
-ack requests (``ack_delay_s``). It knows nothing of queues, groups or messages.
+matching requests (``delay``; ``ack_delay_s`` for acks). It knows nothing of queues,
+groups or messages.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ class RecordingProxy:
         self.requests: list[Recorded] = []
         self.faults: list[Fault] = []
         self.ack_delay_s = 0.0
+        self.delays: list[tuple[re.Pattern[str], float]] = []
         self._hold: asyncio.Event | None = None
         self.produce_arrived: asyncio.Event | None = None
         self._session: aiohttp.ClientSession | None = None
@@ -68,6 +70,10 @@ class RecordingProxy:
         """Answer the next ``times`` requests matching ``method`` and ``path_re`` with this
         error (the gateway's JSON error shape) instead of forwarding them."""
         self.faults.append(Fault(method, re.compile(path_re), status, code, message, retry_after, times, extra))
+
+    def delay(self, path_re: str, seconds: float) -> None:
+        """Wait ``seconds`` before forwarding each request whose path matches ``path_re``."""
+        self.delays.append((re.compile(path_re), seconds))
 
     def hold_produce(self) -> None:
         """Produce requests wait (recorded, not yet forwarded) until ``release_produce``."""
@@ -110,6 +116,9 @@ class RecordingProxy:
             await self._hold.wait()
         if self.ack_delay_s and request.path.endswith("/ack"):
             await asyncio.sleep(self.ack_delay_s)
+        for path_re, seconds in self.delays:
+            if path_re.search(request.path):
+                await asyncio.sleep(seconds)
         if self._session is None:
             self._session = aiohttp.ClientSession(auto_decompress=False)
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_HEADERS}
