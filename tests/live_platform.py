@@ -11,6 +11,8 @@ Tests talk to it over HTTP from their own loop (``url``; the nodes' ``address`` 
 on ``redis_url`` with ``settings``. ``serve(app)`` runs one
 more aiohttp app on the platform's loop (for synchronous tests that need, say, a
 recording proxy in front of the gateway). ``stop()`` stops everything it started.
+``running(settings)`` is the form fixtures use: it skips (fails under
+``VPQ_TEST_STRICT=1``) without a redis-server binary, and stops the platform at the end.
 """
 
 from __future__ import annotations
@@ -18,20 +20,22 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
 import requests
 from aiohttp import web
 
-from vpq.common.redis_server import RedisServer
+from vpq.common.redis_server import RedisServer, find_redis_server
 from vpq.config.settings import ClusterSettings, GatewaySettings, RedisSettings, Settings
 from vpq.gateway.app import create_app
 from vpq.gateway.cluster_backend import ClusterBackend
 from vpq.gateway.server import GatewayServer
 from vpq.read_nodes.service import ReadNodeService
 from vpq.write_nodes.service import WriteNodeService
+from tests.needs import missing
 
 T = TypeVar("T")
 
@@ -159,3 +163,16 @@ class LivePlatform:
         if not self._loop.is_running():
             self._loop.close()
         self._redis.stop()
+
+
+@contextmanager
+def running(settings: Settings, *, gateway: bool = True) -> Iterator[LivePlatform]:
+    """A started ``LivePlatform``, stopped on exit (see the module docstring)."""
+    if find_redis_server() is None:
+        missing("needs the redis-server binary")
+    live = LivePlatform(settings, gateway=gateway)
+    live.start()
+    try:
+        yield live
+    finally:
+        live.stop()

@@ -109,7 +109,8 @@ class RecordingProxy:
                 fault.times -= 1
                 headers = {"Retry-After": fault.retry_after} if fault.retry_after is not None else None
                 error = {"error": {"code": fault.code, "message": fault.message, **fault.extra}}
-                return web.Response(status=fault.status, body=orjson.dumps(error), content_type="application/json", headers=headers)
+                error_body = orjson.dumps(error)
+                return web.Response(status=fault.status, body=error_body, content_type="application/json", headers=headers)
         if self._hold is not None and request.method == "POST" and request.path.endswith("/messages"):
             assert self.produce_arrived is not None
             self.produce_arrived.set()

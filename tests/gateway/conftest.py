@@ -15,13 +15,11 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from vpq.common.redis_server import find_redis_server
 from vpq.config.settings import GatewaySettings
 from vpq.gateway.app import create_app
 from vpq.gateway.backend import Backend
 from vpq.gateway.cluster_backend import ClusterBackend
-from tests.live_platform import LivePlatform, platform_settings
-from tests.needs import missing
+from tests.live_platform import LivePlatform, platform_settings, running
 
 MakeClient = Callable[..., Awaitable[TestClient]]
 
@@ -57,12 +55,8 @@ async def clear_queues(backend: Backend) -> None:
 
 @pytest.fixture(scope="module")
 def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LivePlatform]:
-    if find_redis_server() is None:
-        missing("needs the redis-server binary")
-    live = LivePlatform(platform_settings(tmp_path_factory.mktemp("gateway-platform")), gateway=False)
-    live.start()
-    yield live
-    live.stop()
+    with running(platform_settings(tmp_path_factory.mktemp("gateway-platform")), gateway=False) as live:
+        yield live
 
 
 @pytest.fixture(scope="module")

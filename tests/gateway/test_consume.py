@@ -23,7 +23,7 @@ def q() -> str:
 
 
 @pytest.fixture
-def G(q: str) -> str:  # noqa: N802 - the group path, as the tests spell it
+def G(q: str) -> str:  # the group path, named as the tests spell it
     return f"/v1/queues/{q}/groups/g"
 
 
@@ -58,11 +58,14 @@ async def test_poll_ack_nack_cycle(client: TestClient, backend: RecordingBackend
     r = await client.post(f"{G}/consumers/{consumer}/nack", json={"ids": ids[2:], "delay_ms": 0})
     assert NackResponse.model_validate(await r.json()).nacked == 1
     assert calls(backend, "nack") == [(q, "g", "c1", ids[2:], 0)]
-    got = PollResponse.model_validate(await (await client.post(f"{G}/consumers/{consumer}/poll", json={"wait_ms": 5000})).json()).messages
+    r = await client.post(f"{G}/consumers/{consumer}/poll", json={"wait_ms": 5000})
+    got = PollResponse.model_validate(await r.json()).messages
     assert [(m.value, m.delivery_count) for m in got] == [(2, 2), (3, 1), (4, 1)]
 
 
-async def test_poll_without_body_uses_defaults(client: TestClient, backend: RecordingBackend, consumer: str, G: str, q: str) -> None:
+async def test_poll_without_body_uses_defaults(
+    client: TestClient, backend: RecordingBackend, consumer: str, G: str, q: str
+) -> None:
     assert (await client.post(f"{G}/consumers/{consumer}/poll")).status == 200
     assert calls(backend, "poll") == [(q, "g", "c1", 100, 0)]
 
@@ -106,7 +109,9 @@ async def test_bad_poll(client: TestClient, backend: RecordingBackend, consumer:
         ("nack", {"delay_ms": 5}, "ids"),
     ],
 )
-async def test_bad_ack_nack(client: TestClient, backend: RecordingBackend, consumer: str, path: str, body: dict, field: str, G: str) -> None:
+async def test_bad_ack_nack(
+    client: TestClient, backend: RecordingBackend, consumer: str, path: str, body: dict, field: str, G: str
+) -> None:
     err = await error_of(await client.post(f"{G}/consumers/{consumer}/{path}", json=body), 400, "invalid_request")
     assert err["field"] == field
     assert backend.calls == []
@@ -133,7 +138,9 @@ async def test_bad_names_in_the_path(client: TestClient, backend: RecordingBacke
     assert backend.calls == []
 
 
-async def test_join_isolation_from_body_then_headers_then_defaults(client: TestClient, backend: RecordingBackend, consumer: str, G: str) -> None:
+async def test_join_isolation_from_body_then_headers_then_defaults(
+    client: TestClient, backend: RecordingBackend, consumer: str, G: str
+) -> None:
     await client.post(G + "/consumers", json={})
     await client.post(G + "/consumers", json={"lane": "feat-b", "set": ""}, headers={"X-Lane": "feat-a", "X-Set": "eu", "X-Env": "test"})
     await client.post(G + "/consumers", json={"start": "latest"}, headers={"X-Lane": "feat-a"})
@@ -155,7 +162,9 @@ async def test_join_isolation_from_body_then_headers_then_defaults(client: TestC
         ({}, {"X-Env": "PROD"}, "invalid_header"),
     ],
 )
-async def test_bad_join(client: TestClient, backend: RecordingBackend, consumer: str, body: dict, headers: dict, status_code: str, G: str) -> None:
+async def test_bad_join(
+    client: TestClient, backend: RecordingBackend, consumer: str, body: dict, headers: dict, status_code: str, G: str
+) -> None:
     await error_of(await client.post(G + "/consumers", json=body, headers=headers), 400, status_code)
     assert backend.calls == []
 
@@ -173,13 +182,15 @@ async def test_leave_and_group_info(client: TestClient, backend: RecordingBacken
     # c1's two in-flight messages are deliverable at once; backbone messages never go to the
     # feat-a lane, so a backbone consumer takes them
     await client.post(G + "/consumers", json={"consumer_id": "c3"})
-    got = PollResponse.model_validate(await (await client.post(f"{G}/consumers/c3/poll", json={"wait_ms": 5000})).json()).messages
+    r = await client.post(f"{G}/consumers/c3/poll", json={"wait_ms": 5000})
+    got = PollResponse.model_validate(await r.json()).messages
     assert sorted(m.value for m in got) == [0, 1, 2, 3, 4]
     assert sorted(m.delivery_count for m in got) == [1, 1, 1, 2, 2]
 
 
 async def test_delivery_metrics(client: TestClient, consumer: str, G: str, q: str) -> None:
-    got = (await (await client.post(f"{G}/consumers/{consumer}/poll", json={"max_messages": 2, "wait_ms": 5000})).json())["messages"]
+    r = await client.post(f"{G}/consumers/{consumer}/poll", json={"max_messages": 2, "wait_ms": 5000})
+    got = (await r.json())["messages"]
     await client.post(f"{G}/consumers/{consumer}/ack", json={"ids": [got[0]["id"]]})
     await client.post(f"{G}/consumers/{consumer}/nack", json={"ids": [got[1]["id"]]})
     text = await (await client.get("/metrics")).text()

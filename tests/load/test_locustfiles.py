@@ -11,9 +11,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from vpq.common.redis_server import find_redis_server
-from tests.live_platform import LivePlatform, platform_settings
-from tests.needs import missing
+from tests.live_platform import platform_settings, running
 from tests.sdk.conftest import ThreadedGateway
 from tests.recording_proxy import RecordingProxy
 
@@ -22,15 +20,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture
 def gateway(tmp_path: Path) -> Iterator[ThreadedGateway]:
-    if find_redis_server() is None:
-        missing("needs the redis-server binary")
-    live = LivePlatform(platform_settings(tmp_path / "platform"))
-    live.start()
-    proxy = RecordingProxy(live.url)
-    try:
+    with running(platform_settings(tmp_path / "platform")) as live:
+        proxy = RecordingProxy(live.url)
         yield ThreadedGateway(live.serve(proxy.app()), proxy, live)
-    finally:
-        live.stop()
 
 
 def test_produce_and_consume_users_run_without_failures(gateway: ThreadedGateway) -> None:

@@ -19,7 +19,7 @@ from vpq.load.peers.vpq_process import VpqProcess, VpqProcessError, crash_loopin
 from vpq.load.system import SystemUnavailable
 from vpq.common.redis_server import find_redis_server
 from vpq.sdk.client import AsyncClient
-from tests.live_platform import LivePlatform, platform_settings
+from tests.live_platform import LivePlatform, platform_settings, running
 from tests.needs import missing
 from tests.sdk.conftest import read_back
 
@@ -28,12 +28,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LivePlatform]:
-    if find_redis_server() is None:
-        missing("needs the redis-server binary")
-    live = LivePlatform(platform_settings(tmp_path_factory.mktemp("driver-platform")))
-    live.start()
-    yield live
-    live.stop()
+    with running(platform_settings(tmp_path_factory.mktemp("driver-platform"))) as live:
+        yield live
 
 
 async def queue_names(url: str) -> dict[str, dict[str, object]]:

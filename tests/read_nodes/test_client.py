@@ -16,24 +16,18 @@ from aiohttp.test_utils import TestServer
 
 from vpq.common.errors import Conflict, InternalError, NotFound, Unavailable
 from vpq.common.poll_body import PolledBody
-from vpq.common.redis_server import find_redis_server
 from vpq.isolation.context import IsolationContext
 from vpq.metadata.leases import group_resource
 from vpq.metadata.store import MetadataStore
 from vpq.read_nodes.client import ReadNodeClient
-from tests.live_platform import LivePlatform, platform_settings
-from tests.needs import missing
+from tests.live_platform import LivePlatform, platform_settings, running
 from tests.recording_proxy import RecordingProxy
 
 
 @pytest.fixture(scope="module")
 def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LivePlatform]:
-    if find_redis_server() is None:
-        missing("needs the redis-server binary")
-    live = LivePlatform(platform_settings(tmp_path_factory.mktemp("read-client")))
-    live.start()
-    yield live
-    live.stop()
+    with running(platform_settings(tmp_path_factory.mktemp("read-client"))) as live:
+        yield live
 
 
 @pytest.fixture

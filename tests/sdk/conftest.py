@@ -2,26 +2,24 @@
 redis-server, a write node, a read node and the real gateway), reached through a
 recording pass-through proxy (``tests/recording_proxy.py``) served in-loop (async
 tests) or from the platform's thread (sync client and CLI tests). Tests share the
-module's platform, so each one names its own queues (``q``/``queue_name``)."""
+module's platform, so each one names its own queues (``q``)."""
 
 from __future__ import annotations
 
 import asyncio
 import socket
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestServer
 
-from vpq.common.redis_server import find_redis_server
 from vpq.sdk.client import AsyncClient
 from vpq.sdk.models import Message
 from vpq.sdk.retry import RetryPolicy
-from tests.live_platform import LivePlatform, platform_settings
-from tests.needs import missing
+from tests.live_platform import LivePlatform, platform_settings, running
 from tests.recording_proxy import RecordingProxy
 
 READ_BACK_S = 10.0  # only a hang guard for reading a queue back
@@ -39,24 +37,15 @@ class RecordingSleep:
 
 @pytest.fixture(scope="module")
 def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LivePlatform]:
-    if find_redis_server() is None:
-        missing("needs the redis-server binary")
-    live = LivePlatform(platform_settings(tmp_path_factory.mktemp("sdk-platform")))
-    live.start()
-    yield live
-    live.stop()
+    with running(platform_settings(tmp_path_factory.mktemp("sdk-platform"))) as live:
+        yield live
 
 
 @pytest.fixture
-def queue_name() -> Callable[[str], str]:
-    """Names unique to the test (the platform is shared by the module)."""
-    tag = uuid.uuid4().hex[:8]
-    return lambda base: f"{base}-{tag}"
-
-
-@pytest.fixture
-def q(queue_name: Callable[[str], str]) -> str:
-    return queue_name("q")
+def q() -> str:
+    """A queue name unique to the test (the platform is shared by the module); short, so
+    that the CLI's tables do not wrap it."""
+    return f"q-{uuid.uuid4().hex[:8]}"
 
 
 @pytest.fixture

@@ -15,9 +15,7 @@ from vpq.sdk.consumer import Consumer, RetryLater
 from vpq.sdk.errors import NotFoundError
 from vpq.sdk.models import Message, ProduceMessage
 from vpq.config.settings import QueueDefaults
-from vpq.common.redis_server import find_redis_server
-from tests.live_platform import LivePlatform, platform_settings
-from tests.needs import missing
+from tests.live_platform import LivePlatform, platform_settings, running
 from tests.recording_proxy import RecordingProxy
 
 GUARD_S = 10  # only a hang guard: a failing test must not block the suite
@@ -28,13 +26,9 @@ SESSION_MS = 1000
 
 @pytest.fixture(scope="module")
 def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LivePlatform]:
-    if find_redis_server() is None:
-        missing("needs the redis-server binary")
     settings = platform_settings(tmp_path_factory.mktemp("consumer-platform"), queues=QueueDefaults(session_timeout_ms=SESSION_MS))
-    live = LivePlatform(settings)
-    live.start()
-    yield live
-    live.stop()
+    with running(settings) as live:
+        yield live
 
 
 async def fill(client: AsyncClient, queue: str, n: int, **context: str) -> None:

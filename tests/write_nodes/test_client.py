@@ -16,12 +16,10 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from vpq.common.errors import BadRequest, InternalError, Unavailable, VpqError
-from vpq.common.redis_server import find_redis_server
 from vpq.gateway.cluster_backend import ClusterBackend
 from vpq.write_nodes.client import NODE_UNREACHABLE, WriteNodeClient, call_node
 from vpq.write_nodes.records import Record, build_batch, decode_batches
-from tests.live_platform import LivePlatform, platform_settings
-from tests.needs import missing
+from tests.live_platform import LivePlatform, platform_settings, running
 from tests.recording_proxy import RecordingProxy
 
 
@@ -36,12 +34,9 @@ class Node:
 
 @pytest.fixture(scope="module")
 def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LivePlatform]:
-    if find_redis_server() is None:
-        missing("needs the redis-server binary")
-    live = LivePlatform(platform_settings(tmp_path_factory.mktemp("write-client"), physical_partitions=2), gateway=False)
-    live.start()
-    yield live
-    live.stop()
+    settings = platform_settings(tmp_path_factory.mktemp("write-client"), physical_partitions=2)
+    with running(settings, gateway=False) as live:
+        yield live
 
 
 @pytest.fixture(scope="module")
