@@ -76,6 +76,11 @@ def batch(node: Node, pp: int, *values: bytes, ts: int = 1000, vp: int | None = 
     return build_batch(0, [Record(value=v_, queue_id=node.queue_id, virtual_partition=v) for v_ in values], ts)
 
 
+def any_batch() -> bytes:
+    """A well-formed batch for a server that never reads it."""
+    return build_batch(0, [Record(value=b"a", queue_id=7, virtual_partition=1)], 1000)
+
+
 async def end_offset(client: WriteNodeClient, node: Node, pp: int) -> int:
     listing = await client.partitions(node.address)
     return {p["id"]: p["end_offset"] for p in listing["partitions"]}[pp]
@@ -179,7 +184,7 @@ def free_port() -> int:
 async def test_connection_refused_is_unavailable_naming_the_node(session) -> None:
     address = f"127.0.0.1:{free_port()}"
     with pytest.raises(Unavailable) as info:
-        await WriteNodeClient(session).append(address, 0, build_batch(0, [Record(value=b"a", queue_id=7, virtual_partition=1)], 1000), 1)
+        await WriteNodeClient(session).append(address, 0, any_batch(), 1)
     err = info.value
     assert err.code == NODE_UNREACHABLE and err.retryable
     assert address in err.message and err.details["node"] == address and err.details["role"] == "write"
@@ -205,7 +210,7 @@ async def test_malformed_success_answer_is_internal_error(session) -> None:
     await server.start_server()
     try:
         with pytest.raises(InternalError) as info:
-            await WriteNodeClient(session).append(f"127.0.0.1:{server.port}", 0, build_batch(0, [Record(value=b"a", queue_id=7, virtual_partition=1)], 1000), 1)
+            await WriteNodeClient(session).append(f"127.0.0.1:{server.port}", 0, any_batch(), 1)
         assert info.value.code == "bad_node_answer"
     finally:
         await server.close()
