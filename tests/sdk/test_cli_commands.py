@@ -153,8 +153,9 @@ def test_queues_list_and_detail(threaded_gateway: ThreadedGateway, q: str) -> No
     res = vpq(threaded_gateway, "queues", orders)
     assert res.exit_code == 0, res.output
     raw = orjson.loads(vpq(threaded_gateway, "queues", orders, "--json").stdout)
-    vps_of_pp0 = compress_ranges(placement_by_pp(raw["placement"]).get(0, []))
-    assert "placement" in res.stdout and (not vps_of_pp0 or vps_of_pp0 in res.stdout)
+    by_pp = placement_by_pp(raw["placement"])
+    assert sorted(v for vps in by_pp.values() for v in vps) == list(range(8))
+    assert "placement" in res.stdout and all(compress_ranges(vps) in res.stdout for vps in by_pp.values())
     assert "traffic" in res.stdout
     assert raw["traffic"]["messages_total"] == 3
     missing = vpq(threaded_gateway, "queues", f"{orders}-nope")
