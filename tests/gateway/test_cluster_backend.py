@@ -24,11 +24,8 @@ from vpq.gateway.node_directory import group_key, rendezvous_pick
 from vpq.isolation.context import IsolationContext
 from vpq.metadata.leases import group_resource, pp_resource
 from vpq.metadata.store import MetadataStore
-from vpq.read_nodes.client import ReadNodeClient
 from vpq.read_nodes.service import ReadNodeService
-from vpq.write_nodes.client import WriteNodeClient
 from vpq.write_nodes.produce import AppendPolicy
-from vpq.write_nodes.records import decode_batches
 from vpq.write_nodes.service import WriteNodeService
 
 K = 2
@@ -133,22 +130,27 @@ async def test_partition_count_comes_from_the_cluster(cluster: Cluster, redis_ur
 
 
 async def test_produce_appends_durably_through_the_write_node(cluster: Cluster) -> None:
-    writer = await cluster.add_writer()
+    await cluster.add_writer()
+    await cluster.add_reader("r1")
     b = cluster.backend
     info, created = await b.put_queue("orders", {"virtual_partitions": 4})
     assert created and sorted(set(info["placement"])) == [0, 1]
     results = (await b.produce("orders", batch(msg("a", 1), msg("b", 2), msg(None, 3)))).dicts()
     assert [r["id"] for r in results] == [f"{r['partition']}-{r['offset']}" for r in results]
-    async with aiohttp.ClientSession() as session:
-        client = WriteNodeClient(session)
-        reads = [await client.read(writer.address, pp, offset=0, max_bytes=1 << 20, wait_ms=0) for pp in range(K)]
-    stored = {(pp, rec.offset): rec for pp in range(K) for rec in decode_batches(reads[pp].data)}
-    qid = info["id"]
+    joined = await b.join("orders", "check", JoinSpec(None))
+    stored: dict[str, dict] = {}
+    for _ in range(10):  # read back by the real read node
+        if len(stored) == 3:
+            break
+        polled = await b.poll("orders", "check", joined["consumer_id"], 10, 1000)
+        stored.update((m["id"], m) for m in orjson.loads(polled.body)["messages"])
+    assert set(stored) == {r["id"] for r in results}
     for r, value in zip(results, (1, 2, 3), strict=True):
-        rec = stored[(r["partition"], r["offset"])]
-        assert rec.queue_id == qid and rec.virtual_partition == r["virtual_partition"]
-        assert orjson.loads(rec.value) == value
+        m = stored[r["id"]]
+        assert (m["queue"], m["partition"], m["offset"]) == ("orders", r["partition"], r["offset"])
+        assert m["virtual_partition"] == r["virtual_partition"] and m["value"] == value
         assert info["placement"][r["virtual_partition"]] == r["partition"]
+    await b.leave("orders", "check", joined["consumer_id"])
     got = await b.get_queue("orders")
     assert got["traffic"]["messages_total"] == 3 and got["traffic"]["bytes_total"] > 0
     metrics = await b.metrics_text()
@@ -199,10 +201,11 @@ async def test_consumer_calls_follow_the_group_owner(cluster: Cluster) -> None:
     await b.put_queue("q", {"virtual_partitions": 1})
     chosen_id = rendezvous_pick(group_key("q", "g"), ["r1", "r2"])
     owner_id = "r2" if chosen_id == "r1" else "r1"
+    join = {"consumer_id": "c0", "env": "prod", "set": "", "lane": "", "start": "earliest"}
     async with aiohttp.ClientSession() as session:  # the other node takes the group first: it holds the lease
-        await ReadNodeClient(session).join(
-            readers[owner_id].address, "q", "g", consumer_id="c0", env="prod", set_="", lane="", start="earliest"
-        )
+        url = f"http://{readers[owner_id].address}/internal/v1/queues/q/groups/g/consumers"
+        async with session.post(url, json=join) as r:
+            assert r.status == 200, await r.text()
     joined = await b.join("q", "g", JoinSpec("c1", IsolationContext(env="test", lane="feat-a"), "latest"))
     assert joined["consumer_id"] == "c1"
     assert "vpq_consumer_forwards_total 1" in await b.metrics_text()  # the chosen node named the owner
