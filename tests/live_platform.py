@@ -8,10 +8,10 @@ what ``vpq up --single-process`` runs, without the CLI around it.
 
 Tests talk to it over HTTP from their own loop (``url``; the nodes' ``address`` in
 ``writers`` and ``readers``), or build their own gateway app over a ``ClusterBackend``
-on ``redis_url`` with ``settings``. ``serve(app)`` runs one
-more aiohttp app on the platform's loop (for synchronous tests that need, say, a
-recording proxy in front of the gateway). ``stop()`` stops everything it started.
-``running(settings)`` is the form fixtures use: it skips (fails under
+on ``redis_url`` with ``settings``. ``run(coro)`` runs a coroutine on the platform's
+loop; ``serve(app)`` runs one more aiohttp app there (for synchronous tests that need,
+say, a recording proxy in front of the gateway). ``stop()`` stops everything it
+started. ``running(settings)`` is the form fixtures use: it skips (fails under
 ``VPQ_TEST_STRICT=1``) without a redis-server binary, and stops the platform at the end.
 """
 
