@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 from aiohttp.test_utils import TestClient
 
-from tests.gateway.conftest import MakeClient, error_of
-from tests.gateway.memory_backend import MemoryBackend
+from tests.gateway.conftest import MakeClient, RecordingBackend, error_of
 from vpq.common.errors import Forbidden, Unauthorized
 from vpq.config.settings import AuthToken, GatewaySettings
 from vpq.gateway.auth import Authorizer
@@ -27,7 +26,7 @@ def bearer(token: str) -> dict[str, str]:
 
 
 @pytest.fixture
-async def secured(make_client: MakeClient, backend: MemoryBackend) -> TestClient:
+async def secured(make_client: MakeClient, backend: RecordingBackend) -> TestClient:
     client = await make_client(AUTH)
     for name in ("orders", "team-a", "other"):
         assert (await client.put(f"/v1/queues/{name}", headers=bearer("root"))).status == 201
@@ -35,7 +34,7 @@ async def secured(make_client: MakeClient, backend: MemoryBackend) -> TestClient
     return client
 
 
-async def test_no_token_is_401_with_www_authenticate(secured: TestClient, backend: MemoryBackend) -> None:
+async def test_no_token_is_401_with_www_authenticate(secured: TestClient, backend: RecordingBackend) -> None:
     r = await secured.post("/v1/queues/orders/messages", json={"messages": [{"value": 1}]})
     await error_of(r, 401, "unauthorized")
     assert r.headers["WWW-Authenticate"].startswith("Bearer")
@@ -43,7 +42,7 @@ async def test_no_token_is_401_with_www_authenticate(secured: TestClient, backen
 
 
 @pytest.mark.parametrize("header", ["Bearer nope", "Basic cm9vdDpyb290", "Bearer", "root", "Bearer  "])
-async def test_invalid_token_is_401(secured: TestClient, backend: MemoryBackend, header: str) -> None:
+async def test_invalid_token_is_401(secured: TestClient, backend: RecordingBackend, header: str) -> None:
     r = await secured.get("/v1/queues/orders", headers={"Authorization": header})
     err = await error_of(r, 401)
     assert err["code"] in ("unauthorized", "invalid_token")
@@ -55,7 +54,7 @@ async def test_scheme_is_case_insensitive(secured: TestClient) -> None:
     assert (await secured.get("/v1/queues/orders", headers={"Authorization": "bearer root"})).status == 200
 
 
-async def test_produce_scope(secured: TestClient, backend: MemoryBackend) -> None:
+async def test_produce_scope(secured: TestClient, backend: RecordingBackend) -> None:
     body = {"messages": [{"value": 1}]}
     assert (await secured.post("/v1/queues/orders/messages", json=body, headers=bearer("prod-tok"))).status == 200
     err = await error_of(await secured.post("/v1/queues/other/messages", json=body, headers=bearer("prod-tok")), 403, "forbidden")
@@ -80,14 +79,14 @@ async def test_consume_scope_covers_consumer_endpoints_and_group_info(secured: T
     assert (await secured.delete(base, headers=h)).status == 204
 
 
-async def test_admin_scope_on_patterns(secured: TestClient, backend: MemoryBackend) -> None:
+async def test_admin_scope_on_patterns(secured: TestClient, backend: RecordingBackend) -> None:
     h = bearer("team-admin")
     assert (await secured.put("/v1/queues/team-b", json={}, headers=h)).status == 201
     assert (await secured.get("/v1/queues/team-a", headers=h)).status == 200
     await error_of(await secured.put("/v1/queues/orders", json={}, headers=h), 403, "forbidden")
     await error_of(await secured.delete("/v1/queues/orders", headers=h), 403, "forbidden")
     await error_of(await secured.get("/v1/queues/orders", headers=bearer("prod-tok")), 403, "forbidden")
-    assert "orders" in backend.queues
+    assert "orders" in [q["name"] for q in await backend.real.list_queues()]
 
 
 async def test_cluster_and_maps_need_admin_on_star(secured: TestClient) -> None:
@@ -115,7 +114,7 @@ async def test_open_endpoints_need_no_token(secured: TestClient, path: str) -> N
     assert (await secured.get(path)).status == 200
 
 
-async def test_auth_comes_before_body_validation(secured: TestClient, backend: MemoryBackend) -> None:
+async def test_auth_comes_before_body_validation(secured: TestClient, backend: RecordingBackend) -> None:
     r = await secured.post("/v1/queues/orders/messages", data=b"{", headers={"Content-Type": "application/json"})
     await error_of(r, 401)
     r = await secured.post("/v1/queues/other/messages", data=b"{", headers={"Content-Type": "application/json", **bearer("prod-tok")})

@@ -1,26 +1,39 @@
-"""Consumer endpoints: join, poll, ack, nack, leave, group info."""
+"""Consumer endpoints on the real gateway over the real cluster backend: join, poll, ack,
+nack, leave, group info."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient
 
-from tests.gateway.conftest import error_of
-from tests.gateway.memory_backend import MemoryBackend
+from tests.gateway.conftest import RecordingBackend, error_of
 from vpq.gateway.backend import JoinSpec
 from vpq.gateway.responses import AckResponse, GroupInfo, JoinResponse, NackResponse, PollResponse
 from vpq.isolation.context import IsolationContext
 
-G = "/v1/queues/orders/groups/g"
+
+@pytest.fixture
+def q() -> str:
+    """A queue name of the test's own: read nodes keep serving a deleted queue's groups for
+    a while (and grow the queue when members outnumber its vps), so names are not reused."""
+    return f"orders-{uuid.uuid4().hex[:8]}"
 
 
 @pytest.fixture
-async def consumer(client: TestClient, backend: MemoryBackend) -> str:
-    assert (await client.put("/v1/queues/orders")).status == 201
+def G(q: str) -> str:  # the group path, named as the tests spell it
+    return f"/v1/queues/{q}/groups/g"
+
+
+@pytest.fixture
+async def consumer(client: TestClient, backend: RecordingBackend, q: str, G: str) -> str:
+    # one vp: the five messages are one partition's run, delivered in order
+    r = await client.put(f"/v1/queues/{q}", json={"virtual_partitions": 1})
+    assert r.status == 201, await r.text()
     msgs = [{"key": f"k{i}", "value": i} for i in range(5)]
-    assert (await client.post("/v1/queues/orders/messages", json={"messages": msgs})).status == 200
+    assert (await client.post(f"/v1/queues/{q}/messages", json={"messages": msgs})).status == 200
     r = await client.post(G + "/consumers", json={"consumer_id": "c1"})
     assert r.status == 200
     body = JoinResponse.model_validate(await r.json())
@@ -29,35 +42,38 @@ async def consumer(client: TestClient, backend: MemoryBackend) -> str:
     return "c1"
 
 
-def calls(backend: MemoryBackend, name: str) -> list[Any]:
+def calls(backend: RecordingBackend, name: str) -> list[Any]:
     return [args for n, args in backend.calls if n == name]
 
 
-async def test_poll_ack_nack_cycle(client: TestClient, backend: MemoryBackend, consumer: str) -> None:
-    r = await client.post(f"{G}/consumers/{consumer}/poll", json={"max_messages": 3})
+async def test_poll_ack_nack_cycle(client: TestClient, backend: RecordingBackend, consumer: str, G: str, q: str) -> None:
+    r = await client.post(f"{G}/consumers/{consumer}/poll", json={"max_messages": 3, "wait_ms": 5000})
     assert r.status == 200
     got = PollResponse.model_validate(await r.json()).messages
     assert [m.value for m in got] == [0, 1, 2]
-    assert all(m.delivery_count == 1 and m.queue == "orders" for m in got)
+    assert all(m.delivery_count == 1 and m.queue == q for m in got)
     ids = [m.id for m in got]
     r = await client.post(f"{G}/consumers/{consumer}/ack", json={"ids": ids[:2] + ["9-999999"]})
     assert AckResponse.model_validate(await r.json()).acked == 2
     r = await client.post(f"{G}/consumers/{consumer}/nack", json={"ids": ids[2:], "delay_ms": 0})
     assert NackResponse.model_validate(await r.json()).nacked == 1
-    assert calls(backend, "nack") == [("orders", "g", "c1", ids[2:], 0)]
-    got = PollResponse.model_validate(await (await client.post(f"{G}/consumers/{consumer}/poll")).json()).messages
+    assert calls(backend, "nack") == [(q, "g", "c1", ids[2:], 0)]
+    r = await client.post(f"{G}/consumers/{consumer}/poll", json={"wait_ms": 5000})
+    got = PollResponse.model_validate(await r.json()).messages
     assert [(m.value, m.delivery_count) for m in got] == [(2, 2), (3, 1), (4, 1)]
 
 
-async def test_poll_without_body_uses_defaults(client: TestClient, backend: MemoryBackend, consumer: str) -> None:
+async def test_poll_without_body_uses_defaults(
+    client: TestClient, backend: RecordingBackend, consumer: str, G: str, q: str
+) -> None:
     assert (await client.post(f"{G}/consumers/{consumer}/poll")).status == 200
-    assert calls(backend, "poll") == [("orders", "g", "c1", 100, 0)]
+    assert calls(backend, "poll") == [(q, "g", "c1", 100, 0)]
 
 
-async def test_long_poll_is_passed_through(client: TestClient, backend: MemoryBackend, consumer: str) -> None:
+async def test_long_poll_is_passed_through(client: TestClient, backend: RecordingBackend, consumer: str, G: str, q: str) -> None:
     r = await client.post(f"{G}/consumers/{consumer}/poll", json={"max_messages": 1000, "wait_ms": 20})
     assert r.status == 200
-    assert calls(backend, "poll") == [("orders", "g", "c1", 1000, 20)]
+    assert calls(backend, "poll") == [(q, "g", "c1", 1000, 20)]
 
 
 @pytest.mark.parametrize(
@@ -71,7 +87,7 @@ async def test_long_poll_is_passed_through(client: TestClient, backend: MemoryBa
         ({"timeout": 5}, "timeout"),
     ],
 )
-async def test_bad_poll(client: TestClient, backend: MemoryBackend, consumer: str, body: dict, field: str) -> None:
+async def test_bad_poll(client: TestClient, backend: RecordingBackend, consumer: str, body: dict, field: str, G: str) -> None:
     err = await error_of(await client.post(f"{G}/consumers/{consumer}/poll", json=body), 400, "invalid_request")
     assert err["field"] == field
     assert backend.calls == []
@@ -93,34 +109,38 @@ async def test_bad_poll(client: TestClient, backend: MemoryBackend, consumer: st
         ("nack", {"delay_ms": 5}, "ids"),
     ],
 )
-async def test_bad_ack_nack(client: TestClient, backend: MemoryBackend, consumer: str, path: str, body: dict, field: str) -> None:
+async def test_bad_ack_nack(
+    client: TestClient, backend: RecordingBackend, consumer: str, path: str, body: dict, field: str, G: str
+) -> None:
     err = await error_of(await client.post(f"{G}/consumers/{consumer}/{path}", json=body), 400, "invalid_request")
     assert err["field"] == field
     assert backend.calls == []
 
 
 @pytest.mark.parametrize("path", ["ack", "nack"])
-async def test_ack_nack_need_a_body(client: TestClient, backend: MemoryBackend, consumer: str, path: str) -> None:
+async def test_ack_nack_need_a_body(client: TestClient, backend: RecordingBackend, consumer: str, path: str, G: str) -> None:
     await error_of(await client.post(f"{G}/consumers/{consumer}/{path}"), 400, "invalid_request")
     assert backend.calls == []
 
 
-async def test_unknown_consumer_group_queue(client: TestClient, consumer: str) -> None:
+async def test_unknown_consumer_group_queue(client: TestClient, consumer: str, G: str, q: str) -> None:
     await error_of(await client.post(f"{G}/consumers/nobody/poll", json={}), 404, "consumer_not_found")
-    await error_of(await client.post("/v1/queues/orders/groups/other/consumers/c1/ack", json={"ids": []}), 404, "group_not_found")
-    await error_of(await client.post("/v1/queues/none/groups/g/consumers", json={}), 404, "queue_not_found")
-    await error_of(await client.get("/v1/queues/orders/groups/other"), 404, "group_not_found")
+    await error_of(await client.post(f"/v1/queues/{q}/groups/other/consumers/c1/ack", json={"ids": []}), 404, "group_not_found")
+    await error_of(await client.post(f"/v1/queues/{q}-none/groups/g/consumers", json={}), 404, "queue_not_found")
+    await error_of(await client.get(f"/v1/queues/{q}/groups/other"), 404, "group_not_found")
 
 
-async def test_bad_names_in_the_path(client: TestClient, backend: MemoryBackend, consumer: str) -> None:
-    err = await error_of(await client.post("/v1/queues/orders/groups/g!/consumers", json={}), 400, "invalid_name")
+async def test_bad_names_in_the_path(client: TestClient, backend: RecordingBackend, consumer: str, G: str, q: str) -> None:
+    err = await error_of(await client.post(f"/v1/queues/{q}/groups/g!/consumers", json={}), 400, "invalid_name")
     assert err["field"] == "group"
     err = await error_of(await client.post(f"{G}/consumers/{'c' * 129}/poll", json={}), 400, "invalid_name")
     assert err["field"] == "consumer_id"
     assert backend.calls == []
 
 
-async def test_join_isolation_from_body_then_headers_then_defaults(client: TestClient, backend: MemoryBackend, consumer: str) -> None:
+async def test_join_isolation_from_body_then_headers_then_defaults(
+    client: TestClient, backend: RecordingBackend, consumer: str, G: str
+) -> None:
     await client.post(G + "/consumers", json={})
     await client.post(G + "/consumers", json={"lane": "feat-b", "set": ""}, headers={"X-Lane": "feat-a", "X-Set": "eu", "X-Env": "test"})
     await client.post(G + "/consumers", json={"start": "latest"}, headers={"X-Lane": "feat-a"})
@@ -142,14 +162,16 @@ async def test_join_isolation_from_body_then_headers_then_defaults(client: TestC
         ({}, {"X-Env": "PROD"}, "invalid_header"),
     ],
 )
-async def test_bad_join(client: TestClient, backend: MemoryBackend, consumer: str, body: dict, headers: dict, status_code: str) -> None:
+async def test_bad_join(
+    client: TestClient, backend: RecordingBackend, consumer: str, body: dict, headers: dict, status_code: str, G: str
+) -> None:
     await error_of(await client.post(G + "/consumers", json=body, headers=headers), 400, status_code)
     assert backend.calls == []
 
 
-async def test_leave_and_group_info(client: TestClient, backend: MemoryBackend, consumer: str) -> None:
+async def test_leave_and_group_info(client: TestClient, backend: RecordingBackend, consumer: str, G: str) -> None:
     await client.post(G + "/consumers", json={"consumer_id": "c2", "lane": "feat-a"})
-    await client.post(f"{G}/consumers/{consumer}/poll", json={"max_messages": 2})
+    await client.post(f"{G}/consumers/{consumer}/poll", json={"max_messages": 2, "wait_ms": 5000})
     info = GroupInfo.model_validate(await (await client.get(G)).json())
     assert {m.consumer_id: m.in_flight for m in info.members} == {"c1": 2, "c2": 0}
     assert {m.consumer_id: m.lane for m in info.members} == {"c1": "", "c2": "feat-a"}
@@ -157,15 +179,21 @@ async def test_leave_and_group_info(client: TestClient, backend: MemoryBackend, 
     r = await client.delete(f"{G}/consumers/{consumer}")
     assert r.status == 204
     await error_of(await client.delete(f"{G}/consumers/{consumer}"), 404, "consumer_not_found")
-    got = PollResponse.model_validate(await (await client.post(f"{G}/consumers/c2/poll", json={})).json()).messages
+    # c1's two in-flight messages are deliverable at once; backbone messages never go to the
+    # feat-a lane, so a backbone consumer takes them
+    await client.post(G + "/consumers", json={"consumer_id": "c3"})
+    r = await client.post(f"{G}/consumers/c3/poll", json={"wait_ms": 5000})
+    got = PollResponse.model_validate(await r.json()).messages
     assert sorted(m.value for m in got) == [0, 1, 2, 3, 4]
+    assert sorted(m.delivery_count for m in got) == [1, 1, 1, 2, 2]
 
 
-async def test_delivery_metrics(client: TestClient, consumer: str) -> None:
-    got = (await (await client.post(f"{G}/consumers/{consumer}/poll", json={"max_messages": 2})).json())["messages"]
+async def test_delivery_metrics(client: TestClient, consumer: str, G: str, q: str) -> None:
+    r = await client.post(f"{G}/consumers/{consumer}/poll", json={"max_messages": 2, "wait_ms": 5000})
+    got = (await r.json())["messages"]
     await client.post(f"{G}/consumers/{consumer}/ack", json={"ids": [got[0]["id"]]})
     await client.post(f"{G}/consumers/{consumer}/nack", json={"ids": [got[1]["id"]]})
     text = await (await client.get("/metrics")).text()
-    assert 'vpq_gateway_delivered_messages_total{group="g",queue="orders"} 2.0' in text
-    assert 'vpq_gateway_acked_messages_total{group="g",queue="orders"} 1.0' in text
-    assert 'vpq_gateway_nacked_messages_total{group="g",queue="orders"} 1.0' in text
+    assert f'vpq_gateway_delivered_messages_total{{group="g",queue="{q}"}} 2.0' in text
+    assert f'vpq_gateway_acked_messages_total{{group="g",queue="{q}"}} 1.0' in text
+    assert f'vpq_gateway_nacked_messages_total{{group="g",queue="{q}"}} 1.0' in text

@@ -1,15 +1,55 @@
-"""Every failure is a JSON error: routes, methods, backend errors, bugs."""
+"""Every failure is a JSON error: routes, methods, backend errors, bugs.
+
+Routes and methods are checked on the real gateway over the real cluster backend. Errors
+a healthy platform does not raise on demand (a conflict from a read node, overload, a
+bug) come from ``FailingBackend``, a backend local to this file that raises one given
+exception from every call."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
-from aiohttp.test_utils import TestClient
+from aiohttp.test_utils import TestClient, TestServer
 
-from tests.gateway.conftest import error_of
-from tests.gateway.memory_backend import MemoryBackend
+from tests.gateway.conftest import RecordingBackend, error_of
 from vpq.common.errors import Conflict, Overloaded, Unavailable
+from vpq.config.settings import GatewaySettings
+from vpq.gateway.app import create_app
+
+
+class FailingBackend:
+    """Ready, and every other call raises ``error`` (``produce`` may be replaced)."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    async def ready(self) -> bool:
+        return True
+
+    async def metrics_text(self) -> str:
+        return ""
+
+    def __getattr__(self, name: str) -> Any:
+        async def fail(*args: Any) -> Any:
+            raise self.error
+
+        return fail
+
+
+@pytest.fixture
+async def failing() -> AsyncIterator[tuple[TestClient, FailingBackend]]:
+    backend = FailingBackend(RuntimeError("no error chosen"))
+    client = TestClient(TestServer(create_app(GatewaySettings(), backend)))  # type: ignore[arg-type]
+    await client.start_server()
+    yield client, backend
+    await client.close()
 
 
 @pytest.mark.parametrize("path", ["/nope", "/v1/queue", "/v1/queues/q/messages/extra", "/v2/queues", "/"])
@@ -26,7 +66,7 @@ async def test_unknown_route_is_404_json(client: TestClient, path: str) -> None:
         ("PUT", "/v1/queues/q/groups/g/consumers/c/poll", "POST"),
     ],
 )
-async def test_wrong_method_is_405_json(client: TestClient, backend: MemoryBackend, method: str, path: str, allowed: str) -> None:
+async def test_wrong_method_is_405_json(client: TestClient, backend: RecordingBackend, method: str, path: str, allowed: str) -> None:
     r = await client.request(method, path)
     err = await error_of(r, 405, "method_not_allowed")
     assert ", ".join(err["allowed"]) == allowed
@@ -34,8 +74,9 @@ async def test_wrong_method_is_405_json(client: TestClient, backend: MemoryBacke
     assert backend.calls == []
 
 
-async def test_backend_errors_pass_through_with_details(client: TestClient, backend: MemoryBackend) -> None:
-    backend.fail_with = Conflict("not_owner", "another read node owns the group", owner="r2")
+async def test_backend_errors_pass_through_with_details(failing: tuple[TestClient, FailingBackend]) -> None:
+    client, backend = failing
+    backend.error = Conflict("not_owner", "another read node owns the group", owner="r2")
     err = await error_of(await client.get("/v1/queues"), 409, "not_owner")
     assert err["owner"] == "r2"
 
@@ -49,17 +90,19 @@ async def test_backend_errors_pass_through_with_details(client: TestClient, back
     ],
 )
 async def test_retryable_errors_carry_retry_after(
-    client: TestClient, backend: MemoryBackend, exc: Exception, status: int, retry_after: str
+    failing: tuple[TestClient, FailingBackend], exc: Exception, status: int, retry_after: str
 ) -> None:
-    backend.fail_with = exc
+    client, backend = failing
+    backend.error = exc
     r = await client.post("/v1/queues/q/messages", json={"messages": [{"value": 1}]})
     err = await error_of(r, status)
     assert r.headers["Retry-After"] == retry_after
     assert err["retry_after"] > 0
 
 
-async def test_a_bug_is_a_logged_500_json(client: TestClient, backend: MemoryBackend, caplog: pytest.LogCaptureFixture) -> None:
-    backend.fail_with = KeyError("secret internals")
+async def test_a_bug_is_a_logged_500_json(failing: tuple[TestClient, FailingBackend], caplog: pytest.LogCaptureFixture) -> None:
+    client, backend = failing
+    backend.error = KeyError("secret internals")
     with caplog.at_level(logging.ERROR, logger="vpq.gateway.middleware"):
         r = await client.get("/v1/queues/q")
     err = await error_of(r, 500, "internal_error")
@@ -67,7 +110,9 @@ async def test_a_bug_is_a_logged_500_json(client: TestClient, backend: MemoryBac
     assert any("unhandled error" in rec.message and rec.exc_info for rec in caplog.records)
 
 
-async def test_backend_answering_the_wrong_number_of_results_is_a_500(client: TestClient, backend: MemoryBackend) -> None:
+async def test_backend_answering_the_wrong_number_of_results_is_a_500(failing: tuple[TestClient, FailingBackend]) -> None:
+    client, backend = failing
+
     async def short(queue: str, messages: list) -> list:
         return []
 

@@ -1,53 +1,64 @@
-"""The vpq driver through the SDK, against the SDK tests' in-memory fake gateway, and
-the ``vpq up`` child process management with stand-in binaries."""
+"""The vpq driver through the SDK against the real platform: in-process roles
+(``tests/live_platform.py``) for the driver's calls, a real ``vpq up`` child for its
+process management, and stand-in binaries for the ways ``vpq up`` can fail."""
 
 from __future__ import annotations
 
 import asyncio
 import stat
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from aiohttp.test_utils import TestServer
 
-from tests.sdk.fake_gateway import FakeGateway
+from tests.live_platform import LivePlatform, platform_settings, running
+from tests.needs import missing
+from tests.sdk.conftest import read_back
+from vpq.common.redis_server import find_redis_server
 from vpq.load.checks import DeliveryChecker
 from vpq.load.payload import make_payload, parse_payload
 from vpq.load.peers.vpq import Vpq
 from vpq.load.peers.vpq_process import VpqProcess, VpqProcessError, crash_looping
 from vpq.load.system import SystemUnavailable
+from vpq.sdk.client import AsyncClient
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-async def gateway_url() -> AsyncIterator[tuple[FakeGateway, str]]:
-    gateway = FakeGateway()
-    server = TestServer(gateway.app())
-    await server.start_server()
-    yield gateway, str(server.make_url("")).rstrip("/")
-    await server.close()
+@pytest.fixture(scope="module")
+def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LivePlatform]:
+    with running(platform_settings(tmp_path_factory.mktemp("driver-platform"))) as live:
+        yield live
 
 
-async def test_round_trip_through_the_sdk(gateway_url: tuple[FakeGateway, str]) -> None:
-    gateway, url = gateway_url
+async def queue_names(url: str) -> dict[str, dict[str, object]]:
+    async with AsyncClient(url) as c:
+        return {q["name"]: q for q in await c.list_queues()}
+
+
+async def test_round_trip_through_the_sdk(platform: LivePlatform) -> None:
+    url = platform.url
     vpq = Vpq(url, start_if_missing=False, tag="t1")
     await vpq.start()
     try:
         assert vpq.describe()["physical_partitions"] == 4 and not vpq.describe()["started_by_harness"]
         await vpq.setup(["q"], ordered=True)
-        assert gateway.queues["vpqb-t1-q"]["ordering"] == "key"
+        assert (await queue_names(url))["vpqb-t1-q"]["ordering"] == "key"
         await vpq.setup(["u"], ordered=False)
-        assert gateway.queues["vpqb-t1-u"]["ordering"] == "none"
+        assert (await queue_names(url))["vpqb-t1-u"]["ordering"] == "none"
         batch = [(f"k{i % 5}", make_payload(f"k{i % 5}", i // 5)) for i in range(40)]
         await vpq.produce("q", batch[:20], lanes=4)
-        await vpq.produce("q", batch[20:])
+        await vpq.produce("q", batch[20:], lanes=4)  # per-key order holds within one (key, lane)
         assert await vpq.count("q") == 40
-        lanes = {m["lane"] for m in gateway.logs["vpqb-t1-q"][:20]}
+        stored = await read_back(url, "vpqb-t1-q", 40)  # lane messages fall back to this backbone reader
+        lane_of: dict[str, set[str]] = {}
+        for m in stored:
+            lane_of.setdefault(m.key or "", set()).add(m.lane)
+        assert set(lane_of) == {f"k{i}" for i in range(5)} and all(len(v) == 1 for v in lane_of.values())  # by key
+        lanes = set().union(*lane_of.values())
         assert lanes <= {"", "lane-1", "lane-2", "lane-3"} and len(lanes) > 1
-        assert len(gateway.logs["vpqb-t1-q"][0]["value"]) == 1024  # 1 KiB JSON string value
+        assert all(isinstance(m.value, str) and len(m.value) == 1024 for m in stored)  # 1 KiB JSON string values
 
         checker = DeliveryChecker()
         for k, p in batch:
@@ -67,9 +78,9 @@ async def test_round_trip_through_the_sdk(gateway_url: tuple[FakeGateway, str]) 
         await member.stop()
         assert checker.report().ok and checker.report().distinct == 40
         await vpq.delete(["q"])
-        assert "vpqb-t1-q" not in gateway.queues
+        assert "vpqb-t1-q" not in await queue_names(url)
         await vpq.teardown()
-        assert "vpqb-t1-u" not in gateway.queues
+        assert "vpqb-t1-u" not in await queue_names(url)
     finally:
         await vpq.stop()
 
@@ -86,21 +97,10 @@ def _script(path: Path, body: str) -> Path:
     return path
 
 
-FAKE_UP = f"""
-import sys
-sys.path.insert(0, {str(REPO)!r})
-from aiohttp import web
-from tests.sdk.fake_gateway import FakeGateway
-args = sys.argv[1:]
-assert args[0] == "up" and "--physical-partitions" in args
-port = int(args[args.index("--port") + 1])
-web.run_app(FakeGateway().app(), host="127.0.0.1", port=port, print=None)
-"""
-
-
 async def test_the_driver_starts_and_stops_its_own_platform(tmp_path: Path) -> None:
-    binary = _script(tmp_path / "vpq", FAKE_UP)
-    vpq = Vpq("http://127.0.0.1:9", start_if_missing=True, data_dir=tmp_path / "platform", binary=binary, tag="t2")
+    if find_redis_server() is None:
+        missing("needs the redis-server binary")
+    vpq = Vpq("http://127.0.0.1:9", start_if_missing=True, data_dir=tmp_path / "platform", tag="t2")  # the real vpq up
     await vpq.start()
     process = vpq._process
     assert process is not None and process.proc is not None

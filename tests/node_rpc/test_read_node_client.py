@@ -1,19 +1,33 @@
-"""ReadNodeClient against a fake read node that records every call."""
+"""ReadNodeClient against a real read node (a live platform's, ``tests/live_platform.py``),
+through a recording proxy (``tests/recording_proxy.py``) where a test checks the wire
+format; small local servers answer what a healthy node never does."""
 
 from __future__ import annotations
 
 import socket
-from collections.abc import AsyncIterator
+import uuid
+from collections.abc import AsyncIterator, Iterator
 
 import aiohttp
 import orjson
 import pytest
 from aiohttp import web
+from aiohttp.test_utils import TestServer
 
-from tests.gateway.cluster_fakes import FakeReadNode
+from tests.live_platform import LivePlatform, platform_settings, running
+from tests.recording_proxy import RecordingProxy
 from vpq.common.errors import Conflict, InternalError, NotFound, Unavailable
 from vpq.common.poll_body import PolledBody
+from vpq.isolation.context import IsolationContext
+from vpq.metadata.leases import group_resource
+from vpq.metadata.store import MetadataStore
 from vpq.node_rpc.read_node_client import ReadNodeClient
+
+
+@pytest.fixture(scope="module")
+def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LivePlatform]:
+    with running(platform_settings(tmp_path_factory.mktemp("read-client"))) as live:
+        yield live
 
 
 @pytest.fixture
@@ -23,46 +37,72 @@ async def session() -> AsyncIterator[aiohttp.ClientSession]:
 
 
 @pytest.fixture
-async def node() -> AsyncIterator[FakeReadNode]:
-    n = FakeReadNode()
-    await n.start()
-    yield n
-    await n.stop()
+async def queue(platform: LivePlatform, session: aiohttp.ClientSession) -> str:
+    name = f"orders-{uuid.uuid4().hex[:8]}"
+    async with session.put(f"{platform.url}/v1/queues/{name}", json={"virtual_partitions": 1}) as r:
+        assert r.status == 201, await r.text()
+    return name
 
 
-async def test_every_endpoint_uses_the_documented_path_and_body(session, node) -> None:
+@pytest.fixture
+async def node(platform: LivePlatform) -> AsyncIterator[tuple[RecordingProxy, str]]:
+    """The platform's read node ``r0`` behind a recording proxy: (proxy, proxy address)."""
+    proxy = RecordingProxy(f"http://{platform.readers[0].address}")
+    server = TestServer(proxy.app(), host="127.0.0.1")
+    await server.start_server()
+    yield proxy, f"127.0.0.1:{server.port}"
+    await server.close()
+
+
+async def test_every_endpoint_uses_the_documented_path_and_body(session, platform: LivePlatform, queue: str, node) -> None:
+    proxy, a = node
     c = ReadNodeClient(session)
-    a = node.address
-    joined = await c.join(a, "orders", "billing", consumer_id=None, env="test", set_="eu", lane="feat-a", start="latest")
+    joined = await c.join(a, queue, "billing", consumer_id=None, env="test", set_="eu", lane="feat-a", start="latest")
     cid = joined["consumer_id"]
     assert joined["session_timeout_ms"] == 10000
-    assert await c.poll(a, "orders", "billing", cid, max_messages=7, wait_ms=99_999) == []
-    assert await c.ack(a, "orders", "billing", cid, ["0-1", "0-2"]) == 2
-    assert await c.nack(a, "orders", "billing", cid, ["0-3"], delay_ms=50) == 1
-    info = await c.group_info(a, "orders", "billing")
-    assert info["group"] == "billing" and info["lag"]["total"] == 0
-    assert await c.leave(a, "orders", "billing", cid) is None
-    base = "/internal/v1/queues/orders/groups/billing"
-    assert node.calls == [
+    messages = [{"key": "k", "value": i} for i in range(3)]
+    headers = {"X-Env": "test", "X-Set": "eu", "X-Lane": "feat-a"}
+    async with session.post(f"{platform.url}/v1/queues/{queue}/messages", json={"messages": messages}, headers=headers) as r:
+        assert r.status == 200, await r.text()
+    polled = await c.poll(a, queue, "billing", cid, max_messages=7, wait_ms=99_999)  # clamped to 30 s; comes at once
+    ids = [m["id"] for m in polled]
+    assert [m["value"] for m in polled] == [0, 1, 2]
+    assert await c.ack(a, queue, "billing", cid, ids[:2]) == 2
+    assert await c.nack(a, queue, "billing", cid, ids[2:], delay_ms=50) == 1
+    info = await c.group_info(a, queue, "billing")
+    assert info["group"] == "billing" and info["lag"]["total"] == 1
+    assert [(m["consumer_id"], m["env"], m["set"], m["lane"]) for m in info["members"]] == [(cid, "test", "eu", "feat-a")]
+    assert await c.leave(a, queue, "billing", cid) is None
+    base = f"/internal/v1/queues/{queue}/groups/billing"
+    assert [(r.method, r.path, r.body) for r in proxy.requests] == [
         ("POST", f"{base}/consumers", {"consumer_id": None, "env": "test", "set": "eu", "lane": "feat-a", "start": "latest"}),
         ("POST", f"{base}/consumers/{cid}/poll", {"max_messages": 7, "wait_ms": 30000}),
-        ("POST", f"{base}/consumers/{cid}/ack", {"ids": ["0-1", "0-2"]}),
-        ("POST", f"{base}/consumers/{cid}/nack", {"ids": ["0-3"], "delay_ms": 50}),
+        ("POST", f"{base}/consumers/{cid}/ack", {"ids": ids[:2]}),
+        ("POST", f"{base}/consumers/{cid}/nack", {"ids": ids[2:], "delay_ms": 50}),
         ("GET", base, None),
         ("DELETE", f"{base}/consumers/{cid}", None),
     ]
 
 
-async def test_not_owner_carries_the_owner(session, node) -> None:
-    node.not_owner = "r7"
+async def test_not_owner_carries_the_owner(session, platform: LivePlatform, queue: str) -> None:
+    md = MetadataStore(platform.settings.redis, url=platform.redis_url)
+    await md.start()
+    try:
+        await md.groups.join(queue, "g", "c-of-r7", IsolationContext(), 60_000)  # the group exists,
+        assert await md.leases.acquire(group_resource(queue, "g"), "r7", 60_000) is not None  # r7 holds it
+    finally:
+        await md.stop()
     with pytest.raises(Conflict) as info:
-        await ReadNodeClient(session).group_info(node.address, "q", "g")
+        await ReadNodeClient(session).group_info(platform.readers[0].address, queue, "g")
     assert info.value.code == "not_owner" and info.value.details["owner"] == "r7"
 
 
-async def test_unknown_consumer_is_not_found(session, node) -> None:
+async def test_unknown_consumer_is_not_found(session, platform: LivePlatform, queue: str) -> None:
+    c = ReadNodeClient(session)
+    address = platform.readers[0].address
+    await c.join(address, queue, "g", consumer_id="somebody", env="prod", set_="", lane="", start="earliest")
     with pytest.raises(NotFound) as info:
-        await ReadNodeClient(session).ack(node.address, "q", "g", "nobody", ["0-1"])
+        await c.ack(address, queue, "g", "nobody", ["0-1"])
     assert info.value.code == "consumer_not_found"
 
 

@@ -1,21 +1,60 @@
-"""WriteNodeClient against a fake write node that speaks the wire format honestly."""
+"""WriteNodeClient against a real write node (a live platform's, ``tests/live_platform.py``),
+reached directly or through a recording proxy (``tests/recording_proxy.py``) where a test
+must see what was sent or make the node slow; small local servers answer what a healthy
+node never does (a text error, a malformed success)."""
 
 from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 
 import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from tests.gateway.cluster_fakes import FakeWriteNode
+from tests.live_platform import LivePlatform, platform_settings, running
+from tests.recording_proxy import RecordingProxy
 from vpq.codec.records import Record, build_batch, decode_batches
 from vpq.common.errors import BadRequest, InternalError, Unavailable, VpqError
+from vpq.gateway.cluster_backend import ClusterBackend
 from vpq.node_rpc.call import NODE_UNREACHABLE, call_node
 from vpq.node_rpc.write_node_client import WriteNodeClient
+
+
+@dataclass
+class Node:
+    """The platform's write node ``w0`` (owner of pps 0 and 1) and a queue placed on both."""
+
+    address: str
+    queue_id: int
+    vp_on: dict[int, int]  # pp -> a vp of the queue placed there
+
+
+@pytest.fixture(scope="module")
+def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LivePlatform]:
+    settings = platform_settings(tmp_path_factory.mktemp("write-client"), physical_partitions=2)
+    with running(settings, gateway=False) as live:
+        yield live
+
+
+@pytest.fixture(scope="module")
+def node(platform: LivePlatform) -> Node:
+    async def create() -> dict:
+        admin = ClusterBackend(platform.settings, platform.redis_url)
+        await admin.start()
+        try:
+            info, _ = await admin.put_queue("client-test", {"virtual_partitions": 4})
+            return info
+        finally:
+            await admin.stop()
+
+    info = platform.run(create())
+    vp_on = {pp: vp for vp, pp in reversed(list(enumerate(info["placement"])))}
+    assert sorted(vp_on) == [0, 1], info["placement"]
+    return Node(platform.writers[0].address, info["id"], vp_on)
 
 
 @pytest.fixture
@@ -25,83 +64,116 @@ async def session() -> AsyncIterator[aiohttp.ClientSession]:
 
 
 @pytest.fixture
-async def node() -> AsyncIterator[FakeWriteNode]:
-    n = FakeWriteNode(owned={0, 1}, epoch=3)
-    await n.start()
-    yield n
-    await n.stop()
+async def proxied(node: Node) -> AsyncIterator[tuple[RecordingProxy, str]]:
+    proxy = RecordingProxy(f"http://{node.address}")
+    server = TestServer(proxy.app(), host="127.0.0.1")
+    await server.start_server()
+    yield proxy, f"127.0.0.1:{server.port}"
+    await server.close()
 
 
-def batch(*values: bytes, ts: int = 1000) -> bytes:
-    return build_batch(0, [Record(value=v, queue_id=7, virtual_partition=1) for v in values], ts)
+def batch(node: Node, pp: int, *values: bytes, ts: int = 1000, vp: int | None = None) -> bytes:
+    v = node.vp_on[pp] if vp is None else vp
+    return build_batch(0, [Record(value=v_, queue_id=node.queue_id, virtual_partition=v) for v_ in values], ts)
 
 
-async def test_append_stamps_offsets_and_sends_the_epoch(session, node) -> None:
+def any_batch() -> bytes:
+    """A well-formed batch for a server that never reads it."""
+    return build_batch(0, [Record(value=b"a", queue_id=7, virtual_partition=1)], 1000)
+
+
+async def end_offset(client: WriteNodeClient, node: Node, pp: int) -> int:
+    listing = await client.partitions(node.address)
+    return {p["id"]: p["end_offset"] for p in listing["partitions"]}[pp]
+
+
+async def test_append_stamps_offsets_and_sends_the_epoch(session, node: Node, proxied) -> None:
+    proxy, address = proxied
     client = WriteNodeClient(session)
-    assert await client.append(node.address, 0, batch(b"a", b"b"), map_epoch=5) == (0, 1)
-    assert await client.append(node.address, 0, batch(b"c"), map_epoch=6) == (2, 2)
-    assert await client.append(node.address, 1, batch(b"x"), map_epoch=6) == (0, 0)
-    assert [b.epoch for b in node.batches[0]] == [5, 6]
-    assert [(r.offset, r.value) for r in node.records(0)] == [(0, b"a"), (1, b"b"), (2, b"c")]
+    base0, base1 = await end_offset(client, node, 0), await end_offset(client, node, 1)
+    assert await client.append(address, 0, batch(node, 0, b"a", b"b"), map_epoch=5) == (base0, base0 + 1)
+    assert await client.append(address, 0, batch(node, 0, b"c"), map_epoch=6) == (base0 + 2, base0 + 2)
+    assert await client.append(address, 1, batch(node, 1, b"x"), map_epoch=6) == (base1, base1)
+    appends = proxy.requests_to("POST", "/append")
+    assert [r.headers["X-Map-Epoch"] for r in appends[:2]] == ["5", "6"]
+    res = await client.read(node.address, 0, offset=base0, max_bytes=1 << 20, wait_ms=0)
+    records = [r for r in decode_batches(res.data) if r.offset >= base0]
+    assert [(r.offset, r.value) for r in records] == [(base0, b"a"), (base0 + 1, b"b"), (base0 + 2, b"c")]
 
 
-async def test_read_returns_whole_batches_and_offsets(session, node) -> None:
+async def test_read_returns_whole_batches_and_offsets(session, node: Node) -> None:
     client = WriteNodeClient(session)
-    await client.append(node.address, 0, batch(b"a", b"b"), 1)
-    await client.append(node.address, 0, batch(b"c"), 1)
-    res = await client.read(node.address, 0, offset=1, max_bytes=1 << 20, wait_ms=0)
-    assert (res.start_offset, res.end_offset) == (0, 3)
-    assert [(r.offset, r.value) for r in decode_batches(res.data)] == [(0, b"a"), (1, b"b"), (2, b"c")]
-    res = await client.read(node.address, 0, offset=2, max_bytes=1, wait_ms=0)
+    base = await end_offset(client, node, 0)
+    await client.append(node.address, 0, batch(node, 0, b"a", b"b"), 1)
+    await client.append(node.address, 0, batch(node, 0, b"c"), 1)
+    res = await client.read(node.address, 0, offset=base + 1, max_bytes=1 << 20, wait_ms=0)
+    assert (res.start_offset, res.end_offset) == (0, base + 3)
+    got = [(r.offset, r.value) for r in decode_batches(res.data)]
+    assert got[0] == (base, b"a") and got[-2:] == [(base + 1, b"b"), (base + 2, b"c")]  # whole batches
+    res = await client.read(node.address, 0, offset=base + 2, max_bytes=1, wait_ms=0)
     assert [r.value for r in decode_batches(res.data)] == [b"c"]  # at least one batch
 
 
-async def test_read_long_polls_at_the_end(session, node) -> None:
+async def test_read_long_polls_at_the_end(session, node: Node) -> None:
     client = WriteNodeClient(session)
-    empty = await client.read(node.address, 1, offset=0, max_bytes=1024, wait_ms=20)
-    assert empty.data == b"" and empty.end_offset == 0
-    reader = asyncio.create_task(client.read(node.address, 1, offset=0, max_bytes=1024, wait_ms=10_000))
+    end = await end_offset(client, node, 1)
+    empty = await client.read(node.address, 1, offset=end, max_bytes=1024, wait_ms=20)
+    assert empty.data == b"" and empty.end_offset == end
+    reader = asyncio.create_task(client.read(node.address, 1, offset=end, max_bytes=1024, wait_ms=10_000))
     await asyncio.sleep(0.05)
-    await client.append(node.address, 1, batch(b"late"), 1)
+    await client.append(node.address, 1, batch(node, 1, b"late"), 1)
     got = await reader
     assert [r.value for r in decode_batches(got.data)] == [b"late"]
 
 
-async def test_partitions_listing(session, node) -> None:
+async def test_partitions_listing(session, node: Node) -> None:
     client = WriteNodeClient(session)
-    await client.append(node.address, 1, batch(b"a"), 1)
+    before = await end_offset(client, node, 1)
+    await client.append(node.address, 1, batch(node, 1, b"a"), 1)
     listing = await client.partitions(node.address)
-    assert listing["node_id"] == "w1"
-    assert [(p["id"], p["end_offset"]) for p in listing["partitions"]] == [(0, 0), (1, 1)]
+    assert listing["node_id"] == "w0"
+    assert [p["id"] for p in listing["partitions"]] == [0, 1]
+    assert listing["partitions"][1]["end_offset"] == before + 1
 
 
-async def test_node_errors_come_back_as_the_same_exception(session, node) -> None:
+async def test_node_errors_come_back_as_the_same_exception(session, node: Node) -> None:
     client = WriteNodeClient(session)
-    node.fail[0] = [Unavailable("stale_map", "vp 3 moved", epoch=9, retry_after=0.5)]
+    before = await end_offset(client, node, 0)
     with pytest.raises(Unavailable) as info:
-        await client.append(node.address, 0, batch(b"a"), 1)
+        await client.append(node.address, 0, batch(node, 0, b"a", vp=node.vp_on[1]), 1)  # that vp is on pp 1
     assert info.value.code == "stale_map"
-    assert info.value.details["epoch"] == 9
-    assert info.value.retry_after == 0.5
+    assert info.value.details["epoch"] >= 1
+    assert info.value.retry_after == 0.0 and info.value.retryable  # the node asks for an immediate retry (after a map reload)
     with pytest.raises(Unavailable) as info:
-        await client.append(node.address, 5, batch(b"a"), 1)  # not owned
+        await client.append(node.address, 5, batch(node, 0, b"a"), 1)  # not owned
     assert info.value.code == "not_owner"
     with pytest.raises(BadRequest) as bad:
         await client.append(node.address, 0, b"\x00" * 60, 1)
     assert bad.value.code == "corrupt_batch"
-    corrupted = bytearray(batch(b"abc"))
+    corrupted = bytearray(batch(node, 0, b"abc"))
     corrupted[-1] ^= 0xFF
     with pytest.raises(BadRequest):
         await client.append(node.address, 0, bytes(corrupted), 1)
-    assert node.end_offset(0) == 0  # nothing was stored by any refused append
+    assert await end_offset(client, node, 0) == before  # nothing was stored by any refused append
 
 
-async def test_error_without_json_body_names_the_node(session, node) -> None:
-    with pytest.raises(VpqError) as info:
-        await call_node(session, "GET", node.address, "/text-error", role="write", timeout_s=5)
+async def test_error_without_json_body_names_the_node(session) -> None:
+    async def text_error(request: web.Request) -> web.Response:
+        return web.Response(status=502, text="bad gateway")
+
+    app = web.Application()
+    app.router.add_get("/text-error", text_error)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    address = f"127.0.0.1:{server.port}"
+    try:
+        with pytest.raises(VpqError) as info:
+            await call_node(session, "GET", address, "/text-error", role="write", timeout_s=5)
+    finally:
+        await server.close()
     assert info.value.status == 502
     assert info.value.code == "http_502"
-    assert node.address in info.value.message
+    assert address in info.value.message
 
 
 def free_port() -> int:
@@ -113,18 +185,19 @@ def free_port() -> int:
 async def test_connection_refused_is_unavailable_naming_the_node(session) -> None:
     address = f"127.0.0.1:{free_port()}"
     with pytest.raises(Unavailable) as info:
-        await WriteNodeClient(session).append(address, 0, batch(b"a"), 1)
+        await WriteNodeClient(session).append(address, 0, any_batch(), 1)
     err = info.value
     assert err.code == NODE_UNREACHABLE and err.retryable
     assert address in err.message and err.details["node"] == address and err.details["role"] == "write"
     assert err.headers()["Retry-After"] == "1"
 
 
-async def test_timeout_is_unavailable(session, node) -> None:
-    node.append_delay_s = 2.0
+async def test_timeout_is_unavailable(session, node: Node, proxied) -> None:
+    proxy, address = proxied
+    proxy.delay(r"/append$", 2.0)
     client = WriteNodeClient(session, append_timeout_s=0.1)
     with pytest.raises(Unavailable) as info:
-        await client.append(node.address, 0, batch(b"a"), 1)
+        await client.append(address, 0, batch(node, 0, b"a"), 1)
     assert info.value.code == NODE_UNREACHABLE
 
 
@@ -138,7 +211,7 @@ async def test_malformed_success_answer_is_internal_error(session) -> None:
     await server.start_server()
     try:
         with pytest.raises(InternalError) as info:
-            await WriteNodeClient(session).append(f"127.0.0.1:{server.port}", 0, batch(b"a"), 1)
+            await WriteNodeClient(session).append(f"127.0.0.1:{server.port}", 0, any_batch(), 1)
         assert info.value.code == "bad_node_answer"
     finally:
         await server.close()

@@ -1,13 +1,18 @@
-"""Consumer loop against the fake gateway: handler calls, acks, nacks, rejoin, leave."""
+"""Consumer loop against the real gateway (a live platform, through a recording proxy):
+handler calls, acks, nacks, rejoin, leave. The module's platform gives consumers a short
+session (1 s) so that keepalive polls are needed within a test."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.sdk.fake_gateway import FakeGateway
+from tests.live_platform import LivePlatform, platform_settings, running
+from tests.recording_proxy import RecordingProxy
+from vpq.config.settings import QueueDefaults
 from vpq.sdk.client import AsyncClient
 from vpq.sdk.consumer import Consumer, RetryLater
 from vpq.sdk.errors import NotFoundError
@@ -16,9 +21,19 @@ from vpq.sdk.models import Message, ProduceMessage
 GUARD_S = 10  # only a hang guard: a failing test must not block the suite
 
 
-async def fill(client: AsyncClient, queue: str, n: int) -> None:
-    await client.put_queue(queue)
-    await client.produce(queue, [ProduceMessage(value=i, key=f"k{i}") for i in range(n)])
+SESSION_MS = 1000
+
+
+@pytest.fixture(scope="module")
+def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LivePlatform]:
+    settings = platform_settings(tmp_path_factory.mktemp("consumer-platform"), queues=QueueDefaults(session_timeout_ms=SESSION_MS))
+    with running(settings) as live:
+        yield live
+
+
+async def fill(client: AsyncClient, queue: str, n: int, **context: str) -> None:
+    await client.put_queue(queue, virtual_partitions=1)  # one vp: delivered in produce order
+    await client.produce(queue, [ProduceMessage(value=i, key=f"k{i}") for i in range(n)], **context)
 
 
 class Collector:
@@ -33,34 +48,36 @@ class Collector:
             self.done.set()
 
 
-async def test_handler_called_and_auto_acked_then_leave(client: AsyncClient, gateway: FakeGateway) -> None:
-    await fill(client, "q", 5)
+async def test_handler_called_and_auto_acked_then_leave(client: AsyncClient, gateway: RecordingProxy, q: str) -> None:
+    await fill(client, q, 5, lane="feat-a", env="test")
     handler = Collector(5)
-    consumer = Consumer(client, "q", "g", handler, lane="feat-a", env="test", max_messages=2, wait_ms=100)
+    consumer = Consumer(client, q, "g", handler, lane="feat-a", env="test", max_messages=2, wait_ms=100)
     await consumer.start()
     cid = consumer.consumer_id
     assert cid is not None
     await asyncio.wait_for(handler.done.wait(), GUARD_S)
     await consumer.stop()
     assert [m.value for m in handler.seen] == [0, 1, 2, 3, 4]
-    join = gateway.requests_to("POST", "/v1/queues/q/groups/g/consumers")[0]
+    join = gateway.requests_to("POST", f"/v1/queues/{q}/groups/g/consumers")[0]
     assert join.body == {"lane": "feat-a", "env": "test"}
     acked = [i for r in gateway.requests_to("POST", f"/consumers/{cid}/ack") for i in r.body["ids"]]
     assert acked == [m.id for m in handler.seen]
     polls = gateway.requests_to("POST", f"/consumers/{cid}/poll")
     assert polls[0].body == {"max_messages": 2, "wait_ms": 100}
     assert gateway.requests_to("DELETE", f"/consumers/{cid}")
-    assert gateway.groups[("q", "g")].members == {}
+    assert (await client.group(q, "g"))["members"] == []
     assert consumer.handled == 5 and consumer.failed == 0
 
 
-async def test_exception_nacks_with_delay_and_message_comes_back(client: AsyncClient, gateway: FakeGateway) -> None:
-    await fill(client, "q", 3)
+async def test_exception_nacks_with_delay_and_message_comes_back(client: AsyncClient, gateway: RecordingProxy, q: str) -> None:
+    await fill(client, q, 3)
     seen: list[tuple[Any, int]] = []
+    ids: dict[Any, str] = {}
     done = asyncio.Event()
 
     async def handler(msg: Message) -> None:
         seen.append((msg.value, msg.delivery_count))
+        ids[msg.value] = msg.id
         if msg.value == 1 and msg.delivery_count == 1:
             raise RetryLater(delay_ms=250)
         if msg.value == 2 and msg.delivery_count == 1:
@@ -68,22 +85,21 @@ async def test_exception_nacks_with_delay_and_message_comes_back(client: AsyncCl
         if len(seen) == 5:
             done.set()
 
-    consumer = Consumer(client, "q", "g", handler, nack_delay_ms=40, wait_ms=50)
+    consumer = Consumer(client, q, "g", handler, nack_delay_ms=40, wait_ms=50)
     await consumer.start()
     await asyncio.wait_for(done.wait(), GUARD_S)
     await consumer.stop()
     cid = consumer.consumer_id
     nacks = [r.body for r in gateway.requests_to("POST", f"/consumers/{cid}/nack")]
-    ids = {m["value"]: m["id"] for m in gateway.logs["q"]}
     assert {"ids": [ids[1]], "delay_ms": 250} in nacks
     assert {"ids": [ids[2]], "delay_ms": 40} in nacks
     assert sorted(seen) == [(0, 1), (1, 1), (1, 2), (2, 1), (2, 2)]
     assert consumer.failed == 2 and consumer.handled == 3
-    assert gateway.groups[("q", "g")].acked == set(ids.values())
+    assert (await client.group(q, "g"))["lag"]["total"] == 0  # all three acked in the end
 
 
-async def test_concurrency_runs_handlers_in_parallel(client: AsyncClient, gateway: FakeGateway) -> None:
-    await fill(client, "q", 3)
+async def test_concurrency_runs_handlers_in_parallel(client: AsyncClient, gateway: RecordingProxy, q: str) -> None:
+    await fill(client, q, 3)
     active = 0
     all_in = asyncio.Event()
 
@@ -94,16 +110,16 @@ async def test_concurrency_runs_handlers_in_parallel(client: AsyncClient, gatewa
             all_in.set()
         await all_in.wait()  # would never return with concurrency 1
 
-    consumer = Consumer(client, "q", "g", handler, concurrency=3, wait_ms=50)
+    consumer = Consumer(client, q, "g", handler, concurrency=3, wait_ms=50)
     await consumer.start()
     await asyncio.wait_for(all_in.wait(), GUARD_S)
     await consumer.stop()
     assert consumer.handled == 3
-    assert len(gateway.groups[("q", "g")].acked) == 3
+    assert (await client.group(q, "g"))["lag"]["total"] == 0
 
 
-async def test_manual_ack_mode(client: AsyncClient, gateway: FakeGateway) -> None:
-    await fill(client, "q", 2)
+async def test_manual_ack_mode(client: AsyncClient, gateway: RecordingProxy, q: str) -> None:
+    await fill(client, q, 2)
     done = asyncio.Event()
     consumer: Consumer
 
@@ -114,38 +130,40 @@ async def test_manual_ack_mode(client: AsyncClient, gateway: FakeGateway) -> Non
             done.set()
             raise RuntimeError("not settled, not nacked")
 
-    consumer = Consumer(client, "q", "g", handler, auto_ack=False, wait_ms=50)
+    consumer = Consumer(client, q, "g", handler, auto_ack=False, wait_ms=50)
     await consumer.start()
     await asyncio.wait_for(done.wait(), GUARD_S)
     await consumer.stop()
     cid = consumer.consumer_id
     assert len(gateway.requests_to("POST", f"/consumers/{cid}/ack")) == 1
     assert gateway.requests_to("POST", f"/consumers/{cid}/nack") == []
-    group = gateway.groups[("q", "g")]
-    assert len(group.acked) == 1
-    assert len(group.redeliver) == 1  # the unsettled one went back when the consumer left
+    assert (await client.group(q, "g"))["lag"]["total"] == 1  # one acked
+    other = await client.join(q, "g")
+    back = await client.poll(q, "g", other.consumer_id, wait_ms=5000)
+    assert [(m.value, m.delivery_count) for m in back] == [(1, 2)]  # the unsettled one went back when the consumer left
+    await client.leave(q, "g", other.consumer_id)
 
 
-async def test_rejoins_after_the_server_forgot_it(client: AsyncClient, gateway: FakeGateway) -> None:
-    await fill(client, "q", 1)
+async def test_rejoins_after_the_server_forgot_it(client: AsyncClient, gateway: RecordingProxy, q: str) -> None:
+    await fill(client, q, 1)
     gateway.fail("POST", r"/poll$", 404, "consumer_not_found", times=1)
     handler = Collector(1)
-    consumer = Consumer(client, "q", "g", handler, consumer_id="me", wait_ms=50)
+    consumer = Consumer(client, q, "g", handler, consumer_id="me", wait_ms=50)
     await consumer.start()
     await asyncio.wait_for(handler.done.wait(), GUARD_S)
     await consumer.stop()
-    joins = gateway.requests_to("POST", "/v1/queues/q/groups/g/consumers")
+    joins = gateway.requests_to("POST", f"/v1/queues/{q}/groups/g/consumers")
     assert [j.body["consumer_id"] for j in joins] == ["me", "me"]
 
 
-async def test_stop_during_long_poll_and_cancel_both_leave(client: AsyncClient, gateway: FakeGateway) -> None:
-    await client.put_queue("q")
-    c1 = Consumer(client, "q", "g", Collector(1), wait_ms=5000)
+async def test_stop_during_long_poll_and_cancel_both_leave(client: AsyncClient, gateway: RecordingProxy, q: str) -> None:
+    await client.put_queue(q)
+    c1 = Consumer(client, q, "g", Collector(1), wait_ms=5000)
     await c1.start()
     await c1.stop()
     assert gateway.requests_to("DELETE", f"/consumers/{c1.consumer_id}")
 
-    c2 = Consumer(client, "q", "g", Collector(1), wait_ms=5000)
+    c2 = Consumer(client, q, "g", Collector(1), wait_ms=5000)
     task = asyncio.create_task(c2.run())
     async def polling() -> None:
         while not gateway.requests_to("POST", "/poll") or c2.consumer_id is None:
@@ -156,19 +174,18 @@ async def test_stop_during_long_poll_and_cancel_both_leave(client: AsyncClient, 
     await asyncio.gather(task, return_exceptions=True)
     assert task.cancelled()
     assert gateway.requests_to("DELETE", f"/consumers/{c2.consumer_id}")
-    assert gateway.groups[("q", "g")].members == {}
+    assert (await client.group(q, "g"))["members"] == []
 
 
-async def test_join_error_surfaces_from_start(client: AsyncClient) -> None:
-    consumer = Consumer(client, "missing", "g", Collector(1))
+async def test_join_error_surfaces_from_start(client: AsyncClient, q: str) -> None:
+    consumer = Consumer(client, f"{q}-missing", "g", Collector(1))
     with pytest.raises(NotFoundError) as exc:
         await consumer.start()
     assert exc.value.code == "queue_not_found"
 
 
-async def test_keepalive_polls_while_a_slow_batch_is_handled(client: AsyncClient, gateway: FakeGateway) -> None:
-    await fill(client, "q", 1)
-    gateway.session_timeout_ms = 150
+async def test_keepalive_polls_while_a_slow_batch_is_handled(client: AsyncClient, gateway: RecordingProxy, q: str) -> None:
+    await fill(client, q, 1)
     seen: list[int] = []
     done = asyncio.Event()
 
@@ -178,25 +195,25 @@ async def test_keepalive_polls_while_a_slow_batch_is_handled(client: AsyncClient
     async def handler(msg: Message) -> None:
         seen.append(msg.value)
         if msg.value == 0:
-            await client.produce("q", [ProduceMessage(value=1)])
+            await client.produce(q, [ProduceMessage(value=1)])
             while not keepalive_polls():  # slow handler: outlives a third of the session
                 await asyncio.sleep(0.01)
         else:
             done.set()
 
-    consumer = Consumer(client, "q", "g", handler, max_messages=1, wait_ms=20)
+    consumer = Consumer(client, q, "g", handler, max_messages=1, wait_ms=20)
     await consumer.start()
     await asyncio.wait_for(done.wait(), GUARD_S)
     await consumer.stop()
     assert seen == [0, 1]
-    assert len(gateway.groups[("q", "g")].acked) == 2
+    assert (await client.group(q, "g"))["lag"]["total"] == 0  # both acked
 
 
 @pytest.mark.parametrize("prefetch", [True, False])
 async def test_prefetch_sends_the_next_poll_while_a_batch_is_handled(
-    client: AsyncClient, gateway: FakeGateway, prefetch: bool
+    client: AsyncClient, gateway: RecordingProxy, q: str, prefetch: bool
 ) -> None:
-    await fill(client, "q", 6)
+    await fill(client, q, 6)
     polls_during_first_batch: list[int] = []
     handler = Collector(6)
 
@@ -206,7 +223,7 @@ async def test_prefetch_sends_the_next_poll_while_a_batch_is_handled(
             polls_during_first_batch.append(len(gateway.requests_to("POST", "/poll")))
         await handler(msg)
 
-    consumer = Consumer(client, "q", "g", handle, max_messages=2, wait_ms=50, prefetch=prefetch)
+    consumer = Consumer(client, q, "g", handle, max_messages=2, wait_ms=50, prefetch=prefetch)
     await consumer.start()
     await asyncio.wait_for(handler.done.wait(), GUARD_S)
     await consumer.stop()
@@ -217,8 +234,8 @@ async def test_prefetch_sends_the_next_poll_while_a_batch_is_handled(
     assert sorted(acked) == sorted(m.id for m in handler.seen)
 
 
-async def test_stop_releases_a_prefetched_batch_unhandled(client: AsyncClient, gateway: FakeGateway) -> None:
-    await fill(client, "q", 4)
+async def test_stop_releases_a_prefetched_batch_unhandled(client: AsyncClient, gateway: RecordingProxy, q: str) -> None:
+    await fill(client, q, 4)
     first_done = asyncio.Event()
     seen: list[int] = []
 
@@ -228,14 +245,14 @@ async def test_stop_releases_a_prefetched_batch_unhandled(client: AsyncClient, g
             first_done.set()
             await asyncio.sleep(0.2)  # the prefetch of messages 2 and 3 is answered meanwhile
 
-    consumer = Consumer(client, "q", "g", slow, max_messages=2, wait_ms=50)
+    consumer = Consumer(client, q, "g", slow, max_messages=2, wait_ms=50)
     await consumer.start()
     await asyncio.wait_for(first_done.wait(), GUARD_S)
     await asyncio.sleep(0.1)
     await consumer.stop(timeout_s=GUARD_S)
     assert seen == [0, 1]  # the prefetched batch was not handled after stop()
     other = Collector(2)
-    second = Consumer(client, "q", "g", other, max_messages=10, wait_ms=50)
+    second = Consumer(client, q, "g", other, max_messages=10, wait_ms=50)
     await second.start()
     await asyncio.wait_for(other.done.wait(), GUARD_S)  # left by the first: delivered at once
     await second.stop()
@@ -243,13 +260,13 @@ async def test_stop_releases_a_prefetched_batch_unhandled(client: AsyncClient, g
 
 
 async def test_background_acks_go_once_per_flush_not_once_per_round_trip(
-    client: AsyncClient, gateway: FakeGateway
+    client: AsyncClient, gateway: RecordingProxy, q: str
 ) -> None:
     # Acks slower than handling: while one ack request is in flight the next batch's
     # messages are handled. They must wait for that batch's end (the next flush), not
     # go out as soon as the sender is free: that made a busy consumer send an ack every
     # round trip (three times as many acks as polls at 64 consumers).
-    await fill(client, "q", 50)
+    await fill(client, q, 50)
     gateway.ack_delay_s = 0.01
     handler = Collector(50)
 
@@ -257,7 +274,7 @@ async def test_background_acks_go_once_per_flush_not_once_per_round_trip(
         await asyncio.sleep(0.004)
         await handler(msg)
 
-    consumer = Consumer(client, "q", "g", handle, max_messages=10, wait_ms=50, ack_interval_ms=60_000)
+    consumer = Consumer(client, q, "g", handle, max_messages=10, wait_ms=50, ack_interval_ms=60_000)
     await consumer.start()
     await asyncio.wait_for(handler.done.wait(), GUARD_S)
     await consumer.stop()

@@ -1,4 +1,5 @@
-"""The blocking Client: same calls and errors as AsyncClient, from plain (non-async) code."""
+"""The blocking Client against the real gateway: same calls and errors as AsyncClient, from
+plain (non-async) code."""
 
 from __future__ import annotations
 
@@ -6,47 +7,47 @@ import threading
 
 import pytest
 
-from tests.sdk.fake_gateway import GatewayThread
+from tests.sdk.conftest import ThreadedGateway
 from vpq.sdk.errors import ClientClosedError, GatewayConnectionError, NotFoundError
 from vpq.sdk.models import ProduceMessage
 from vpq.sdk.retry import RetryPolicy
 from vpq.sdk.sync import Client
 
 
-def test_sync_client_full_cycle(threaded_gateway: GatewayThread) -> None:
+def test_sync_client_full_cycle(threaded_gateway: ThreadedGateway, q: str) -> None:
     with Client(threaded_gateway.url) as c:
         assert c.healthz() and c.readyz()
-        assert c.put_queue("q", virtual_partitions=4)["virtual_partitions"] == 4
-        results = c.produce("q", [ProduceMessage(value="a", key="k"), {"value": b"\x00"}], lane="feat-a")
+        assert c.put_queue(q, virtual_partitions=1)["virtual_partitions"] == 1
+        results = c.produce(q, [ProduceMessage(value="a", key="k"), {"value": b"\x00"}], lane="feat-a")
         assert len(results) == 2
-        joined = c.join("q", "g", lane="feat-a")
-        msgs = c.poll("q", "g", joined.consumer_id, max_messages=10, wait_ms=0)
+        joined = c.join(q, "g", lane="feat-a")
+        msgs = c.poll(q, "g", joined.consumer_id, max_messages=10, wait_ms=5000)  # one vp: one batch, in order
         assert [m.value for m in msgs] == ["a", b"\x00"]
         assert [m.lane for m in msgs] == ["feat-a", "feat-a"]
-        assert c.ack("q", "g", joined.consumer_id, [msgs[0].id]) == 1
-        assert c.nack("q", "g", joined.consumer_id, [msgs[1].id], delay_ms=5) == 1
-        assert c.group("q", "g")["lag"]["total"] == 1
-        c.leave("q", "g", joined.consumer_id)
-        assert c.cluster()["epoch"] == 1
-        assert c.current_map()["queues"]["q"]["placement"] == [0, 1, 2, 3]
-        assert [q["name"] for q in c.list_queues()] == ["q"]
+        assert c.ack(q, "g", joined.consumer_id, [msgs[0].id]) == 1
+        assert c.nack(q, "g", joined.consumer_id, [msgs[1].id], delay_ms=5) == 1
+        assert c.group(q, "g")["lag"]["total"] == 1
+        c.leave(q, "g", joined.consumer_id)
+        assert c.cluster()["epoch"] == c.current_map()["epoch"]
+        assert c.current_map()["queues"][q]["placement"] == c.get_queue(q)["placement"]
+        assert q in [x["name"] for x in c.list_queues()]
         with pytest.raises(NotFoundError):
-            c.get_queue("nope")
-        c.delete_queue("q")
+            c.get_queue(f"{q}-nope")
+        c.delete_queue(q)
     with pytest.raises(ClientClosedError):
         c.list_queues()
     c.close()  # idempotent
 
 
-def test_sync_client_from_several_threads(threaded_gateway: GatewayThread) -> None:
+def test_sync_client_from_several_threads(threaded_gateway: ThreadedGateway, q: str) -> None:
     errors: list[BaseException] = []
     with Client(threaded_gateway.url) as c:
-        c.put_queue("q")
+        c.put_queue(q)
 
         def work(n: int) -> None:
             try:
                 for i in range(5):
-                    c.produce("q", [ProduceMessage(value=[n, i])])
+                    c.produce(q, [ProduceMessage(value=[n, i])])
             except BaseException as exc:  # noqa: BLE001 - reported below
                 errors.append(exc)
 
@@ -56,7 +57,7 @@ def test_sync_client_from_several_threads(threaded_gateway: GatewayThread) -> No
         for t in threads:
             t.join()
         assert errors == []
-        assert (c.get_queue("q")["traffic"]["messages_total"]) == 20
+        assert (c.get_queue(q)["traffic"]["messages_total"]) == 20
 
 
 def test_sync_client_connection_error(dead_url: str) -> None:
