@@ -8,6 +8,11 @@ Contract:
   ``QueueConflictError``). Returns ``(record, created)``. Atomic (one Lua
   script): concurrent creators agree on one id; an update that changes nothing
   is not announced.
+- ``update_existing(name, config, queue_id)`` updates like ``create_or_update``
+  but only the queue of that id: when ``name`` is gone, or was deleted and
+  created again, it raises ``QueueNotFoundError`` and creates nothing (so a
+  component acting for a queue, such as a read node growing it for its
+  consumers, never brings a deleted queue back).
 - Ids come from ``INCR`` and are never reused, even after ``delete``: a queue
   deleted and created again gets a new id, so records written under the old id
   can never be mistaken for the new queue's.
@@ -35,13 +40,17 @@ from vpq.metadata.names import check_name
 from vpq.metadata.queue_config import default_config, validate_partial
 
 # KEYS: queues, queue_ids, queue_seq, events_version, events_log
-# ARGV: name, partial config JSON, default config JSON, channel
+# ARGV: name, partial config JSON, default config JSON, channel, only this id ('' = any; then never create)
 _CREATE_OR_UPDATE = ANNOUNCE_LUA + """
 local name = ARGV[1]
 local partial = cjson.decode(ARGV[2])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local cur = redis.call('HGET', KEYS[1], name)
+local only_id = ARGV[5]
+if only_id ~= '' then
+  if not cur or tostring(cjson.decode(cur)['id']) ~= only_id then return {'gone', ''} end
+end
 if cur then
   local rec = cjson.decode(cur)
   local cfg = rec['config']
@@ -139,13 +148,27 @@ class QueueRegistry:
     async def create_or_update(self, name: str, config: Mapping[str, Any] | None = None) -> tuple[QueueRecord, bool]:
         """Create ``name`` or update the given fields; ``(record, created)``.
         Raises ``QueueConfigError`` (invalid field) or ``QueueConflictError`` (V shrinks)."""
+        return await self._write(name, config, None)
+
+    async def update_existing(self, name: str, config: Mapping[str, Any], queue_id: int) -> QueueRecord:
+        """Update the given fields of queue ``name`` only while it is the queue of id
+        ``queue_id``; ``QueueNotFoundError`` (nothing created) otherwise."""
+        rec, _created = await self._write(name, config, int(queue_id))
+        return rec
+
+    async def _write(self, name: str, config: Mapping[str, Any] | None, only_id: int | None) -> tuple[QueueRecord, bool]:
         check_name("queue", name)
         partial = validate_partial(config or {}, self._defaults.max_virtual_partitions)
         k = self._keys
         status, payload = await self._create_or_update(
             keys=[k.queues(), k.queue_ids(), k.queue_seq(), k.events_version(), k.events_log()],
-            args=[name, json.dumps(partial) if partial else "{}", self._default_json, k.events()],
+            args=[
+                name, json.dumps(partial) if partial else "{}", self._default_json, k.events(),
+                "" if only_id is None else str(only_id),
+            ],
         )
+        if status == "gone":
+            raise QueueNotFoundError(name)
         if status == "conflict":
             raise QueueConflictError(
                 name,

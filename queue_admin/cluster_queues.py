@@ -115,6 +115,16 @@ class QueueAdmin:
         await self._changed(name, current)
         return self.info(rec, current), created
 
+    async def grow(self, name: str, queue_id: int, virtual_partitions: int) -> dict[str, Any]:
+        """Raise ``name``'s virtual partitions to ``virtual_partitions`` while it is still the
+        queue of id ``queue_id`` (``NotFound`` when it was deleted meanwhile, and nothing is
+        created); ``Conflict`` when it already has more. Places it like ``put``."""
+        with metadata_errors():
+            rec = await self._md.queues.update_existing(name, {"virtual_partitions": virtual_partitions}, queue_id)
+            current = await self.place(name, rec.virtual_partitions)
+        await self._changed(name, current)
+        return self.info(rec, current)
+
     async def delete(self, name: str) -> None:
         with metadata_errors():
             await self._md.queues.delete(name)

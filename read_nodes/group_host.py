@@ -325,9 +325,11 @@ class GroupHost:
         if target > self._queue_vps():
             log.info("%s/%s: growing queue %s to %d virtual partitions", self.queue, self.group, self.queue, target)
             try:
-                await self.parts.admin.put(self.queue, {"virtual_partitions": target})
+                await self.parts.admin.grow(self.queue, self.record.id, target)
             except Conflict:
                 pass  # someone grew it further meanwhile
+            except NotFound:
+                self.gone = True  # deleted (maybe created again): never bring it back
         self.members.split_target = None
 
     async def _persist(self, force: bool = False) -> None:

@@ -96,3 +96,21 @@ async def test_get_many_in_order(md: MetadataStore) -> None:
     b, _ = await md.queues.create_or_update("b", {"virtual_partitions": 2})
     assert await md.queues.get_many(["b", "nope", "a"]) == [b, None, a]
     assert await md.queues.get_many([]) == []
+
+
+async def test_update_existing_touches_only_the_queue_of_that_id(md: MetadataStore) -> None:
+    first, _ = await md.queues.create_or_update("q", {"virtual_partitions": 4})
+    rec = await md.queues.update_existing("q", {"virtual_partitions": 8}, first.id)
+    assert rec.id == first.id and rec.virtual_partitions == 8
+    with pytest.raises(QueueNotFoundError):
+        await md.queues.update_existing("never", {"virtual_partitions": 8}, first.id)
+    assert await md.queues.get("never") is None  # nothing was created
+    await md.queues.delete("q")
+    with pytest.raises(QueueNotFoundError):
+        await md.queues.update_existing("q", {"virtual_partitions": 16}, first.id)
+    assert await md.queues.get("q") is None  # a deleted queue stays deleted
+    again, created = await md.queues.create_or_update("q", {"virtual_partitions": 4})
+    assert created and again.id != first.id
+    with pytest.raises(QueueNotFoundError):  # the old id does not reach the new queue
+        await md.queues.update_existing("q", {"virtual_partitions": 16}, first.id)
+    assert (await md.queues.require("q")).virtual_partitions == 4

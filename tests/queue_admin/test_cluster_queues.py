@@ -136,6 +136,19 @@ async def test_growing_splits_placement_and_lineage(md: MetadataStore) -> None:
     assert (await md.maps.current()) == m  # the refused put changed nothing
 
 
+async def test_grow_never_brings_a_deleted_queue_back(md: MetadataStore) -> None:
+    admin = admin_for(md)
+    info, _ = await admin.put("q", {"virtual_partitions": 4})
+    grown = await admin.grow("q", info["id"], 8)
+    assert grown["virtual_partitions"] == 8
+    await check_lineage_matches_map(md, "q")
+    await admin.delete("q")
+    with pytest.raises(NotFound):
+        await admin.grow("q", info["id"], 16)
+    assert await md.queues.get("q") is None
+    assert "q" not in ((await md.maps.current()) or {"queues": {}})["queues"]
+
+
 async def test_invalid_config_is_400(md: MetadataStore) -> None:
     with pytest.raises(BadRequest) as info:
         await admin_for(md).put("q", {"virtual_partitions": 3})
