@@ -225,7 +225,7 @@ class PartitionLog:
         return await self._submit(batch, base, len(records), HEADER.unpack_from(batch, 0)[7])
 
     async def append_batch_bytes(self, batch: bytes) -> tuple[int, int]:
-        """Append one pre-built batch (e.g. from a gateway). Its base offset is
+        """Append one pre-built batch (either magic). Its base offset is
         replaced; its CRC is verified first. ``ValueError`` (``CorruptBatchError``)
         when it is not exactly one valid batch."""
         self._check_online()
