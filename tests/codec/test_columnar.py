@@ -155,11 +155,18 @@ def test_a_damaged_record_area_fails_the_crc_and_raises_nothing_but_corrupt_batc
     assert not view.verify_crc()
     with pytest.raises(CorruptBatchError):
         list(iter_batches(bytes(batch), verify=True))
-    # without the CRC, the structural checks refuse it or it decodes to as many records
+    # without the CRC, the structural checks refuse it or it decodes to as many records;
+    # the write node's summary (its check of a frame) refuses exactly what decoding refuses
+    try:
+        summary = summarize(view)
+    except CorruptBatchError:
+        summary = None
     try:
         decoded = view.records()
     except CorruptBatchError:
+        assert summary is None
         return
+    assert summary is not None and sum(c[0] for c in summary.values()) == len(decoded)
     assert len(decoded) == len(records)
     assert sum(len(r.value) + len(r.key or b"") for r in decoded) <= len(batch)
 
