@@ -1,6 +1,6 @@
 """``vpq bench log``: the partition log's durable append rate against this machine's raw limit.
 
-Phase 1 runs ``--concurrency`` appenders, each appending batches of ``--batch``
+Phase 1 runs ``--concurrency`` appenders, each appending (magic-2) batches of ``--batch``
 records of ``--record-bytes`` for ``--seconds`` to one :class:`PartitionLog`
 (fsync per group commit by default), and records, per I/O round of the group
 committer, how many bytes it wrote and how many fsyncs it made.

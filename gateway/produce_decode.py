@@ -35,8 +35,7 @@ from typing import Annotated, Any
 import msgspec
 import orjson
 
-from vpq.codec.batch_common import VALUE_JSON
-from vpq.codec.records import encode_headers
+from vpq.codec.batch_common import VALUE_JSON, encode_headers
 from vpq.gateway.models import ISOLATION_PATTERN, MAX_BATCH_MESSAGES
 from vpq.isolation.context import IsolationError, PartialContext, resolve
 from vpq.produce_path.outgoing import OutgoingBatch

@@ -10,7 +10,8 @@ several of them, one disk each, on one Redis.
 
 :class:`PowerLossCampaign` repeats, ``crash_points`` times: arm a crash point
 (:func:`plan_crash`), run ``producers`` concurrent HTTP producers (each sends one
-batch at a time and records the acknowledged offsets) until the power fails, reboot,
+magic-2 batch at a time through the multi-partition append the produce path uses,
+and records the acknowledged offsets) until the power fails, reboot,
 read the whole partition back over HTTP and check it (``load.powerloss_check``):
 every message acknowledged in any round is still there, at its offset, in order.
 """
@@ -27,11 +28,13 @@ from typing import Any
 
 import aiohttp
 
-from vpq.codec.records import Record, build_batch, decode_batches
+from vpq.codec.columnar import build_columnar_batch, columns_of
+from vpq.codec.records import Record, decode_batches
 from vpq.common.errors import VpqError
 from vpq.config.settings import ClusterSettings, LogSettings, RebalanceSettings, RedisSettings, Settings
 from vpq.load.powerloss_check import DeliveryCheck, check_delivery, message_value
 from vpq.metadata.store import MetadataStore
+from vpq.node_rpc.append_frames import Frame
 from vpq.node_rpc.write_node_client import WriteNodeClient
 from vpq.write_nodes.service import PARTITIONS_SUBDIR, WriteNodeService
 from vpq.write_nodes.sim_disk import CrashMode, SimDisk, SimOp
@@ -295,11 +298,16 @@ class PowerLossCampaign:
                 )
                 for seq in range(first, first + count)
             ]
+            ts = int(time.time() * 1000)
+            frame = Frame(PARTITION, build_columnar_batch(0, ts, columns_of(records, ts)))
             try:
-                base, _last = await client.append(address, PARTITION, build_batch(0, records, int(time.time() * 1000)), self._epoch)
+                (answer,) = await client.append_many(address, [frame], self._epoch)
             except VpqError:
+                answer = None
+            if not isinstance(answer, tuple):  # the request or this frame was refused
                 await asyncio.sleep(0.005)
                 continue
+            base = answer[0]
             for i in range(count):
                 self.acked[(producer, first + i)] = base + i
 

@@ -1,7 +1,7 @@
 """Body of the multi-partition append (``POST /internal/v1/append``): pure encoding, no I/O.
 
 A body is a run of frames, each ``>I`` partition word, ``>I`` length, then ``length`` bytes
-of ONE record batch (``codec.records.build_batch``). Bit 31 of the partition word is
+of ONE magic-2 record batch (``codec.columnar.build_columnar_batch``). Bit 31 of the partition word is
 ``CONTINUES``: the frame continues the chain of the previous frame of the same partition
 in this body (the next chunk of one producer's batch, too big for one frame); a frame
 without it starts a chain of its own. The write node appends frames in body order and

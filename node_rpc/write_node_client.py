@@ -70,25 +70,6 @@ class WriteNodeClient:
         self._read_margin_s = read_margin_s
         self._admin_timeout_s = admin_timeout_s
 
-    async def append(self, address: str, pp: int, batch: bytes, map_epoch: int) -> tuple[int, int]:
-        """Append one record batch to partition ``pp``; ``(base_offset, last_offset)`` once
-        durable (record i of the batch has offset ``base_offset + i``)."""
-        answer = await call_node(
-            self._session,
-            "POST",
-            address,
-            f"/internal/v1/partitions/{int(pp)}/append",
-            role=self.ROLE,
-            timeout_s=self._append_timeout_s,
-            data=batch,
-            headers={MAP_EPOCH_HEADER: str(int(map_epoch))},
-        )
-        obj = answer.json()
-        base, last = _int_field(obj, "base_offset"), _int_field(obj, "last_offset")
-        if last < base:
-            raise InternalError(BAD_NODE_ANSWER, f"write node {address} answered last_offset < base_offset")
-        return base, last
-
     async def append_many(
         self, address: str, items: Sequence[Frame], map_epoch: int
     ) -> list[tuple[int, int] | VpqError]:

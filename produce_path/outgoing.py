@@ -18,9 +18,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from operator import itemgetter
 from typing import Any, NamedTuple, Protocol
 
-from vpq.codec.batch_common import VALUE_JSON, VALUE_RAW
+from vpq.codec.batch_common import VALUE_JSON, VALUE_RAW, encode_headers
 from vpq.codec.columnar import decode_header_block
-from vpq.codec.records import encode_headers
 
 BytesLike = Any
 """``bytes`` or any object with the buffer protocol and ``len`` (``msgspec.Raw``)."""

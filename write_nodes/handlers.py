@@ -1,16 +1,17 @@
 """The write node's internal HTTP API, server side (``docs/internals.md``, "Write node").
 
-- ``POST /internal/v1/partitions/{pp}/append``: one record batch in the body (CRC and
-  framing checked: 400 ``corrupt_batch``), ``X-Map-Epoch`` header; every record's
-  (queue, vp) must be placed on ``pp`` by the node's current map (refreshed first when
-  the sender's epoch is newer, or when a queue id is unknown), else 503 ``stale_map``
-  with detail ``epoch``. Answers ``{"base_offset", "last_offset"}`` once durable.
-  The final placement check and the submission to the log run without yielding to
-  the event loop, so every record below a partition's ``next_offset`` was checked
-  against a map no newer than the one the node reports in ``GET /partitions``.
 - ``POST /internal/v1/append``: several partitions' batches in one body
-  (``node_rpc.append_frames``), each handled as above; one answer entry per frame; a
-  partition stops at its first refused frame.
+  (``node_rpc.append_frames``), ``X-Map-Epoch`` header. Each frame must be exactly one
+  valid magic-2 (columnar) batch, CRC and columns checked (400 ``corrupt_batch``
+  otherwise: a magic-1 batch is refused, the platform only writes magic 2); every
+  record's (queue, vp) must be placed on the frame's partition by the node's current
+  map (refreshed first when the sender's epoch is newer, or when a queue id is
+  unknown), else 503 ``stale_map`` with detail ``epoch``. One answer entry per frame,
+  ``{"base_offset", "last_offset"}`` once durable or the frame's error; a chain stops
+  at its first refused frame. The final placement checks and the submissions to the
+  logs run without yielding to the event loop, so every record below a partition's
+  ``next_offset`` was checked against a map no newer than the one the node reports in
+  ``GET /partitions``.
 - ``GET /internal/v1/partitions/{pp}/read?offset=&max_bytes=&wait_ms=``: whole raw
   durable batches from the batch holding ``offset`` (the log start when below it),
   long-polling up to ``wait_ms`` (at most 30000) when there is nothing yet; headers
@@ -34,6 +35,7 @@ from typing import Protocol
 import orjson
 from aiohttp import web
 
+from vpq.codec.columnar import MAGIC_COLUMNAR, TrafficKey, summarize
 from vpq.codec.errors import CorruptBatchError
 from vpq.codec.records import BatchView
 from vpq.common.errors import (
@@ -48,7 +50,6 @@ from vpq.common.errors import (
 from vpq.metadata.errors import MetadataUnavailable
 from vpq.metadata.map_cache import MapCache
 from vpq.node_rpc.append_frames import ChainGate, Frame, FrameError, decode_frames, error_entry, ok_entry
-from vpq.write_nodes.batch_scan import TrafficKey, summarize_batch
 from vpq.write_nodes.errors import LogIOError, OffsetOutOfRangeError
 from vpq.write_nodes.fence import FenceView
 from vpq.write_nodes.metrics import WriteNodeMetrics
@@ -74,19 +75,19 @@ class TrafficSink(Protocol):
 
 
 # ------------------------------------------------------------------ pure helpers
-def check_one_batch(body: bytes) -> tuple[BatchView, dict[TrafficKey, list[int]]]:
-    """The header view and the routing summary (``batch_scan.summarize_batch``) of
-    ``body``, which must be exactly one valid batch (CRC and record area included);
+def check_batch(body: bytes) -> tuple[BatchView, dict[TrafficKey, list[int]]]:
+    """The header view and the routing summary (``codec.columnar.summarize``) of
+    ``body``, which must be exactly one valid magic-2 batch (CRC and columns included);
     ``BadRequest`` (``corrupt_batch``) otherwise."""
-    if not body:
-        raise BadRequest(CORRUPT_BATCH, "empty body: expected one record batch")
     try:
         view = BatchView(body, 0)
         if view.size != len(body):
             raise CorruptBatchError(f"expected exactly one batch: {len(body)} bytes for a {view.size}-byte batch")
+        if view.magic != MAGIC_COLUMNAR:
+            raise CorruptBatchError(f"magic {view.magic}: the write node takes magic-{MAGIC_COLUMNAR} batches only")
         if not view.verify_crc():
             raise CorruptBatchError("CRC mismatch")
-        return view, summarize_batch(view)
+        return view, summarize(view)
     except CorruptBatchError as exc:
         raise BadRequest(CORRUPT_BATCH, f"corrupt record batch: {exc}") from None
 
@@ -255,28 +256,10 @@ class WriteNodeHandlers:
         self._traffic = traffic
         self._metrics = metrics or WriteNodeMetrics()
 
-    async def append(self, request: web.Request) -> web.Response:
-        pp = _pp(request)
-        own = self._ownership
-        own.serving(pp)  # fail fast, before reading the body
-        sender_epoch = _epoch(request)
-        with own.track():
-            body = await request.read()
-            frame = _Frame(pp, body, *check_one_batch(body))
-            await self._guard.refresh_if_needed(sender_epoch, {k[0] for k in frame.summary})
-            started = time.perf_counter()
-            try:
-                base, last = await self._admit(frame)  # no yield from the check to the submission
-            except LogIOError as exc:
-                assert frame.part is not None
-                raise self._log_failure(pp, frame.part, exc) from exc
-        self._count(frame, time.perf_counter() - started)
-        return json_response({"base_offset": base, "last_offset": last})
-
     async def append_many(self, request: web.Request) -> web.Response:
         """``POST /internal/v1/append``: the frames of ``node_rpc.append_frames``, each
-        checked and appended as by the one-partition append, in body order; one answer
-        entry per frame (``append_frames``)."""
+        checked (``check_batch``, the map, the fence) and appended in body order; one
+        answer entry per frame (``append_frames``)."""
         sender_epoch = _epoch(request)
         with self._ownership.track():
             body = await request.read()
@@ -297,7 +280,7 @@ class WriteNodeHandlers:
             for pp, batch, _ in raw:
                 try:
                     own.serving(pp)
-                    frames.append(_Frame(pp, batch, *check_one_batch(batch)))
+                    frames.append(_Frame(pp, batch, *check_batch(batch)))
                 except VpqError as err:
                     frames.append(err)
             ids = {k[0] for f in frames if isinstance(f, _Frame) for k in f.summary}
@@ -407,7 +390,6 @@ class WriteNodeHandlers:
 def build_app(handlers: WriteNodeHandlers, *, client_max_size: int) -> web.Application:
     """The aiohttp application of the write node's internal API."""
     app = web.Application(middlewares=[error_middleware], client_max_size=client_max_size)
-    app.router.add_post(r"/internal/v1/partitions/{pp:\d{1,9}}/append", handlers.append)
     app.router.add_post("/internal/v1/append", handlers.append_many)
     app.router.add_get(r"/internal/v1/partitions/{pp:\d{1,9}}/read", handlers.read)
     app.router.add_get("/internal/v1/partitions", handlers.partitions)

@@ -4,7 +4,7 @@ Contract:
 - ``await start()`` opens (and repairs) the directory and returns the
   :class:`RecoveryReport`; ``await stop()`` writes every pending append, fsyncs,
   writes the indexes and the recovery-point checkpoint, closes the files;
-- ``await append(records)`` assigns consecutive offsets and returns
+- ``await append(records)`` (a magic-2 batch) assigns consecutive offsets and returns
   ``(base_offset, last_offset)`` once durable under the fsync policy (``group``:
   fsynced). Concurrent appends become one batch each, in call order, and are
   group-committed (one write and one fsync for many appends);
@@ -26,7 +26,8 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
-from vpq.codec.records import HEADER, BatchView, Record, build_batch, restamp_base_offset
+from vpq.codec.columnar import build_columnar_batch, columns_of
+from vpq.codec.records import HEADER, BatchView, Record, restamp_base_offset
 from vpq.config.settings import LogSettings
 from vpq.write_nodes.appender import AppendMeta, SegmentAppender
 from vpq.write_nodes.checkpoint import write_checkpoint
@@ -213,16 +214,18 @@ class PartitionLog:
 
     # ------------------------------------------------------------------ appends
     async def append(self, records: Sequence[Record], timestamp_ms: int | None = None) -> tuple[int, int]:
-        """Append ``records`` as one batch; returns (base_offset, last_offset) once
-        durable. ``ValueError`` for an empty or malformed batch (nothing appended)."""
+        """Append ``records`` as one magic-2 batch (``codec.columnar``; records without
+        their own timestamp get ``timestamp_ms``, default the log's clock); returns
+        (base_offset, last_offset) once durable. ``ValueError`` for an empty batch or a
+        field out of range (nothing appended)."""
         self._check_online()
         ts = self._clock_ms() if timestamp_ms is None else timestamp_ms
         base = self._next_offset
-        batch = build_batch(base, records, ts)
+        batch = build_columnar_batch(base, ts, columns_of(records, ts))
         return await self._submit(batch, base, len(records), HEADER.unpack_from(batch, 0)[7])
 
     async def append_batch_bytes(self, batch: bytes) -> tuple[int, int]:
-        """Append one pre-built batch (e.g. from a gateway). Its base offset is
+        """Append one pre-built batch (either magic). Its base offset is
         replaced; its CRC is verified first. ``ValueError`` (``CorruptBatchError``)
         when it is not exactly one valid batch."""
         self._check_online()

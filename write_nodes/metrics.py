@@ -52,7 +52,7 @@ FSYNC_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05
 GROUP_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
 
 Summary = Mapping[tuple[int, int, int], Sequence[int]]
-"""(queue id, vp, context id) -> [messages, value bytes], as ``write_nodes.batch_scan.summarize_batch`` returns."""
+"""(queue id, vp, context id) -> [messages, value bytes], as ``codec.columnar.summarize`` returns."""
 
 
 def per_queue(summary: Summary, queues: Mapping[int, tuple[str, int]]) -> dict[str, tuple[int, int]]:

@@ -34,6 +34,7 @@ from urllib.parse import urlparse
 
 from aiohttp import web
 
+from vpq.codec.columnar import TrafficKey
 from vpq.config.settings import Settings
 from vpq.metadata.aio import cancel_and_wait
 from vpq.metadata.contexts import ContextRegistry
@@ -44,7 +45,6 @@ from vpq.metadata.map_cache import MapCache
 from vpq.metadata.store import MetadataStore
 from vpq.traffic.stats_writer import StatsWriter
 from vpq.traffic.traffic_counter import TrafficCounter
-from vpq.write_nodes.batch_scan import TrafficKey
 from vpq.write_nodes.fence import FenceView, wire_fence
 from vpq.write_nodes.handlers import PlacementGuard, WriteNodeHandlers, build_app
 from vpq.write_nodes.metrics import WriteNodeMetrics

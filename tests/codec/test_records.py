@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.codec.format1 import build_batch
 from tests.codec.golden import (
     GOLDEN_BASE_OFFSET,
     GOLDEN_RECORDS,
@@ -21,7 +22,6 @@ from vpq.codec.records import (
     MAGIC,
     BatchView,
     Record,
-    build_batch,
     decode_batches,
     iter_batches,
     restamp_base_offset,

@@ -15,11 +15,14 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from tests.codec.format1 import build_batch
 from tests.live_platform import LivePlatform, platform_settings, running
 from tests.recording_proxy import RecordingProxy
-from vpq.codec.records import Record, build_batch, decode_batches
+from vpq.codec.columnar import build_columnar_batch, columns_of
+from vpq.codec.records import Record, decode_batches
 from vpq.common.errors import BadRequest, InternalError, Unavailable, VpqError
 from vpq.gateway.cluster_backend import ClusterBackend
+from vpq.node_rpc.append_frames import Frame
 from vpq.node_rpc.call import NODE_UNREACHABLE, call_node
 from vpq.node_rpc.write_node_client import WriteNodeClient
 
@@ -72,14 +75,27 @@ async def proxied(node: Node) -> AsyncIterator[tuple[RecordingProxy, str]]:
     await server.close()
 
 
-def batch(node: Node, pp: int, *values: bytes, ts: int = 1000, vp: int | None = None) -> bytes:
+def records(node: Node, pp: int, *values: bytes, vp: int | None = None) -> list[Record]:
     v = node.vp_on[pp] if vp is None else vp
-    return build_batch(0, [Record(value=v_, queue_id=node.queue_id, virtual_partition=v) for v_ in values], ts)
+    return [Record(value=v_, queue_id=node.queue_id, virtual_partition=v) for v_ in values]
+
+
+def batch(node: Node, pp: int, *values: bytes, ts: int = 1000, vp: int | None = None) -> bytes:
+    """A magic-2 batch, as the produce path builds them."""
+    return build_columnar_batch(0, ts, columns_of(records(node, pp, *values, vp=vp), ts))
 
 
 def any_batch() -> bytes:
     """A well-formed batch for a server that never reads it."""
-    return build_batch(0, [Record(value=b"a", queue_id=7, virtual_partition=1)], 1000)
+    return build_columnar_batch(0, 1000, columns_of([Record(value=b"a", queue_id=7, virtual_partition=1)], 1000))
+
+
+async def append(client: WriteNodeClient, address: str, pp: int, data: bytes, map_epoch: int) -> tuple[int, int]:
+    """One frame through ``append_many``: its offsets, or the node's error for it raised."""
+    (answer,) = await client.append_many(address, [Frame(pp, data)], map_epoch)
+    if isinstance(answer, VpqError):
+        raise answer
+    return answer
 
 
 async def end_offset(client: WriteNodeClient, node: Node, pp: int) -> int:
@@ -91,9 +107,9 @@ async def test_append_stamps_offsets_and_sends_the_epoch(session, node: Node, pr
     proxy, address = proxied
     client = WriteNodeClient(session)
     base0, base1 = await end_offset(client, node, 0), await end_offset(client, node, 1)
-    assert await client.append(address, 0, batch(node, 0, b"a", b"b"), map_epoch=5) == (base0, base0 + 1)
-    assert await client.append(address, 0, batch(node, 0, b"c"), map_epoch=6) == (base0 + 2, base0 + 2)
-    assert await client.append(address, 1, batch(node, 1, b"x"), map_epoch=6) == (base1, base1)
+    assert await append(client, address, 0, batch(node, 0, b"a", b"b"), map_epoch=5) == (base0, base0 + 1)
+    assert await append(client, address, 0, batch(node, 0, b"c"), map_epoch=6) == (base0 + 2, base0 + 2)
+    assert await append(client, address, 1, batch(node, 1, b"x"), map_epoch=6) == (base1, base1)
     appends = proxy.requests_to("POST", "/append")
     assert [r.headers["X-Map-Epoch"] for r in appends[:2]] == ["5", "6"]
     res = await client.read(node.address, 0, offset=base0, max_bytes=1 << 20, wait_ms=0)
@@ -104,8 +120,8 @@ async def test_append_stamps_offsets_and_sends_the_epoch(session, node: Node, pr
 async def test_read_returns_whole_batches_and_offsets(session, node: Node) -> None:
     client = WriteNodeClient(session)
     base = await end_offset(client, node, 0)
-    await client.append(node.address, 0, batch(node, 0, b"a", b"b"), 1)
-    await client.append(node.address, 0, batch(node, 0, b"c"), 1)
+    await append(client, node.address, 0, batch(node, 0, b"a", b"b"), 1)
+    await append(client, node.address, 0, batch(node, 0, b"c"), 1)
     res = await client.read(node.address, 0, offset=base + 1, max_bytes=1 << 20, wait_ms=0)
     assert (res.start_offset, res.end_offset) == (0, base + 3)
     got = [(r.offset, r.value) for r in decode_batches(res.data)]
@@ -121,7 +137,7 @@ async def test_read_long_polls_at_the_end(session, node: Node) -> None:
     assert empty.data == b"" and empty.end_offset == end
     reader = asyncio.create_task(client.read(node.address, 1, offset=end, max_bytes=1024, wait_ms=10_000))
     await asyncio.sleep(0.05)
-    await client.append(node.address, 1, batch(node, 1, b"late"), 1)
+    await append(client, node.address, 1, batch(node, 1, b"late"), 1)
     got = await reader
     assert [r.value for r in decode_batches(got.data)] == [b"late"]
 
@@ -129,7 +145,7 @@ async def test_read_long_polls_at_the_end(session, node: Node) -> None:
 async def test_partitions_listing(session, node: Node) -> None:
     client = WriteNodeClient(session)
     before = await end_offset(client, node, 1)
-    await client.append(node.address, 1, batch(node, 1, b"a"), 1)
+    await append(client, node.address, 1, batch(node, 1, b"a"), 1)
     listing = await client.partitions(node.address)
     assert listing["node_id"] == "w0"
     assert [p["id"] for p in listing["partitions"]] == [0, 1]
@@ -140,21 +156,36 @@ async def test_node_errors_come_back_as_the_same_exception(session, node: Node) 
     client = WriteNodeClient(session)
     before = await end_offset(client, node, 0)
     with pytest.raises(Unavailable) as info:
-        await client.append(node.address, 0, batch(node, 0, b"a", vp=node.vp_on[1]), 1)  # that vp is on pp 1
+        await append(client, node.address, 0, batch(node, 0, b"a", vp=node.vp_on[1]), 1)  # that vp is on pp 1
     assert info.value.code == "stale_map"
     assert info.value.details["epoch"] >= 1
     assert info.value.retry_after == 0.0 and info.value.retryable  # the node asks for an immediate retry (after a map reload)
     with pytest.raises(Unavailable) as info:
-        await client.append(node.address, 5, batch(node, 0, b"a"), 1)  # not owned
+        await append(client, node.address, 5, batch(node, 0, b"a"), 1)  # not owned
     assert info.value.code == "not_owner"
     with pytest.raises(BadRequest) as bad:
-        await client.append(node.address, 0, b"\x00" * 60, 1)
+        await append(client, node.address, 0, b"\x00" * 60, 1)
     assert bad.value.code == "corrupt_batch"
     corrupted = bytearray(batch(node, 0, b"abc"))
     corrupted[-1] ^= 0xFF
     with pytest.raises(BadRequest):
-        await client.append(node.address, 0, bytes(corrupted), 1)
+        await append(client, node.address, 0, bytes(corrupted), 1)
+    with pytest.raises(BadRequest) as bad:  # magic 1 (rows): the platform writes magic 2 only
+        await append(client, node.address, 0, build_batch(0, records(node, 0, b"a"), 1000), 1)
+    assert bad.value.code == "corrupt_batch" and "magic 1" in bad.value.message
     assert await end_offset(client, node, 0) == before  # nothing was stored by any refused append
+
+
+async def test_a_refused_frame_does_not_stop_the_others(session, node: Node) -> None:
+    client = WriteNodeClient(session)
+    base0, base1 = await end_offset(client, node, 0), await end_offset(client, node, 1)
+    answers = await client.append_many(
+        node.address,
+        [Frame(0, batch(node, 0, b"a")), Frame(1, batch(node, 0, b"b")), Frame(1, batch(node, 1, b"c"))],
+        1,
+    )
+    assert answers[0] == (base0, base0) and answers[2] == (base1, base1)
+    assert isinstance(answers[1], Unavailable) and answers[1].code == "stale_map"  # vp of pp 0 sent to pp 1
 
 
 async def test_error_without_json_body_names_the_node(session) -> None:
@@ -185,7 +216,7 @@ def free_port() -> int:
 async def test_connection_refused_is_unavailable_naming_the_node(session) -> None:
     address = f"127.0.0.1:{free_port()}"
     with pytest.raises(Unavailable) as info:
-        await WriteNodeClient(session).append(address, 0, any_batch(), 1)
+        await append(WriteNodeClient(session), address, 0, any_batch(), 1)
     err = info.value
     assert err.code == NODE_UNREACHABLE and err.retryable
     assert address in err.message and err.details["node"] == address and err.details["role"] == "write"
@@ -197,21 +228,21 @@ async def test_timeout_is_unavailable(session, node: Node, proxied) -> None:
     proxy.delay(r"/append$", 2.0)
     client = WriteNodeClient(session, append_timeout_s=0.1)
     with pytest.raises(Unavailable) as info:
-        await client.append(address, 0, batch(node, 0, b"a"), 1)
+        await append(client, address, 0, batch(node, 0, b"a"), 1)
     assert info.value.code == NODE_UNREACHABLE
 
 
 async def test_malformed_success_answer_is_internal_error(session) -> None:
     async def handler(request: web.Request) -> web.Response:
-        return web.json_response({"base_offset": "zero"})
+        return web.json_response({"results": [{"base_offset": "zero"}]})
 
     app = web.Application()
-    app.router.add_post("/internal/v1/partitions/{pp}/append", handler)
+    app.router.add_post("/internal/v1/append", handler)
     server = TestServer(app, host="127.0.0.1")
     await server.start_server()
     try:
         with pytest.raises(InternalError) as info:
-            await WriteNodeClient(session).append(f"127.0.0.1:{server.port}", 0, any_batch(), 1)
+            await append(WriteNodeClient(session), f"127.0.0.1:{server.port}", 0, any_batch(), 1)
         assert info.value.code == "bad_node_answer"
     finally:
         await server.close()

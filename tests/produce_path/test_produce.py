@@ -62,7 +62,7 @@ class Append:
 
 @dataclass
 class MemoryWriteNodes:
-    """``WriteNodeClient.append`` in memory: offsets per pp, injected errors, an optional
+    """``WriteNodeClient.append_many`` in memory: offsets per pp, injected errors, an optional
     node-side map (``placement(queue_id, vp) -> pp``) answering ``stale_map``."""
 
     fail: dict[int, list[VpqError]] = field(default_factory=dict)

@@ -63,7 +63,6 @@ class FakeWriteNode:
             await log.start()
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_get("/internal/v1/partitions/{pp}/read", self._read)
-        app.router.add_post("/internal/v1/partitions/{pp}/append", self._append)
         app.router.add_post("/internal/v1/append", self._append_many)
         app.router.add_get("/internal/v1/partitions", self._partitions)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
@@ -99,11 +98,6 @@ class FakeWriteNode:
         data = log.read(offset, max_bytes) if offset <= log.end_offset else b""
         headers = {"X-Start-Offset": str(log.start_offset), "X-End-Offset": str(log.durable_end_offset)}
         return web.Response(body=data, headers=headers, content_type="application/octet-stream")
-
-    async def _append(self, request: web.Request) -> web.Response:
-        log = self._log(request)
-        base, last = await log.append_batch_bytes(await request.read())
-        return web.json_response({"base_offset": base, "last_offset": last})
 
     async def _append_many(self, request: web.Request) -> web.Response:
         results: list[dict[str, object]] = []

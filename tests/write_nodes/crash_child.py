@@ -4,7 +4,7 @@ every acknowledged record as ``<offset> <value hex>`` (flushed), until killed.
 Usage: python crash_child.py DIRECTORY ROUND [slow]
 
 ``slow``: each fsync takes 5 ms more (a real file system behind a slow disk), and 16
-writers append pre-built batches through ``submit_checked`` (the write node's append
+writers append pre-built magic-2 batches through ``submit_checked`` (the write node's append
 path): while the I/O thread is in an fsync, the writes queued behind it are not yet
 written, so a kill then finds acknowledged-looking appends that only exist in memory
 unless every acknowledgement waits for its write and fsync.
@@ -17,7 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-from vpq.codec.records import BatchView, Record, build_batch
+from vpq.codec.columnar import build_columnar_batch, columns_of
+from vpq.codec.records import BatchView, Record
 from vpq.config.settings import LogSettings
 from vpq.write_nodes.log import PartitionLog
 from vpq.write_nodes.storage import OsStorage
@@ -38,7 +39,8 @@ async def main(directory: Path, round_: str, slow: bool) -> None:
     async def append(records: list[Record]) -> int:
         if not slow:
             return (await log.append(records))[0]
-        batch = build_batch(0, records, int(time.time() * 1000))
+        ts = int(time.time() * 1000)
+        batch = build_columnar_batch(0, ts, columns_of(records, ts))
         return (await log.submit_checked(batch, BatchView(batch, 0)))[0]
 
     async def writer(w: int) -> None:

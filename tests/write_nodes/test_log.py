@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from tests.write_nodes.helpers import make_records, read_all, small_settings
-from vpq.codec.records import BatchView, Record, build_batch, iter_batches
+from vpq.codec.columnar import MAGIC_COLUMNAR, build_columnar_batch, columns_of
+from vpq.codec.records import BatchView, Record, iter_batches
 from vpq.write_nodes import filenames
 from vpq.write_nodes.checkpoint import read_checkpoint
 from vpq.write_nodes.errors import OffsetOutOfRangeError, PartitionOfflineError
@@ -45,6 +46,7 @@ async def test_append_and_read_across_segment_rolls(tmp_path: Path) -> None:
         views = list(iter_batches(data, verify=True))
         assert views[0].base_offset <= offset <= views[0].last_offset
         assert sum(v.size for v in views) == len(data)
+        assert {v.magic for v in views} == {MAGIC_COLUMNAR}  # append writes magic 2, as the product does
     assert len(list(iter_batches(log.read(0, 1)))) == 1  # at least one batch, even over max_bytes
     assert log.read(len(values), 1000) == b""
     with pytest.raises(OffsetOutOfRangeError):
@@ -225,7 +227,7 @@ async def test_append_batch_bytes(tmp_path: Path) -> None:
     log = PartitionLog(tmp_path, small_settings())
     await log.start()
     await log.append(make_records("first", 2))
-    batch = build_batch(0, make_records("pre", 3), 1234)
+    batch = build_columnar_batch(0, 1234, columns_of(make_records("pre", 3), 1234))
     assert await log.append_batch_bytes(batch) == (2, 4)
     records = read_all(log)
     assert [r.offset for r in records] == [0, 1, 2, 3, 4]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 
 import aiohttp
-import pytest
 
+from tests.codec.format1 import build_batch
 from tests.write_nodes.test_service_helpers import (
     append,
     batch,
@@ -16,9 +16,10 @@ from tests.write_nodes.test_service_helpers import (
     place_queue,
     read,
 )
-from vpq.codec.records import decode_batches, iter_batches
+from vpq.codec.records import Record, decode_batches, iter_batches
 from vpq.common.errors import Unavailable
 from vpq.metadata.leases import pp_resource
+from vpq.node_rpc.append_frames import Frame
 from vpq.node_rpc.write_node_client import WriteNodeClient
 from vpq.write_nodes.service import WriteNodeService
 
@@ -85,7 +86,8 @@ async def test_corrupt_batches_are_rejected_and_change_nothing(node):
     good = batch(qid, [0, 0])
     flipped = bytearray(good)
     flipped[-1] ^= 0xFF
-    for body in (bytes(flipped), good + good, good[:-3], b"", b"x" * 10):
+    rows = build_batch(0, [Record(value=b"v", queue_id=qid, virtual_partition=0)], 1000)  # magic 1: never sent
+    for body in (bytes(flipped), good + good, good[:-3], b"", b"x" * 10, rows):
         status, answer = await append(http, service.address, 0, body, 1)
         assert (status, answer["error"]["code"]) == (400, "corrupt_batch"), body[:20]
     status, answer = await append(http, service.address, 0, good, "x")  # type: ignore[arg-type]
@@ -102,8 +104,10 @@ async def test_bad_read_parameters_and_unknown_routes(node):
         assert resp.status == 400
     async with http.get(f"http://{service.address}/internal/v1/nothing") as resp:
         assert resp.status == 404 and (await resp.json())["error"]["code"] == "not_found"
-    async with http.get(f"http://{service.address}/internal/v1/partitions/0/append") as resp:
-        assert resp.status == 405
+    async with http.get(f"http://{service.address}/internal/v1/append") as resp:
+        assert resp.status == 405 and (await resp.json())["error"]["allowed"] == ["POST"]
+    async with http.post(f"http://{service.address}/internal/v1/partitions/0/append", data=batch(_qid, [0])) as resp:
+        assert resp.status == 404  # appends go through /internal/v1/append only
 
 
 async def test_long_poll_returns_when_data_arrives(node):
@@ -173,10 +177,9 @@ async def test_partitions_listing_and_registration(node):
 async def test_the_write_node_client_speaks_the_same_wire_format(node):
     service, _md, qid, http = node
     client = WriteNodeClient(http)
-    assert await client.append(service.address, 0, batch(qid, [0, 3]), 1) == (0, 1)
+    assert await client.append_many(service.address, [Frame(0, batch(qid, [0, 3]))], 1) == [(0, 1)]
     result = await client.read(service.address, 0, 0, 1 << 20, 0)
     assert (result.start_offset, result.end_offset) == (0, 2) and len(decode_batches(result.data)) == 2
-    with pytest.raises(Unavailable) as info:
-        await client.append(service.address, 1, batch(qid, [1]), 1)
-    assert info.value.code == "not_owner"
+    (refused,) = await client.append_many(service.address, [Frame(1, batch(qid, [1]))], 1)
+    assert isinstance(refused, Unavailable) and refused.code == "not_owner"
     assert [p["id"] for p in (await client.partitions(service.address))["partitions"]] == [0, 2]

@@ -1,5 +1,5 @@
 """Shared helpers of the write-node service tests (no tests here): settings with short
-leases, queue placement in Redis, batch building and small HTTP wrappers."""
+leases, queue placement in Redis, magic-2 batch building and small HTTP wrappers."""
 
 from __future__ import annotations
 
@@ -12,9 +12,11 @@ from typing import Any
 import aiohttp
 import orjson
 
-from vpq.codec.records import Record, build_batch
+from vpq.codec.columnar import build_columnar_batch, columns_of
+from vpq.codec.records import Record
 from vpq.config.settings import ClusterSettings, LogSettings, RebalanceSettings, RedisSettings, Settings
 from vpq.metadata.store import MetadataStore
+from vpq.node_rpc.append_frames import Frame, encode_frames
 
 LEASE_TTL_MS = 300
 
@@ -51,7 +53,8 @@ async def place_queue(md: MetadataStore, name: str, placement: Sequence[int]) ->
 
 
 def batch(queue_id: int, vps: Sequence[int], tag: str = "m", context_id: int = 0) -> bytes:
-    """One batch with one record per entry of ``vps`` (values ``{tag}-{i}``)."""
+    """One magic-2 batch (as the produce path builds them) with one record per entry of
+    ``vps`` (values ``{tag}-{i}``)."""
     records = [
         Record(
             value=f"{tag}-{i}".encode(),
@@ -63,18 +66,28 @@ def batch(queue_id: int, vps: Sequence[int], tag: str = "m", context_id: int = 0
         )
         for i, vp in enumerate(vps)
     ]
-    return build_batch(0, records, int(time.time() * 1000))
+    ts = int(time.time() * 1000)
+    return build_columnar_batch(0, ts, columns_of(records, ts))
 
 
 async def append(
     http: aiohttp.ClientSession, address: str, pp: int, body: bytes, epoch: int
 ) -> tuple[int, dict[str, Any]]:
+    """Send ``body`` as the one frame of a ``POST /internal/v1/append`` for ``pp``: (200,
+    ``{"base_offset", "last_offset"}``) or (the frame's status, ``{"error": ...}``); when
+    the whole request is refused, its status and answer."""
     async with http.post(
-        f"http://{address}/internal/v1/partitions/{pp}/append",
-        data=body,
+        f"http://{address}/internal/v1/append",
+        data=encode_frames([Frame(pp, body)]),
         headers={"X-Map-Epoch": str(epoch), "Content-Type": "application/octet-stream"},
     ) as resp:
-        return resp.status, orjson.loads(await resp.read())
+        answer = orjson.loads(await resp.read())
+        if resp.status != 200:
+            return resp.status, answer
+    (entry,) = answer["results"]
+    if "error" in entry:
+        return entry["status"], {"error": entry["error"]}
+    return 200, entry
 
 
 async def read(
