@@ -5,14 +5,16 @@ under test talks to the product. What only a stand-in can do, it adds: it record
 request (``requests``, ``requests_to``) so a test can check what the client sent; it
 answers the next matching requests with an injected error instead of forwarding them
 (``fail``); it holds produce requests until released (``hold_produce``); it delays
-matching requests (``delay``; ``ack_delay_s`` for acks). It knows nothing of queues,
-groups or messages.
+matching requests (``delay``; ``ack_delay_s`` for acks); it runs a test's coroutine
+before forwarding matching requests (``before``), so a test can act while a request is
+on its way. It knows nothing of queues, groups or messages.
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,6 +54,7 @@ class RecordingProxy:
         self.faults: list[Fault] = []
         self.ack_delay_s = 0.0
         self.delays: list[tuple[re.Pattern[str], float]] = []
+        self.hooks: list[tuple[re.Pattern[str], Callable[[Recorded], Awaitable[None]]]] = []
         self._hold: asyncio.Event | None = None
         self.produce_arrived: asyncio.Event | None = None
         self._session: aiohttp.ClientSession | None = None
@@ -74,6 +77,10 @@ class RecordingProxy:
     def delay(self, path_re: str, seconds: float) -> None:
         """Wait ``seconds`` before forwarding each request whose path matches ``path_re``."""
         self.delays.append((re.compile(path_re), seconds))
+
+    def before(self, path_re: str, hook: Callable[[Recorded], Awaitable[None]]) -> None:
+        """Await ``hook(recorded)`` before forwarding each request whose path matches."""
+        self.hooks.append((re.compile(path_re), hook))
 
     def hold_produce(self) -> None:
         """Produce requests wait (recorded, not yet forwarded) until ``release_produce``."""
@@ -103,7 +110,8 @@ class RecordingProxy:
             body = orjson.loads(raw) if raw else None
         except orjson.JSONDecodeError:
             body = raw
-        self.requests.append(Recorded(request.method, request.path, dict(request.headers), body))
+        recorded = Recorded(request.method, request.path, dict(request.headers), body)
+        self.requests.append(recorded)
         for fault in self.faults:
             if fault.times > 0 and fault.method == request.method and fault.path_re.search(request.path):
                 fault.times -= 1
@@ -120,6 +128,9 @@ class RecordingProxy:
         for path_re, seconds in self.delays:
             if path_re.search(request.path):
                 await asyncio.sleep(seconds)
+        for path_re, hook in self.hooks:
+            if path_re.search(request.path):
+                await hook(recorded)
         if self._session is None:
             self._session = aiohttp.ClientSession(auto_decompress=False)
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_HEADERS}
