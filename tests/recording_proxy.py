@@ -7,7 +7,9 @@ answers the next matching requests with an injected error instead of forwarding 
 (``fail``); it holds produce requests until released (``hold_produce``); it delays
 matching requests (``delay``; ``ack_delay_s`` for acks); it runs a test's coroutine
 before forwarding matching requests (``before``), so a test can act while a request is
-on its way. It knows nothing of queues, groups or messages.
+on its way; it passes the server's real answer to matching requests through a test's
+function that may change its status, headers or body (``rewrite``), for answers a
+healthy server never gives. It knows nothing of queues, groups or messages.
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ from typing import Any
 import aiohttp
 import orjson
 from aiohttp import web
+
+Rewrite = Callable[[int, dict[str, str], bytes], tuple[int, dict[str, str], bytes]]
+"""``(status, headers, body) -> (status, headers, body)`` of an answer."""
 
 HOP_HEADERS = {"host", "content-length", "transfer-encoding", "connection", "keep-alive"}
 
@@ -55,6 +60,7 @@ class RecordingProxy:
         self.ack_delay_s = 0.0
         self.delays: list[tuple[re.Pattern[str], float]] = []
         self.hooks: list[tuple[re.Pattern[str], Callable[[Recorded], Awaitable[None]]]] = []
+        self.rewrites: list[tuple[re.Pattern[str], Rewrite]] = []
         self._hold: asyncio.Event | None = None
         self.produce_arrived: asyncio.Event | None = None
         self._session: aiohttp.ClientSession | None = None
@@ -81,6 +87,10 @@ class RecordingProxy:
     def before(self, path_re: str, hook: Callable[[Recorded], Awaitable[None]]) -> None:
         """Await ``hook(recorded)`` before forwarding each request whose path matches."""
         self.hooks.append((re.compile(path_re), hook))
+
+    def rewrite(self, path_re: str, fn: Rewrite) -> None:
+        """Pass the real answer to each request whose path matches through ``fn``."""
+        self.rewrites.append((re.compile(path_re), fn))
 
     def hold_produce(self) -> None:
         """Produce requests wait (recorded, not yet forwarded) until ``release_produce``."""
@@ -138,5 +148,9 @@ class RecordingProxy:
             request.method, self.target + request.rel_url.raw_path_qs, headers=headers, data=raw or None
         ) as answer:
             payload = await answer.read()
+            status = answer.status
             out = {k: v for k, v in answer.headers.items() if k.lower() not in HOP_HEADERS}
-            return web.Response(status=answer.status, body=payload, headers=out)
+        for path_re, fn in self.rewrites:
+            if path_re.search(request.path):
+                status, out, payload = fn(status, out, payload)
+        return web.Response(status=status, body=payload, headers=out)
