@@ -5,20 +5,27 @@ under test talks to the product. What only a stand-in can do, it adds: it record
 request (``requests``, ``requests_to``) so a test can check what the client sent; it
 answers the next matching requests with an injected error instead of forwarding them
 (``fail``); it holds produce requests until released (``hold_produce``); it delays
-matching requests (``delay``; ``ack_delay_s`` for acks). It knows nothing of queues,
-groups or messages.
+matching requests (``delay``; ``ack_delay_s`` for acks); it runs a test's coroutine
+before forwarding matching requests (``before``), so a test can act while a request is
+on its way; it passes the server's real answer to matching requests through a test's
+function that may change its status, headers or body (``rewrite``), for answers a
+healthy server never gives. It knows nothing of queues, groups or messages.
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 import orjson
 from aiohttp import web
+
+Rewrite = Callable[[int, dict[str, str], bytes], tuple[int, dict[str, str], bytes]]
+"""``(status, headers, body) -> (status, headers, body)`` of an answer."""
 
 HOP_HEADERS = {"host", "content-length", "transfer-encoding", "connection", "keep-alive"}
 
@@ -52,6 +59,8 @@ class RecordingProxy:
         self.faults: list[Fault] = []
         self.ack_delay_s = 0.0
         self.delays: list[tuple[re.Pattern[str], float]] = []
+        self.hooks: list[tuple[re.Pattern[str], Callable[[Recorded], Awaitable[None]]]] = []
+        self.rewrites: list[tuple[re.Pattern[str], Rewrite]] = []
         self._hold: asyncio.Event | None = None
         self.produce_arrived: asyncio.Event | None = None
         self._session: aiohttp.ClientSession | None = None
@@ -74,6 +83,14 @@ class RecordingProxy:
     def delay(self, path_re: str, seconds: float) -> None:
         """Wait ``seconds`` before forwarding each request whose path matches ``path_re``."""
         self.delays.append((re.compile(path_re), seconds))
+
+    def before(self, path_re: str, hook: Callable[[Recorded], Awaitable[None]]) -> None:
+        """Await ``hook(recorded)`` before forwarding each request whose path matches."""
+        self.hooks.append((re.compile(path_re), hook))
+
+    def rewrite(self, path_re: str, fn: Rewrite) -> None:
+        """Pass the real answer to each request whose path matches through ``fn``."""
+        self.rewrites.append((re.compile(path_re), fn))
 
     def hold_produce(self) -> None:
         """Produce requests wait (recorded, not yet forwarded) until ``release_produce``."""
@@ -103,7 +120,8 @@ class RecordingProxy:
             body = orjson.loads(raw) if raw else None
         except orjson.JSONDecodeError:
             body = raw
-        self.requests.append(Recorded(request.method, request.path, dict(request.headers), body))
+        recorded = Recorded(request.method, request.path, dict(request.headers), body)
+        self.requests.append(recorded)
         for fault in self.faults:
             if fault.times > 0 and fault.method == request.method and fault.path_re.search(request.path):
                 fault.times -= 1
@@ -120,6 +138,9 @@ class RecordingProxy:
         for path_re, seconds in self.delays:
             if path_re.search(request.path):
                 await asyncio.sleep(seconds)
+        for path_re, hook in self.hooks:
+            if path_re.search(request.path):
+                await hook(recorded)
         if self._session is None:
             self._session = aiohttp.ClientSession(auto_decompress=False)
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_HEADERS}
@@ -127,5 +148,9 @@ class RecordingProxy:
             request.method, self.target + request.rel_url.raw_path_qs, headers=headers, data=raw or None
         ) as answer:
             payload = await answer.read()
+            status = answer.status
             out = {k: v for k, v in answer.headers.items() if k.lower() not in HOP_HEADERS}
-            return web.Response(status=answer.status, body=payload, headers=out)
+        for path_re, fn in self.rewrites:
+            if path_re.search(request.path):
+                status, out, payload = fn(status, out, payload)
+        return web.Response(status=status, body=payload, headers=out)

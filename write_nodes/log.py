@@ -224,19 +224,6 @@ class PartitionLog:
         batch = build_columnar_batch(base, ts, columns_of(records, ts))
         return await self._submit(batch, base, len(records), HEADER.unpack_from(batch, 0)[7])
 
-    async def append_batch_bytes(self, batch: bytes) -> tuple[int, int]:
-        """Append one pre-built batch (either magic). Its base offset is
-        replaced; its CRC is verified first. ``ValueError`` (``CorruptBatchError``)
-        when it is not exactly one valid batch."""
-        self._check_online()
-        view = BatchView(batch, 0)
-        if view.size != len(batch):
-            raise ValueError(f"expected exactly one batch, got {len(batch)} bytes for a {view.size}-byte batch")
-        if not view.verify_crc():
-            raise ValueError("batch CRC mismatch")
-        view.records()  # the record area must parse
-        return await self.submit_checked(batch, view)
-
     def submit_checked(self, batch: bytes, view: BatchView) -> Awaitable[tuple[int, int]]:
         """Place one pre-built batch whose CRC and record area the caller has already
         checked (``view`` is its header), at once and without yielding: the base offset

@@ -1,6 +1,7 @@
-"""Node metrics in the gateway: the pure family merge, the scraper against small HTTP nodes
-(one healthy, one failing, one too slow, one unreachable), and ``GET /metrics`` of the
-gateway app over ``ClusterBackend`` with two registered nodes (real Redis): one valid
+"""Node metrics in the gateway: the pure family merge, the scraper against the real nodes
+of a live platform (``tests/live_platform.py``: one healthy node, the others behind a
+recording proxy that fails, stalls or answers garbage, and one unreachable address),
+and ``GET /metrics`` of the platform's gateway over its write and read node: one valid
 exposition, one HELP/TYPE per family, every node series labelled with its node."""
 
 from __future__ import annotations
@@ -9,20 +10,18 @@ import asyncio
 import re
 import socket
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import aiohttp
 import pytest
-from aiohttp import web
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestServer
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from vpq.config.settings import ClusterSettings, RedisSettings, Settings
-from vpq.gateway.app import create_app
-from vpq.gateway.cluster_backend import ClusterBackend
+from tests.integration.api import Api
+from tests.live_platform import LivePlatform, platform_settings, running
+from tests.recording_proxy import Recorded, RecordingProxy
 from vpq.gateway.cluster_metrics import NodeMetricsScraper, NodeTarget, merge_families, parse_text, render
-from vpq.metadata.store import MetadataStore
 from vpq.read_nodes.metrics import GroupSample, NodeSample, ReadNodeMetrics
 from vpq.write_nodes.metrics import WriteNodeMetrics
 
@@ -112,21 +111,35 @@ def test_real_node_texts_merge_into_valid_exposition() -> None:
     assert all(s.labels.get("node") for items in fams.values() for s in items)
 
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LivePlatform]:
+    """One write node (w0) and one read node (r0) over one partition: 5 messages produced
+    to "orders", 2 of them delivered to group "g"."""
+    with running(platform_settings(tmp_path_factory.mktemp("metrics"), physical_partitions=1)) as platform:
+        api = Api(platform.url)
+        api.put_queue("orders", virtual_partitions=1)
+        api.produce("orders", [{"value": i} for i in range(5)])
+        cid = api.join("orders", "g", start="earliest")
+        got: list[dict] = []
+        for _ in range(50):
+            got += api.poll("orders", "g", cid, max_messages=2 - len(got), wait_ms=200)
+            if len(got) == 2:
+                break
+        assert len(got) == 2
+        yield platform
 
 
 @pytest.fixture
-async def serve() -> AsyncIterator[Callable[[Handler], Awaitable[str]]]:
-    """Starts a one-route node (``GET /internal/v1/metrics``); returns its address."""
+async def proxied() -> AsyncIterator[Callable[[str], Awaitable[tuple[RecordingProxy, str]]]]:
+    """Starts a recording proxy in front of a node address; returns (proxy, its address)."""
     servers: list[TestServer] = []
 
-    async def start(handler: Handler) -> str:
-        app = web.Application()
-        app.router.add_get("/internal/v1/metrics", handler)
-        server = TestServer(app)
+    async def start(address: str) -> tuple[RecordingProxy, str]:
+        proxy = RecordingProxy(f"http://{address}")
+        server = TestServer(proxy.app(), host="127.0.0.1")
         await server.start_server()
         servers.append(server)
-        return f"{server.host}:{server.port}"
+        return proxy, f"127.0.0.1:{server.port}"
 
     yield start
     for s in servers:
@@ -139,27 +152,24 @@ def unreachable_address() -> str:
         return f"127.0.0.1:{s.getsockname()[1]}"
 
 
-async def test_scraper_skips_and_counts_nodes_that_do_not_answer(serve) -> None:
+async def test_scraper_skips_and_counts_nodes_that_do_not_answer(live: LivePlatform, proxied) -> None:
     release = asyncio.Event()
+    writer, reader = live.writers[0].address, live.readers[0].address
+    broken, broken_address = await proxied(writer)
+    broken.fail("GET", r"/metrics$", 500, "boom", times=2)
+    slow, slow_address = await proxied(reader)
 
-    async def good(_r: web.Request) -> web.Response:
-        return web.Response(text=write_text(2), content_type="text/plain")
-
-    async def broken(_r: web.Request) -> web.Response:
-        return web.Response(status=500, text="boom")
-
-    async def slow(_r: web.Request) -> web.Response:
+    async def stall(_request: Recorded) -> None:
         await release.wait()
-        return web.Response(text=write_text(9), content_type="text/plain")
 
-    async def garbage(_r: web.Request) -> web.Response:
-        return web.Response(text="vpq_x{ 1\n", content_type="text/plain")
-
+    slow.before(r"/metrics$", stall)
+    garbage, garbage_address = await proxied(reader)
+    garbage.fail("GET", r"/metrics$", 200, "garbage", times=2)  # a 200 whose body is JSON, not Prometheus text
     nodes = [
-        NodeTarget("w0", "write", await serve(good)),
-        NodeTarget("w1", "write", await serve(broken)),
-        NodeTarget("r0", "read", await serve(slow)),
-        NodeTarget("r1", "read", await serve(garbage)),
+        NodeTarget("w0", "write", writer),
+        NodeTarget("w1", "write", broken_address),
+        NodeTarget("r0", "read", slow_address),
+        NodeTarget("r1", "read", garbage_address),
         NodeTarget("r2", "read", unreachable_address()),
     ]
     own = "# HELP vpq_cluster_map_epoch e\n# TYPE vpq_cluster_map_epoch gauge\nvpq_cluster_map_epoch 3\n"
@@ -179,33 +189,10 @@ async def test_scraper_skips_and_counts_nodes_that_do_not_answer(serve) -> None:
     assert [s.value for s in fams["vpq_cluster_map_epoch"]] == [3.0]
 
 
-async def test_gateway_metrics_include_every_node(serve, redis_url, key_prefix) -> None:
-    settings = Settings(redis=RedisSettings(key_prefix=key_prefix), cluster=ClusterSettings(physical_partitions=1))
-    md = MetadataStore(settings.redis, url=redis_url)
-    await md.start()
-    texts = {"w0": write_text(5), "r0": read_text()}
-
-    def node(name: str) -> Handler:
-        async def handler(_r: web.Request) -> web.Response:
-            return web.Response(text=texts[name], content_type="text/plain")
-
-        return handler
-
-    await md.nodes.register_node("w0", "write", await serve(node("w0")), 60_000)
-    await md.nodes.register_node("r0", "read", await serve(node("r0")), 60_000)
-    backend = ClusterBackend(settings, redis_url)
-    await backend.start()
-    app = create_app(settings.gateway, backend, queue_defaults=settings.queues, manage_backend=False)
-    client = TestClient(TestServer(app))
-    await client.start_server()
-    try:
-        resp = await client.get("/metrics")
+async def test_gateway_metrics_include_every_node(live: LivePlatform) -> None:
+    async with aiohttp.ClientSession() as session, session.get(f"{live.url}/metrics") as resp:
         assert resp.status == 200
         text = await resp.text()
-    finally:
-        await client.close()
-        await backend.stop()
-        await md.stop()
     assert all(n == 1 for n in type_lines(text).values()), type_lines(text).most_common(3)
     fams = families(text)  # the whole answer is one valid exposition
     assert "vpq_gateway_requests" in fams and "vpq_cluster_map_epoch" in fams

@@ -1,4 +1,6 @@
-"""The no-work stand-ins of ``vpq bench ceiling`` as real servers on free ports."""
+"""The no-work stand-ins of ``vpq bench ceiling`` as real servers on free ports; where a
+test needs to see what reached the null node, or make it slow or failing, the real
+null node sits behind a recording proxy (``tests/recording_proxy.py``)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import orjson
 import pytest
 from aiohttp import web
 
+from tests.recording_proxy import RecordingProxy
 from vpq.common.redis_server import free_port
 from vpq.load.null_servers import NODE_ANSWER, Forwarder, create_gateway_app, create_node_app, produce_answer
 
@@ -22,23 +25,17 @@ async def _serve(app: web.Application) -> tuple[web.AppRunner, str]:
     return runner, f"http://127.0.0.1:{port}"
 
 
-class CountingNode:
-    """A node app that records every body it gets (to see what the gateway forwarded)."""
+async def _proxied_node() -> tuple[RecordingProxy, list[web.AppRunner], str]:
+    """The real null node behind a recording proxy: (proxy, runners, the proxy's URL)."""
+    node_runner, node_url = await _serve(create_node_app())
+    proxy = RecordingProxy(node_url)
+    proxy_runner, proxy_url = await _serve(proxy.app())
+    return proxy, [proxy_runner, node_runner], proxy_url
 
-    def __init__(self, delay_s: float = 0.0, status: int = 200) -> None:
-        self.bodies: list[bytes] = []
-        self.delay_s = delay_s
-        self.status = status
 
-    def app(self) -> web.Application:
-        async def append(request: web.Request) -> web.Response:
-            self.bodies.append(await request.read())
-            await asyncio.sleep(self.delay_s)
-            return web.Response(status=self.status, body=NODE_ANSWER, content_type="application/json")
-
-        app = web.Application()
-        app.router.add_post("/append", append)
-        return app
+def bodies(proxy: RecordingProxy) -> list[bytes]:
+    """The bodies of the appends that reached the node, in arrival order."""
+    return [r.body for r in proxy.requests_to("POST", "/append")]
 
 
 @pytest.fixture
@@ -73,8 +70,8 @@ async def test_one_hop_gateway_answers_batch_results(session: aiohttp.ClientSess
 
 
 async def test_two_hop_gateway_forwards_every_body_and_joins_those_that_wait(session: aiohttp.ClientSession) -> None:
-    node = CountingNode(delay_s=0.05)
-    node_runner, node_url = await _serve(node.app())
+    node, runners, node_url = await _proxied_node()
+    node.delay(r"/append$", 0.05)  # each body is recorded on arrival, then held
     gw_runner, gw_url = await _serve(create_gateway_app(node_url + "/append", batch=1))
     try:
         async def one(i: int) -> int:
@@ -83,25 +80,28 @@ async def test_two_hop_gateway_forwards_every_body_and_joins_those_that_wait(ses
                 return resp.status
 
         first = asyncio.create_task(one(0))
-        while not node.bodies:  # the first body is at the node, which holds its answer
+        while not bodies(node):  # the first body is at the node, which holds its answer
             await asyncio.sleep(0.005)
         assert await asyncio.gather(*(one(i) for i in range(1, 10))) == [200] * 9
         assert await first == 200
         # one request in flight: the nine bodies that arrived meanwhile went together
-        assert len(node.bodies) == 2 and node.bodies[0] == b"<0>"
-        assert sorted(node.bodies[1].decode().replace("><", ">|<").split("|")) == sorted(f"<{i}>" for i in range(1, 10))
+        got = bodies(node)
+        assert len(got) == 2 and got[0] == b"<0>"
+        assert sorted(got[1].decode().replace("><", ">|<").split("|")) == sorted(f"<{i}>" for i in range(1, 10))
     finally:
         await gw_runner.cleanup()
-        await node_runner.cleanup()
+        for runner in runners:
+            await runner.cleanup()
 
 
 async def test_forwarder_hands_a_node_error_to_the_waiters(session: aiohttp.ClientSession) -> None:
-    node = CountingNode(status=503)
-    runner, url = await _serve(node.app())
+    node, runners, url = await _proxied_node()
+    node.fail("POST", r"/append$", 503, "unavailable", times=100)
     try:
         fwd = Forwarder(session, url + "/append")
         results = await asyncio.gather(fwd.send(b"a"), fwd.send(b"b"), return_exceptions=True)
         assert all(isinstance(r, aiohttp.ClientResponseError) and r.status == 503 for r in results)
         assert await asyncio.gather(fwd.send(b"c"), return_exceptions=True) != [None]  # still refused, not stuck
     finally:
-        await runner.cleanup()
+        for runner in runners:
+            await runner.cleanup()

@@ -1,6 +1,6 @@
 """ReadNodeClient against a real read node (a live platform's, ``tests/live_platform.py``),
 through a recording proxy (``tests/recording_proxy.py``) where a test checks the wire
-format; small local servers answer what a healthy node never does."""
+format, and to rewrite its answers into what a healthy node never says."""
 
 from __future__ import annotations
 
@@ -11,13 +11,11 @@ from collections.abc import AsyncIterator, Iterator
 import aiohttp
 import orjson
 import pytest
-from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from tests.live_platform import LivePlatform, platform_settings, running
-from tests.recording_proxy import RecordingProxy
+from tests.recording_proxy import RecordingProxy, Rewrite
 from vpq.common.errors import Conflict, InternalError, NotFound, Unavailable
-from vpq.common.poll_body import PolledBody
 from vpq.isolation.context import IsolationContext
 from vpq.metadata.leases import group_resource
 from vpq.metadata.store import MetadataStore
@@ -116,38 +114,45 @@ async def test_unreachable_read_node(session) -> None:
     assert address in info.value.message
 
 
-async def _poll_server(body: bytes, headers: dict[str, str]) -> tuple[web.AppRunner, str]:
-    async def poll(_request: web.Request) -> web.Response:
-        return web.Response(body=body, content_type="application/json", headers=headers)
+def count_header(value: str | None) -> Rewrite:
+    """An answer rewrite that sets ``X-Vpq-Messages`` to ``value`` (drops it for None)."""
 
-    app = web.Application()
-    app.router.add_post("/internal/v1/queues/{q}/groups/{g}/consumers/{c}/poll", poll)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    return runner, f"127.0.0.1:{port}"
+    def rewrite(status: int, headers: dict[str, str], body: bytes) -> tuple[int, dict[str, str], bytes]:
+        out = {k: v for k, v in headers.items() if k.lower() != "x-vpq-messages"}
+        if value is not None:
+            out["X-Vpq-Messages"] = value
+        return status, out, body
+
+    return rewrite
 
 
-@pytest.mark.parametrize("header", [{"X-Vpq-Messages": "2"}, {}, {"X-Vpq-Messages": "two"}])
-async def test_poll_body_passes_the_answer_through_with_its_count(session, header) -> None:
-    body = orjson.dumps({"messages": [{"id": "0-1"}, {"id": "0-2"}]})
-    runner, address = await _poll_server(body, header)
-    try:
-        c = ReadNodeClient(session)
-        polled = await c.poll_body(address, "q", "g", "c", 10, 0)
-        assert polled == PolledBody(body, 2)  # counted from the header, else from the parsed body
-        assert [m["id"] for m in await c.poll(address, "q", "g", "c", 10, 0)] == ["0-1", "0-2"]
-    finally:
-        await runner.cleanup()
+async def two_messages(session: aiohttp.ClientSession, platform: LivePlatform, queue: str, a: str) -> tuple[str, list[str]]:
+    """A consumer of group "g" joined through ``a`` and the ids of 2 messages produced."""
+    c = ReadNodeClient(session)
+    cid = (await c.join(a, queue, "g", consumer_id=None, env="prod", set_="", lane="", start="earliest"))["consumer_id"]
+    async with session.post(f"{platform.url}/v1/queues/{queue}/messages", json={"messages": [{"value": 1}, {"value": 2}]}) as r:
+        assert r.status == 200, await r.text()
+        return cid, [m["id"] for m in (await r.json())["results"]]
 
 
-async def test_poll_body_without_a_message_list_is_a_bad_answer(session) -> None:
-    runner, address = await _poll_server(b'{"nothing": 1}', {})
-    try:
-        with pytest.raises(InternalError) as info:
-            await ReadNodeClient(session).poll_body(address, "q", "g", "c", 10, 0)
-        assert info.value.code == "bad_node_answer"
-    finally:
-        await runner.cleanup()
+@pytest.mark.parametrize("header", ["2", None, "two"])
+async def test_poll_body_passes_the_answer_through_with_its_count(session, platform: LivePlatform, queue: str, node, header) -> None:
+    """The real answer, its count header kept, dropped or made unusable by the proxy."""
+    proxy, a = node
+    proxy.rewrite(r"/poll$", count_header(header))
+    cid, ids = await two_messages(session, platform, queue, a)
+    c = ReadNodeClient(session)
+    polled = await c.poll_body(a, queue, "g", cid, 10, 5000)
+    assert polled.count == 2  # counted from the header, else from the parsed body
+    assert [m["id"] for m in orjson.loads(polled.body)["messages"]] == ids
+    assert await c.nack(a, queue, "g", cid, ids, delay_ms=0) == 2
+    assert [m["id"] for m in await c.poll(a, queue, "g", cid, 10, 5000)] == ids
+
+
+async def test_poll_body_without_a_message_list_is_a_bad_answer(session, platform: LivePlatform, queue: str, node) -> None:
+    proxy, a = node
+    proxy.rewrite(r"/poll$", lambda status, headers, body: (status, count_header(None)(status, headers, body)[1], b'{"nothing": 1}'))
+    cid, _ = await two_messages(session, platform, queue, a)
+    with pytest.raises(InternalError) as info:
+        await ReadNodeClient(session).poll_body(a, queue, "g", cid, 10, 5000)
+    assert info.value.code == "bad_node_answer"

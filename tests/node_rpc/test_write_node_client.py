@@ -1,18 +1,18 @@
 """WriteNodeClient against a real write node (a live platform's, ``tests/live_platform.py``),
 reached directly or through a recording proxy (``tests/recording_proxy.py``) where a test
-must see what was sent or make the node slow; small local servers answer what a healthy
-node never does (a text error, a malformed success)."""
+must see what was sent, make the node slow, or rewrite its answer into what a healthy
+node never says (a text error, a malformed success)."""
 
 from __future__ import annotations
 
 import asyncio
 import socket
+import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 
 import aiohttp
 import pytest
-from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from tests.codec.format1 import build_batch
@@ -188,20 +188,12 @@ async def test_a_refused_frame_does_not_stop_the_others(session, node: Node) -> 
     assert isinstance(answers[1], Unavailable) and answers[1].code == "stale_map"  # vp of pp 0 sent to pp 1
 
 
-async def test_error_without_json_body_names_the_node(session) -> None:
-    async def text_error(request: web.Request) -> web.Response:
-        return web.Response(status=502, text="bad gateway")
-
-    app = web.Application()
-    app.router.add_get("/text-error", text_error)
-    server = TestServer(app, host="127.0.0.1")
-    await server.start_server()
-    address = f"127.0.0.1:{server.port}"
-    try:
-        with pytest.raises(VpqError) as info:
-            await call_node(session, "GET", address, "/text-error", role="write", timeout_s=5)
-    finally:
-        await server.close()
+async def test_error_without_json_body_names_the_node(session, proxied) -> None:
+    """The real node's answer, made a 502 with a text body by the proxy."""
+    proxy, address = proxied
+    proxy.rewrite(r"/partitions$", lambda status, headers, body: (502, {"Content-Type": "text/plain"}, b"bad gateway"))
+    with pytest.raises(VpqError) as info:
+        await call_node(session, "GET", address, "/internal/v1/partitions", role="write", timeout_s=5)
     assert info.value.status == 502
     assert info.value.code == "http_502"
     assert address in info.value.message
@@ -232,17 +224,13 @@ async def test_timeout_is_unavailable(session, node: Node, proxied) -> None:
     assert info.value.code == NODE_UNREACHABLE
 
 
-async def test_malformed_success_answer_is_internal_error(session) -> None:
-    async def handler(request: web.Request) -> web.Response:
-        return web.json_response({"results": [{"base_offset": "zero"}]})
-
-    app = web.Application()
-    app.router.add_post("/internal/v1/append", handler)
-    server = TestServer(app, host="127.0.0.1")
-    await server.start_server()
-    try:
-        with pytest.raises(InternalError) as info:
-            await append(WriteNodeClient(session), f"127.0.0.1:{server.port}", 0, any_batch(), 1)
-        assert info.value.code == "bad_node_answer"
-    finally:
-        await server.close()
+async def test_malformed_success_answer_is_internal_error(session, node: Node, proxied) -> None:
+    """The real node's answer to a multi-append, its offset made a string by the proxy."""
+    proxy, address = proxied
+    proxy.rewrite(r"/internal/v1/append$", lambda status, headers, body: (200, headers, b'{"results": [{"base_offset": "zero"}]}'))
+    now = int(time.time() * 1000)
+    records = [Record(value=b"x", queue_id=node.queue_id, virtual_partition=node.vp_on[0])]
+    frame = Frame(0, build_columnar_batch(0, now, columns_of(records, now)))
+    with pytest.raises(InternalError) as info:
+        await WriteNodeClient(session).append_many(address, [frame], 1)
+    assert info.value.code == "bad_node_answer"

@@ -1,6 +1,5 @@
 """Read-node metrics: the pure sampling and rendering, and ``GET /internal/v1/metrics`` of a
-real ``ReadNodeService`` (real Redis, real partition logs behind the fake write node of
-``test_service_env``) after deliveries, acks, nacks, a redelivery and a dead letter."""
+real ``ReadNodeService`` (real Redis, the real write node of ``test_service_env``) after deliveries, acks, nacks, a redelivery and a dead letter."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""ReadNodeService end to end: real Redis, real partition logs behind the write-node
-wire format (the real WriteNodeService, and a minimal fake of it), the real produce
+"""ReadNodeService end to end: real Redis, the real WriteNodeService, the real produce
 and queue-admin paths, the read node on a free port driven through ``node_rpc.read_node_client``."""
 
 from __future__ import annotations
@@ -16,9 +15,9 @@ from vpq.isolation.context import IsolationContext
 from vpq.produce_path.produce import PlainMessage
 
 
-@pytest.fixture(params=["fake-writer", "real-writer"])
-async def env(request, redis_url, key_prefix, tmp_path):
-    e = Env(redis_url, key_prefix, tmp_path, real_writer=request.param == "real-writer")
+@pytest.fixture
+async def env(redis_url, key_prefix, tmp_path):
+    e = Env(redis_url, key_prefix, tmp_path)
     await e.start()
     yield e
     await e.stop()

@@ -13,12 +13,9 @@ from vpq.common.errors import Conflict, NotFound
 from vpq.queue_admin.cluster_placement import plan_new_queue
 
 
-@pytest.fixture(params=["fake-writer", "real-writer"])
-async def env(request, redis_url, key_prefix, tmp_path):
-    e = Env(
-        redis_url, key_prefix, tmp_path, lease_ttl_ms=1000, session_timeout_ms=8000,
-        real_writer=request.param == "real-writer",
-    )
+@pytest.fixture
+async def env(redis_url, key_prefix, tmp_path):
+    e = Env(redis_url, key_prefix, tmp_path, lease_ttl_ms=1000, session_timeout_ms=8000)
     await e.start()
     yield e
     await e.stop()

@@ -1,5 +1,6 @@
 """``spark_rebalance.publisher`` against a real Redis, with the fence calls going over
-HTTP to in-test write nodes (``FakeWriteNode``) that honour the documented endpoint."""
+HTTP to real write nodes (``write_cluster.WriteCluster``: two nodes, w0 homing pp 0 and
+2, w1 pp 1 and 3, each behind a recording proxy)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,14 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
-from tests.spark_rebalance.test_publisher_fence import FakeWriteNode, create_queue, start_md
+from tests.recording_proxy import Recorded
+from tests.spark_rebalance.write_cluster import WriteCluster, create_queue
 from vpq.metadata.fences import PUBLISHED, FenceStore, fence_of
 from vpq.metadata.maps import LineageRange as R
 from vpq.metadata.store import MetadataStore
@@ -38,44 +41,37 @@ def make_plan(current: PlacementMap, moves: Sequence[VpMove] = (), splits: Seque
 @dataclass
 class Cluster:
     md: MetadataStore
-    nodes: dict[str, FakeWriteNode]
+    nodes: WriteCluster
     publisher: Publisher
-
-    def node_of(self, pp: int) -> FakeWriteNode:
-        return next(n for n in self.nodes.values() if pp in n.logs)
 
     async def current(self) -> PlacementMap:
         return PlacementMap.from_dict(await self.md.maps.current())
 
     async def append(self, pp: int, queue: str, vp: int, n: int) -> None:
-        node = self.node_of(pp)
-        await node.refresh_map()
-        for i in range(n):
-            await node.append(pp, queue, vp, node.map_epoch, i)
+        epoch = await self.md.maps.epoch()
+        await self.nodes.append(pp, queue, vp, [b"%d" % i for i in range(n)], epoch)
 
 
 @contextlib.asynccontextmanager
-async def cluster(redis_url: str, key_prefix: str, owners: dict[str, list[int]] | None = None,
-                  opts: PublisherOptions = OPTS) -> AsyncIterator[Cluster]:
-    md = await start_md(redis_url, key_prefix)
-    nodes = {nid: FakeWriteNode(md, nid, pps) for nid, pps in (owners or {"w0": [0, 1], "w1": [2, 3]}).items()}
-    for n in nodes.values():
-        await n.start()
+async def cluster(redis_url: str, key_prefix: str, data_dir: Path, running: Sequence[int] | None = None,
+                  write_nodes: int = 2, opts: PublisherOptions = OPTS) -> AsyncIterator[Cluster]:
+    """Real write nodes ``running`` (default all) of ``write_nodes``, 4 partitions."""
+    nodes = WriteCluster(redis_url, key_prefix, data_dir, write_nodes=write_nodes, running=running)
+    await nodes.start()
+    assert nodes.md is not None
     try:
         async with aiohttp.ClientSession() as session:
-            yield Cluster(md, nodes, Publisher(md, HttpFenceClient(session, md.leases, md.nodes), opts))
+            yield Cluster(nodes.md, nodes, Publisher(nodes.md, HttpFenceClient(session, nodes.md.leases, nodes.md.nodes), opts))
     finally:
-        for n in nodes.values():
-            await n.stop()
-        await md.stop()
+        await nodes.stop()
 
 
 def calls(c: Cluster) -> set[tuple[int, int]]:
-    return {call for n in c.nodes.values() for call in n.fence_calls}
+    return set(c.nodes.fence_calls())
 
 
-async def test_moves_fence_seal_lineage_and_publish_two_epochs(redis_url, key_prefix) -> None:
-    async with cluster(redis_url, key_prefix) as c:
+async def test_moves_fence_seal_lineage_and_publish_two_epochs(redis_url, key_prefix, tmp_path) -> None:
+    async with cluster(redis_url, key_prefix, tmp_path) as c:
         await create_queue(c.md, "a", [0, 1, 2, 3])
         await create_queue(c.md, "b", [0, 0])
         await c.append(0, "a", 0, 3)
@@ -100,8 +96,8 @@ async def test_moves_fence_seal_lineage_and_publish_two_epochs(redis_url, key_pr
         assert (await c.publisher.fences.snapshot()).fence is None
 
 
-async def test_splits_only_publish_one_epoch_and_no_fence(redis_url, key_prefix) -> None:
-    async with cluster(redis_url, key_prefix) as c:
+async def test_splits_only_publish_one_epoch_and_no_fence(redis_url, key_prefix, tmp_path) -> None:
+    async with cluster(redis_url, key_prefix, tmp_path) as c:
         await create_queue(c.md, "b", [0, 2])
         cur = await c.current()
         res = await c.publisher.apply(make_plan(cur, splits=[Split("b", 2, 8)]))
@@ -114,8 +110,8 @@ async def test_splits_only_publish_one_epoch_and_no_fence(redis_url, key_prefix)
         assert lineage == {vp: [R(0 if vp % 2 == 0 else 2, 0, None)] for vp in range(8)}
 
 
-async def test_split_then_move_of_a_child_vp(redis_url, key_prefix) -> None:
-    async with cluster(redis_url, key_prefix) as c:
+async def test_split_then_move_of_a_child_vp(redis_url, key_prefix, tmp_path) -> None:
+    async with cluster(redis_url, key_prefix, tmp_path) as c:
         await create_queue(c.md, "a", [0, 1, 2, 3])
         await c.append(1, "a", 1, 2)
         cur = await c.current()
@@ -128,18 +124,18 @@ async def test_split_then_move_of_a_child_vp(redis_url, key_prefix) -> None:
         assert await c.md.maps.lineage("a", 1) == [R(1, 0, None)]
 
 
-async def test_concurrent_publishes_during_the_cutover_are_kept(redis_url, key_prefix) -> None:
-    async with cluster(redis_url, key_prefix) as c:
+async def test_concurrent_publishes_during_the_cutover_are_kept(redis_url, key_prefix, tmp_path) -> None:
+    async with cluster(redis_url, key_prefix, tmp_path) as c:
         await create_queue(c.md, "a", [0, 1, 2, 3])
         await c.append(0, "a", 0, 3)
         cur = await c.current()
         e0 = cur.epoch
         seen: list[int] = []
 
-        async def admin_meanwhile(pp: int, epoch: int) -> None:
+        async def admin_meanwhile(fence_call: Recorded) -> None:
             if seen:
                 return
-            seen.append(epoch)
+            seen.append(fence_call.body["epoch"])
             await create_queue(c.md, "c", [1])  # a queue created: epoch e0 + 2
 
             def grow(m: dict[str, Any]) -> dict[str, Any]:  # "a" grown to 8 vps: epoch e0 + 3
@@ -150,8 +146,8 @@ async def test_concurrent_publishes_during_the_cutover_are_kept(redis_url, key_p
             grown = await c.md.maps.update(grow)
             await c.md.maps.split_lineage("a", 4, grown["epoch"])
 
-        for n in c.nodes.values():
-            n.on_fence = admin_meanwhile
+        for proxy in c.nodes.proxies:
+            proxy.before(r"/fence$", admin_meanwhile)
         res = await c.publisher.apply(make_plan(cur, [VpMove("a", 0, 0, 2)]))
         assert seen == [e0 + 1]
         assert res.status == "published" and res.epochs == [e0 + 1, e0 + 4]
@@ -163,8 +159,8 @@ async def test_concurrent_publishes_during_the_cutover_are_kept(redis_url, key_p
         assert await c.md.maps.lineage("a", 5) == [R(1, 0, None)]
 
 
-async def test_a_stale_plan_is_rebased_and_gone_queues_are_skipped(redis_url, key_prefix) -> None:
-    async with cluster(redis_url, key_prefix) as c:
+async def test_a_stale_plan_is_rebased_and_gone_queues_are_skipped(redis_url, key_prefix, tmp_path) -> None:
+    async with cluster(redis_url, key_prefix, tmp_path) as c:
         await create_queue(c.md, "a", [0, 1])
         await create_queue(c.md, "b", [0, 1])
         cur = await c.current()
@@ -177,8 +173,8 @@ async def test_a_stale_plan_is_rebased_and_gone_queues_are_skipped(redis_url, ke
         assert (await c.current()).queue("a").placement == (2, 1)
 
 
-async def test_busy_while_another_cutover_holds_a_fresh_fence(redis_url, key_prefix) -> None:
-    async with cluster(redis_url, key_prefix) as c:
+async def test_busy_while_another_cutover_holds_a_fresh_fence(redis_url, key_prefix, tmp_path) -> None:
+    async with cluster(redis_url, key_prefix, tmp_path) as c:
         m = await create_queue(c.md, "a", [0, 1])
         store = FenceStore(c.md.client, c.md.keys)
         e1 = m["epoch"] + 1
@@ -189,8 +185,8 @@ async def test_busy_while_another_cutover_holds_a_fresh_fence(redis_url, key_pre
         assert await c.publisher.recover() is None  # fresh: left alone
 
 
-async def test_an_unowned_target_rolls_its_move_back_and_the_rest_proceeds(redis_url, key_prefix) -> None:
-    async with cluster(redis_url, key_prefix, owners={"w0": [0, 1], "w1": [2]}) as c:
+async def test_an_unowned_target_rolls_its_move_back_and_the_rest_proceeds(redis_url, key_prefix, tmp_path) -> None:
+    async with cluster(redis_url, key_prefix, tmp_path, running=[0, 1, 2], write_nodes=4) as c:  # pp 3 unowned
         await create_queue(c.md, "a", [0, 1])
         await c.append(1, "a", 1, 2)
         cur = await c.current()
@@ -205,12 +201,12 @@ async def test_an_unowned_target_rolls_its_move_back_and_the_rest_proceeds(redis
         await c.append(1, "a", 1, 1)  # vp 1 is writable again where it was
 
 
-async def test_a_failing_publisher_resolves_its_own_fence(redis_url, key_prefix) -> None:
+async def test_a_failing_publisher_resolves_its_own_fence(redis_url, key_prefix, tmp_path) -> None:
     class Broken:
         async def fence(self, pp: int, epoch: int, timeout_s: float) -> int:
             raise RuntimeError("boom")
 
-    async with cluster(redis_url, key_prefix) as c:
+    async with cluster(redis_url, key_prefix, tmp_path) as c:
         await create_queue(c.md, "a", [0, 1])
         cur = await c.current()
         publisher = Publisher(c.md, Broken(), OPTS)
@@ -222,8 +218,8 @@ async def test_a_failing_publisher_resolves_its_own_fence(redis_url, key_prefix)
         assert await c.md.maps.lineage("a", 0) == [R(0, 0, None)]
 
 
-async def test_recovery_of_a_dead_publishers_fence_follows_the_lineage(redis_url, key_prefix) -> None:
-    async with cluster(redis_url, key_prefix) as c:
+async def test_recovery_of_a_dead_publishers_fence_follows_the_lineage(redis_url, key_prefix, tmp_path) -> None:
+    async with cluster(redis_url, key_prefix, tmp_path) as c:
         m = await create_queue(c.md, "a", [0, 1, 2, 3])
         store = FenceStore(c.md.client, c.md.keys)
         e1 = m["epoch"] + 1
@@ -240,12 +236,13 @@ async def test_recovery_of_a_dead_publishers_fence_follows_the_lineage(redis_url
         assert await c.md.maps.lineage("a", 1) == [R(1, 0, None)]
 
 
-async def test_producers_lose_and_reorder_nothing_across_a_swap(redis_url, key_prefix) -> None:
+async def test_producers_lose_and_reorder_nothing_across_a_swap(redis_url, key_prefix, tmp_path) -> None:
     """Two sequential producers (one per vp) keep appending before, during and after the
     cut-over of a swap (vp 0: pp 0 -> 2, vp 2: pp 2 -> 0). Reading each vp's lineage
     range by range must give every sequence number exactly once, in order."""
-    async with cluster(redis_url, key_prefix) as c:
+    async with cluster(redis_url, key_prefix, tmp_path) as c:
         await create_queue(c.md, "a", [0, 1, 2, 3])
+        qid = (await c.md.queues.require("a")).id
         progress = {0: 0, 2: 0}
         done = asyncio.Event()
 
@@ -255,7 +252,7 @@ async def test_producers_lose_and_reorder_nothing_across_a_swap(redis_url, key_p
             while not done.is_set() or progress[vp] < 30 + after[vp]:
                 pp = m["queues"]["a"]["placement"][vp]
                 try:
-                    await c.node_of(pp).append(pp, "a", vp, m["epoch"], seq)
+                    await c.nodes.append(pp, "a", vp, [b"%d" % seq], m["epoch"])
                 except Exception as exc:  # noqa: BLE001 - only stale_map is expected
                     assert getattr(exc, "code", None) == "stale_map", exc
                     await asyncio.sleep(0.001)
@@ -279,7 +276,7 @@ async def test_producers_lose_and_reorder_nothing_across_a_swap(redis_url, key_p
             assert [r.pp for r in ranges] == [a, b]
             seqs = []
             for r in ranges:
-                recs = c.node_of(r.pp).logs[r.pp].records
+                recs = await c.nodes.records(r.pp)
                 end = len(recs) if r.to_offset is None else r.to_offset
-                seqs += [p for off, (q, v, p) in enumerate(recs) if r.from_offset <= off < end and (q, v) == ("a", vp)]
+                seqs += [int(x.value) for x in recs if r.from_offset <= x.offset < end and (x.queue_id, x.virtual_partition) == (qid, vp)]
             assert seqs == list(range(progress[vp])) and len(seqs) >= after[vp] + 30

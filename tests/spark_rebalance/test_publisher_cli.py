@@ -1,6 +1,7 @@
 """``vpq rebalance`` through typer's CliRunner against a real redis-server, synthetic
-statistics (``spark_rebalance.synthetic``) and, for the publishing run, an in-test
-write node (``FakeWriteNode``, on its own event loop thread) owning every partition."""
+statistics (``spark_rebalance.synthetic``) and, for the publishing run, a real write
+node (``write_cluster.WriteCluster`` of one node behind a recording proxy, on its own
+event loop thread) owning every partition."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from tests.spark_rebalance.test_publisher_fence import FakeWriteNode, create_queue, start_md
+from tests.spark_rebalance.write_cluster import WriteCluster, create_queue
 from vpq.cli.main import app
 from vpq.common.runfiles import write_redis_url
 from vpq.config.settings import RebalanceSettings
@@ -38,22 +39,27 @@ def _no_vpq_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 class NodeThread:
-    """An event loop on a thread hosting a ``FakeWriteNode`` (and its metadata client)."""
+    """An event loop on a thread hosting a ``WriteCluster`` of one node (w0, owning every
+    partition) and its metadata client ``md``."""
 
-    def __init__(self, redis_url: str, pps: list[int]) -> None:
+    def __init__(self, redis_url: str, data_dir: Path, pps: list[int]) -> None:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
-        self.md = self.run(start_md(redis_url, PREFIX))
-        self.node = FakeWriteNode(self.md, "w0", pps)
-        self.run(self.node.start())
+        self.node = WriteCluster(redis_url, PREFIX, data_dir, write_nodes=1, partitions=len(pps))
+        try:
+            self.run(self.node.start())
+        except BaseException:
+            self.close()
+            raise
+        assert self.node.md is not None
+        self.md = self.node.md
 
     def run(self, coro):  # noqa: ANN001, ANN201 - any coroutine
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(30)
 
     def close(self) -> None:
         self.run(self.node.stop())
-        self.run(self.md.stop())
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
 
@@ -64,7 +70,7 @@ def platform(redis_url: str, tmp_path: Path) -> Iterator[tuple[Path, NodeThread]
     node registered, and recent statistics from it."""
     data_dir = tmp_path / "data"
     write_redis_url(data_dir, redis_url)
-    nt = NodeThread(redis_url, PPS)
+    nt = NodeThread(redis_url, tmp_path / "write-node", PPS)
     loads = zipf_loads(num_vps=64, vps_per_queue=16, exponent=1.2, seed=3)
     current = placement_for(queue_sizes(loads), PPS)
     for name, qp in current.queues.items():
@@ -93,7 +99,7 @@ def test_dry_run_prints_the_plan_writes_the_chart_and_changes_nothing(platform) 
     assert summary["dry_run"] is True and summary["refused"] is None and summary["moves_made"] > 0
     assert Path(summary["chart"]).is_file() and Path(summary["chart"]).parent == data_dir / "rebalance"
     assert nt.run(nt.md.maps.epoch()) == epoch
-    assert nt.node.fence_calls == []
+    assert nt.node.fence_calls() == []
 
 
 def test_a_run_publishes_through_the_fenced_cutover(platform) -> None:
@@ -108,7 +114,7 @@ def test_a_run_publishes_through_the_fenced_cutover(platform) -> None:
     after = PlacementMap.from_dict(nt.run(nt.md.maps.current()))
     assert after.epoch == pub["epochs"][-1]
     fence_epoch = pub["epochs"][-2]
-    assert {e for _, e in nt.node.fence_calls} == {fence_epoch}
+    assert {e for _, e in nt.node.fence_calls()} == {fence_epoch}
     for m in pub["moved"]:
         assert after.pp_of(m["queue"], m["vp"]) == m["to_pp"]
         lineage = nt.run(nt.md.maps.lineage(m["queue"], m["vp"]))

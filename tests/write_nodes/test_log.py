@@ -223,21 +223,17 @@ async def test_wait_for(tmp_path: Path) -> None:
     assert not await stopped
 
 
-async def test_append_batch_bytes(tmp_path: Path) -> None:
+async def test_submit_checked_restamps_a_prebuilt_batch(tmp_path: Path) -> None:
     log = PartitionLog(tmp_path, small_settings())
     await log.start()
     await log.append(make_records("first", 2))
     batch = build_columnar_batch(0, 1234, columns_of(make_records("pre", 3), 1234))
-    assert await log.append_batch_bytes(batch) == (2, 4)
+    assert await log.submit_checked(batch, BatchView(batch, 0)) == (2, 4)
     records = read_all(log)
     assert [r.offset for r in records] == [0, 1, 2, 3, 4]
     assert [r.value for r in records[2:]] == [r.value for r in make_records("pre", 3)]
-    damaged = bytearray(batch)
-    damaged[-1] ^= 1
-    with pytest.raises(ValueError):
-        await log.append_batch_bytes(bytes(damaged))
-    with pytest.raises(ValueError):
-        await log.append_batch_bytes(batch + batch)
+    with pytest.raises(ValueError):  # the view must cover exactly the batch
+        log.submit_checked(batch + batch, BatchView(batch, 0))
     with pytest.raises(ValueError):
         await log.append([])
     assert log.end_offset == 5
