@@ -5,6 +5,9 @@ Sources, highest priority first: explicit overrides (command-line flags, includi
 with ``__``, e.g. ``VPQ_LOG__FSYNC_POLICY``), the TOML file given with ``--config``
 (or ``VPQ_CONFIG``), then the defaults below.
 
+Every section refuses a key it does not know (a typo in a TOML file, a ``VPQ_`` variable
+or a ``--set`` is an error naming it, not a silently ignored setting).
+
 The sections ``read_nodes``, ``produce``, ``rebalance.publisher`` and ``redis.client``
 are the single source of the defaults of ``ReadNodeOptions``, ``AppendPolicy``,
 ``PublisherOptions`` and ``ClientOptions``: each of those dataclasses has a
@@ -33,6 +36,8 @@ DAY_MS = 24 * 3600 * 1000
 
 class LogSettings(BaseModel):
     """Physical-partition log (write nodes)."""
+
+    model_config = ConfigDict(extra="forbid")
 
     segment_bytes: int = Field(128 * MiB, ge=4096, description="roll a segment at this size")
     segment_ms: int = Field(7 * DAY_MS, ge=1, description="roll a segment at this age")
@@ -63,6 +68,8 @@ class RedisClientSettings(BaseModel):
 
 
 class RedisSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     url: str | None = Field(None, description="Redis URL; none means vpq starts its own embedded Redis")
     key_prefix: str = Field("vpq", pattern=r"^[A-Za-z0-9._:-]{1,64}$")
     lease_ttl_ms: int = Field(10000, ge=100)
@@ -71,6 +78,8 @@ class RedisSettings(BaseModel):
 
 
 class ClusterSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     write_nodes: int = Field(1, ge=1, le=64)
     read_nodes: int = Field(1, ge=1, le=64)
     physical_partitions: int = Field(4, ge=1, le=4096)
@@ -78,6 +87,8 @@ class ClusterSettings(BaseModel):
 
 
 class AuthToken(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     token: str
     scopes: dict[str, list[str]] = Field(
         default_factory=dict, description="scope (produce|consume|admin) -> queue-name glob patterns"
@@ -85,6 +96,8 @@ class AuthToken(BaseModel):
 
 
 class GatewaySettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)
     max_request_bytes: int = Field(16 * MiB, ge=1024)
@@ -100,6 +113,8 @@ class GatewaySettings(BaseModel):
 
 
 class QueueDefaults(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     virtual_partitions: int = 16
     max_virtual_partitions: int = 4096
     ordering: Literal["key", "none"] = "key"
@@ -205,6 +220,8 @@ class PublisherSettings(BaseModel):
 
 
 class RebalanceSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     master: str = "local[*]"
     stats_uri: str | None = Field(None, description="Spark-readable stats location; default <data_dir>/stats")
     window_ms: int = Field(10000, ge=100)

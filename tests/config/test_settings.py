@@ -39,3 +39,17 @@ def test_config_file_from_env_and_bad_values(tmp_path, monkeypatch):
     toml.write_text("[nonsense]\nx = 1\n")
     with pytest.raises(ValidationError):
         load_settings(toml)
+
+
+@pytest.mark.parametrize(
+    "section", ["log", "redis", "redis.client", "cluster", "gateway", "queues", "rebalance", "read_nodes", "produce"]
+)
+def test_an_unknown_key_in_any_section_is_an_error_naming_it(tmp_path, monkeypatch, section):
+    toml = tmp_path / "typo.toml"
+    toml.write_text(f"[{section}]\nfsync_polcy = 1\n")
+    with pytest.raises(ValidationError, match="fsync_polcy"):
+        load_settings(toml)
+    env = "VPQ_" + "__".join(part.upper() for part in section.split(".")) + "__FSYNC_POLCY"
+    monkeypatch.setenv(env, "1")
+    with pytest.raises(ValidationError, match="fsync_polcy"):
+        load_settings()
