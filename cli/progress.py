@@ -72,13 +72,15 @@ class Stages:
         self._live = False
 
     def __enter__(self) -> Stages:
-        self._progress.start()
-        self._live = True
+        self._live = self.console.is_terminal  # not a terminal: no live line at all, only the stage lines
+        if self._live:
+            self._progress.start()
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.end(ok=exc_type is None)
-        self._progress.stop()
+        if self._live:
+            self._progress.stop()
         self._live = False
 
     def stage(self, name: str) -> None:
@@ -99,9 +101,17 @@ class Stages:
             self.console.print(done_line(self._name, self.clock() - self._started), style="dim", markup=False)
         self._task, self._name = None, None
 
+    def follow(self, line: Any = "") -> None:
+        """``echo`` the line to stdout and show it as the live line's detail: for work
+        that already reports its steps through an ``echo`` callback."""
+        self.echo(line)
+        text = str(line).strip()
+        if text:
+            self.detail(text if len(text) <= 60 else text[:59] + "…")
+
     def echo(self, line: Any = "") -> None:
         """``typer.echo`` to stdout without tearing the live line on a shared terminal."""
-        if self._live and self.console.is_terminal:
+        if self._live:
             self._progress.stop()
             typer.echo(line)
             self._progress.start()
