@@ -112,3 +112,20 @@ def test_cluster_fits_80_columns(threaded_gateway: ThreadedGateway, busy: dict[s
     assert " B " in out or "KiB" in out  # partition sizes in human units
     raw = orjson.loads(vpq(threaded_gateway, "cluster", "-o", "json").stdout)
     assert {"write_nodes", "read_nodes", "physical_partitions", "epoch"} <= set(raw)
+
+
+def test_produce_and_consume_take_output_json(threaded_gateway: ThreadedGateway, q: str) -> None:
+    vpq(threaded_gateway, "create-queue", q, "--virtual-partitions", "1")
+    produced = orjson.loads(vpq(threaded_gateway, "produce", q, "1", "2", "-o", "json").stdout)["results"]
+    assert [r["virtual_partition"] for r in produced] == [0, 0]
+    table = vpq(threaded_gateway, "produce", q, "3").stdout
+    fits(table)
+    assert "produced (1)" in table and "virtual partition" in table
+    lines = vpq(threaded_gateway, "consume", q, "-g", "g", "--wait-ms", "300", "-o", "json").stdout.splitlines()
+    assert [orjson.loads(line)["value"] for line in lines] == [1, 2, 3]
+
+
+def test_cluster_wide_shows_node_meta_and_offsets(threaded_gateway: ThreadedGateway, busy: dict[str, str]) -> None:
+    wide = vpq(threaded_gateway, "cluster", "--wide").stdout
+    for text in ("start offset", "end offset", "meta", '"pid"', "reachable"):
+        assert text in wide, text
