@@ -13,6 +13,7 @@ from pathlib import Path
 
 import typer
 
+from vpq.cli.progress import Stages
 from vpq.common import event_loop
 
 
@@ -34,7 +35,9 @@ def bench_ceiling(
     cfg = CeilingConfig(
         systems=chosen, rounds=rounds, seconds=seconds, batch=batch, producers=producers, data_dir=data_dir
     )
-    result = event_loop.run(run_ceiling(cfg, echo=typer.echo))
+    with Stages() as stages:  # the live line shows the step running now, on stderr
+        stages.stage(f"ceiling: {len(chosen)} system(s) x {rounds} round(s) of {seconds:g} s")
+        result = event_loop.run(run_ceiling(cfg, echo=stages.follow))
     data_dir.mkdir(parents=True, exist_ok=True)
     path = data_dir / f"ceiling-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
     path.write_text(json.dumps(result, indent=1))

@@ -27,6 +27,7 @@ from pathlib import Path
 import orjson
 import typer
 
+from vpq.cli.progress import Stages
 from vpq.codec.batch_common import VALUE_RAW
 from vpq.codec.records import Record
 from vpq.common import event_loop
@@ -136,9 +137,11 @@ def bench_log(
     parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="vpq-bench-log-", dir=parent))
     try:
-        result = event_loop.run(
-            _run(work, settings, seconds, max(1, rounds), record_bytes, batch, concurrency), use_uvloop=use_uvloop
-        )
+        with Stages() as stages:  # a live line on stderr while the rounds run; figures unchanged
+            stages.stage(f"{max(1, rounds)} round(s): {seconds:g} s of log appends, then the same bytes raw")
+            result = event_loop.run(
+                _run(work, settings, seconds, max(1, rounds), record_bytes, batch, concurrency), use_uvloop=use_uvloop
+            )
     finally:
         shutil.rmtree(work, ignore_errors=True)
     elapsed = float(result["log_elapsed"])

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import typer
 
+from vpq.cli.progress import Stages
 from vpq.common import event_loop
 
 SYSTEMS_DEFAULT = "vpq,redis,nats,rabbitmq"
@@ -42,7 +43,9 @@ def bench_peers(
     cfg = HarnessConfig(
         systems=chosen, scenarios=numbers, quick=quick, data_dir=data_dir, vpq_url=vpq_url, start_vpq=start_vpq
     )
-    results = event_loop.run(run_harness(cfg, echo=typer.echo))
+    with Stages() as stages:  # the live line shows the scenario running now, on stderr
+        stages.stage(f"peers: {len(chosen)} system(s), scenario(s) {','.join(map(str, numbers))}")
+        results = event_loop.run(run_harness(cfg, echo=stages.follow))
     typer.echo(json.dumps(summary(results)))
     if results["checks"]["failed"]:
         raise typer.Exit(1)

@@ -28,6 +28,7 @@ from typing import Any, Optional
 
 import typer
 
+from vpq.cli.progress import Stages
 from vpq.common import event_loop
 from vpq.load.platform_bench.drain import DrainConfig, run_drain
 from vpq.load.platform_bench.latency import LatencyConfig, run_latency
@@ -61,12 +62,15 @@ DATA_HELP = "where the bench's own platform keeps its (temporary) data; default:
 
 
 async def _measure(
-    url: Optional[str], physical_partitions: int, data_dir: Optional[Path], runs: int, runner: Runner
+    url: Optional[str], physical_partitions: int, data_dir: Optional[Path], runs: int, runner: Runner,
+    stages: Stages,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    stages.stage(f"reaching the platform at {url}" if url else "starting a platform (vpq up)")
     async with PlatformTarget(url, physical_partitions=physical_partitions, data_root=data_dir) as target:
+        stages.end()
         platform = target.describe()
         who = "started by the bench" if target.owned else "already running"
-        typer.echo(
+        stages.echo(
             f"platform {platform['url']} ({who}): {platform['write_nodes']} write node(s), "
             f"{platform['read_nodes']} read node(s), {platform['physical_partitions']} physical partition(s)"
         )
@@ -76,12 +80,15 @@ async def _measure(
         async with AsyncClient(target.url, timeout=60.0, max_connections=512) as client:
             for i in range(runs):
                 if runs > 1:
-                    typer.echo(f"run {i + 1}/{runs}")
+                    stages.echo(f"run {i + 1}/{runs}")
+                stages.stage(f"run {i + 1}/{runs}")
                 cpu_before, started = (sampler() if sampler else {}), time.monotonic()
-                result = await runner(client, typer.echo, sampler)
+                result = await runner(client, stages.follow, sampler)
                 cpu_after = sampler() if sampler else {}
                 result["platform_cores"] = cpu_shares(cpu_before, cpu_after, time.monotonic() - started)
                 results.append(result)
+            if target.owned:
+                stages.stage("stopping the platform")
         return platform, results
 
 
@@ -94,7 +101,8 @@ def execute(
         raise typer.BadParameter("--runs must be >= 1")
     host: dict[str, Any] = {"cpus": os.cpu_count(), "load_1m_before": round(os.getloadavg()[0], 2)}
     try:
-        platform, results = event_loop.run(_measure(url, physical_partitions, data_dir, runs, runner))
+        with Stages() as stages:  # progress on stderr; figures and the JSON line on stdout
+            platform, results = event_loop.run(_measure(url, physical_partitions, data_dir, runs, runner, stages))
     except TargetUnavailable as exc:
         typer.echo(f"error: {exc}", err=True)
         typer.echo(json.dumps({"bench": name, "error": str(exc)}))

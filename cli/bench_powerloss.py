@@ -24,6 +24,7 @@ from typing import Optional
 import orjson
 import typer
 
+from vpq.cli.progress import Stages
 from vpq.common import event_loop
 from vpq.common.redis_server import RedisServer
 from vpq.load.powerloss import RoundResult, run_campaign
@@ -46,36 +47,40 @@ def bench_powerloss(
     parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="vpq-powerloss-", dir=parent))
     server: RedisServer | None = None
-    try:
-        if redis_url is None:
-            server = RedisServer(data_dir=work / "redis", appendonly=False)
-            server.start()
-            redis_url = server.url
+    with Stages() as stages:  # progress on stderr: a live line with the round; figures on stdout
+        try:
+            if redis_url is None:
+                stages.stage("starting Redis")
+                server = RedisServer(data_dir=work / "redis", appendonly=False)
+                server.start()
+                redis_url = server.url
+            stages.stage(f"{crash_points} power losses under produce load")
 
-        done = [0]
+            done = [0]
 
-        def progress(rnd: RoundResult) -> None:
-            done[0] += 1
-            n = done[0]
-            if n % max(1, every) == 0 or not rnd.check.ok:
-                c = rnd.check
-                typer.echo(
-                    f"round {n:4d}: {c.acked} acked so far, {c.found} in the log, lost {c.lost}, moved {c.moved},"
-                    f" reordered {c.reordered}, duplicated {c.duplicated} (last crash: {rnd.point.kind}"
-                    f" n={rnd.point.n} {rnd.point.mode})"
-                )
+            def progress(rnd: RoundResult) -> None:
+                done[0] += 1
+                n = done[0]
+                stages.detail(f"round {n}/{crash_points}, {rnd.check.acked} acked, lost {rnd.check.lost}")
+                if n % max(1, every) == 0 or not rnd.check.ok:
+                    c = rnd.check
+                    stages.echo(
+                        f"round {n:4d}: {c.acked} acked so far, {c.found} in the log, lost {c.lost}, moved {c.moved},"
+                        f" reordered {c.reordered}, duplicated {c.duplicated} (last crash: {rnd.point.kind}"
+                        f" n={rnd.point.n} {rnd.point.mode})"
+                    )
 
-        result = event_loop.run(
-            run_campaign(
-                work / "data", redis_url, crash_points, seed=seed, producers=producers,
-                key_prefix=f"vpq-powerloss-{uuid.uuid4().hex[:8]}", on_round=progress,
-            ),
-            use_uvloop=False,
-        )
-    finally:
-        if server is not None:
-            server.stop()
-        shutil.rmtree(work, ignore_errors=True)
+            result = event_loop.run(
+                run_campaign(
+                    work / "data", redis_url, crash_points, seed=seed, producers=producers,
+                    key_prefix=f"vpq-powerloss-{uuid.uuid4().hex[:8]}", on_round=progress,
+                ),
+                use_uvloop=False,
+            )
+        finally:
+            if server is not None:
+                server.stop()
+            shutil.rmtree(work, ignore_errors=True)
     summary = result.summary()
     typer.echo(
         f"crash points {summary['crash_points']} ({summary['lazy']} lazy; by kind {summary['crash_kinds']};"

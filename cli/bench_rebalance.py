@@ -11,6 +11,7 @@ last one JSON line.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import tempfile
@@ -19,15 +20,19 @@ from pathlib import Path
 
 import typer
 
+from vpq.cli.progress import SparkWatcher, Stages
 from vpq.config.settings import RebalanceSettings
 
 VPS_PER_QUEUE = 16
 
 
 def run_bench(
-    rows: int, master: str, vps: int, pps: int, nodes: int, exponent: float, repeat: int, chart: Path | None
+    rows: int, master: str, vps: int, pps: int, nodes: int, exponent: float, repeat: int, chart: Path | None,
+    stages: Stages | None = None,
 ) -> dict[str, object]:
-    """Run the benchmark and return its figures."""
+    """Run the benchmark and return its figures; ``stages`` (optional) shows its steps
+    and Spark's progress on stderr (the timed figures are measured the same way)."""
+    stage = stages.stage if stages is not None else (lambda _name: None)
     # pyspark, pyarrow and matplotlib are loaded when the benchmark runs, not with the CLI
     from vpq.spark_rebalance.report import write_chart
     from vpq.spark_rebalance.runner import rebalance_once
@@ -45,20 +50,25 @@ def run_bench(
     node_ids = [f"w{i}" for i in range(nodes)]
     with tempfile.TemporaryDirectory(prefix="vpq-bench-rebalance-") as tmp:
         stats_dir = Path(tmp) / "stats"
+        stage(f"writing {windows * vps} rows of synthetic statistics")
         t0 = time.perf_counter()
         written = write_stats(stats_dir, stats_windows(loads, current, starts, window_ms, node_ids, noise=0.05), window_ms)
         write_s = time.perf_counter() - t0
+        stage(f"starting Spark ({master})")
         t0 = time.perf_counter()
         spark = make_spark(master, shuffle_partitions=4)
         spark_start_s = time.perf_counter() - t0
         try:
             runs: list[tuple[float, float]] = []
             outcome = None
-            for _ in range(repeat):
-                t0 = time.perf_counter()
-                outcome = rebalance_once(spark, current, physical, now_ms, settings, stats_uri=str(stats_dir))
-                total = time.perf_counter() - t0
-                runs.append((total, outcome.plan_ms / 1000.0))
+            with SparkWatcher(spark, stages.detail) if stages is not None else contextlib.nullcontext():
+                for i in range(repeat):
+                    stage(f"job run {i + 1}/{repeat}: read + aggregate + EMA + plan")
+                    t0 = time.perf_counter()
+                    outcome = rebalance_once(spark, current, physical, now_ms, settings, stats_uri=str(stats_dir))
+                    total = time.perf_counter() - t0
+                    runs.append((total, outcome.plan_ms / 1000.0))
+            stage("stopping Spark")
         finally:
             stop_spark(spark)
     assert outcome is not None
@@ -104,7 +114,8 @@ def bench_rebalance(
     """Time the Spark remap job (read + aggregate + EMA + plan) on synthetic statistics."""
     if vps % VPS_PER_QUEUE:
         raise typer.BadParameter(f"--vps must be a multiple of {VPS_PER_QUEUE}")
-    r = run_bench(rows, master, vps, pps, nodes, exponent, repeat, chart)
+    with Stages() as stages:  # progress on stderr; figures and the JSON line on stdout
+        r = run_bench(rows, master, vps, pps, nodes, exponent, repeat, chart, stages)
     typer.echo(f"statistics: {r['rows']} rows ({r['vps']} vps x {r['windows']} windows, {nodes} nodes), written in {r['write_stats_s']} s")
     typer.echo(f"spark start ({master}): {r['spark_start_s']} s")
     typer.echo(f"job end to end (read + aggregate + EMA + plan): first {r['job_total_s_first']} s, best {r['job_total_s_best']} s (plan {r['plan_s_best']} s)")

@@ -2,7 +2,10 @@
 cluster, create-queue, delete-queue.
 
 Every command takes ``--url`` (env ``VPQ_URL``, default ``http://127.0.0.1:8080``),
-``--token`` (env ``VPQ_TOKEN``) and ``--json`` (raw JSON instead of tables). Expected
+``--token`` (env ``VPQ_TOKEN``) and ``--output/-o table|json`` (``--json`` is
+``-o json``: the raw JSON answer instead of tables). Tables fit the terminal's width
+(``COLUMNS``; 80 when not a terminal) with the columns that matter in human units;
+``--wide`` shows every column (``cli/tables.py``). Expected
 failures print one ``error: ...`` line on stderr (the server's message and code, or
 "the gateway is not running at URL") and exit with status 1, never a traceback.
 """
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from enum import Enum
 from typing import Annotated, Any, NoReturn, Optional, TypeVar
@@ -21,6 +25,7 @@ from rich.console import Console, RenderableType
 from rich.text import Text
 
 from vpq.cli.tables import (
+    View,
     cluster_detail,
     group_detail,
     message_line,
@@ -37,13 +42,23 @@ T = TypeVar("T")
 
 CLI_RETRY = RetryPolicy(attempts=3, initial_backoff_s=0.1, max_backoff_s=1.0, max_retry_after_s=10.0)
 MAX_TABLE_RESULTS = 20
+WIDE_WIDTH = 1000  # --wide: no table is folded to the terminal
 
 UrlOpt = Annotated[str, typer.Option("--url", envvar="VPQ_URL", help="gateway base URL")]
 TokenOpt = Annotated[Optional[str], typer.Option("--token", envvar="VPQ_TOKEN", help="bearer token")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="print the raw JSON answer")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="print the raw JSON answer (same as -o json)")]
+WideOpt = Annotated[bool, typer.Option("--wide", "-w", help="show every column, nothing cut")]
 LaneOpt = Annotated[Optional[str], typer.Option("--lane", help="swimlane ('' = backbone)")]
 EnvOpt = Annotated[Optional[str], typer.Option("--env", help="environment (server default: prod)")]
 SetOpt = Annotated[Optional[str], typer.Option("--set", help="set / regional cell ('' = default set)")]
+
+
+class Output(str, Enum):
+    table = "table"
+    json = "json"
+
+
+OutputOpt = Annotated[Output, typer.Option("--output", "-o", help="table (fits the terminal) or json (raw answer)")]
 
 
 class Start(str, Enum):
@@ -90,8 +105,19 @@ def _print_json(data: Any) -> None:
     typer.echo(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
 
 
-def _print(renderables: Iterable[RenderableType]) -> None:
-    console = Console(highlight=False)
+def _console() -> Console:
+    return Console(highlight=False)
+
+
+def _view(wide: bool) -> View:
+    """Width of stdout's console (``COLUMNS``, 80 when not a terminal), mode, clock."""
+    return View(width=_console().width, wide=wide, now_ms=int(time.time() * 1000))
+
+
+def _print(renderables: Iterable[RenderableType], wide: bool = False) -> None:
+    """Print to stdout; ``wide``: tables at their natural width (lines may pass the
+    terminal's width, like ``kubectl -o wide``) rather than folded into it."""
+    console = Console(highlight=False, width=WIDE_WIDTH) if wide else _console()
     for r in renderables:
         console.print(r)
 
@@ -146,6 +172,8 @@ def produce(
     url: UrlOpt = DEFAULT_URL,
     token: TokenOpt = None,
     json_out: JsonOpt = False,
+    output: OutputOpt = Output.table,
+    wide: WideOpt = False,
 ) -> None:
     """Produce VALUEs (or the lines of --file / stdin) to QUEUE; prints where they were stored."""
     try:
@@ -171,11 +199,11 @@ def produce(
         return results
 
     results = _run(url, token, work)
-    if json_out:
+    if json_out or output is Output.json:
         _print_json({"results": [r.__dict__ for r in results]})
         return
     if len(results) <= MAX_TABLE_RESULTS:
-        _print([produce_results_table(results)])
+        _print([produce_results_table(results, _view(wide))], wide)
     else:
         parts = sorted({r.partition for r in results})
         typer.echo(f"produced {len(results)} messages to {queue} (partitions {','.join(map(str, parts))})")
@@ -198,12 +226,15 @@ def consume(
     url: UrlOpt = DEFAULT_URL,
     token: TokenOpt = None,
     json_out: JsonOpt = False,
+    output: OutputOpt = Output.table,
 ) -> None:
     """Join GROUP on QUEUE with the given lane/env/set and print one line per message.
 
     Without --follow it stops at the first empty poll (or after --max messages); with
     --follow it waits for more until Ctrl-C. It leaves the group when done.
     """
+
+    json_out = json_out or output is Output.json
 
     def show(msg: Message) -> None:
         typer.echo(orjson.dumps(msg.to_json()).decode() if json_out else message_line(msg))
@@ -247,20 +278,22 @@ def queues(
     url: UrlOpt = DEFAULT_URL,
     token: TokenOpt = None,
     json_out: JsonOpt = False,
+    output: OutputOpt = Output.table,
+    wide: WideOpt = False,
 ) -> None:
     """List queues, or show one with its config, placement and traffic."""
     if name is None:
         listed = _run(url, token, lambda c: c.list_queues())
-        if json_out:
+        if json_out or output is Output.json:
             _print_json({"queues": listed})
         else:
-            _print([queues_table(listed)])
+            _print([queues_table(listed, _view(wide))], wide)
         return
     queue = _run(url, token, lambda c: c.get_queue(name))
-    if json_out:
+    if json_out or output is Output.json:
         _print_json(queue)
     else:
-        _print(queue_detail(queue))
+        _print(queue_detail(queue, _view(wide)), wide)
 
 
 def groups(
@@ -269,13 +302,15 @@ def groups(
     url: UrlOpt = DEFAULT_URL,
     token: TokenOpt = None,
     json_out: JsonOpt = False,
+    output: OutputOpt = Output.table,
+    wide: WideOpt = False,
 ) -> None:
     """Show a group's members (isolation context, assigned vps, in flight) and its lag."""
     info = _run(url, token, lambda c: c.group(queue, group))
-    if json_out:
+    if json_out or output is Output.json:
         _print_json(info)
     else:
-        _print(group_detail(info))
+        _print(group_detail(info, _view(wide)), wide)
 
 
 def cluster(
@@ -283,6 +318,8 @@ def cluster(
     url: UrlOpt = DEFAULT_URL,
     token: TokenOpt = None,
     json_out: JsonOpt = False,
+    output: OutputOpt = Output.table,
+    wide: WideOpt = False,
 ) -> None:
     """Show write nodes, read nodes, physical partitions and the map epoch."""
 
@@ -293,19 +330,20 @@ def cluster(
         return out
 
     data = _run(url, token, work)
-    if json_out:
+    if json_out or output is Output.json:
         _print_json(data if show_map else data["cluster"])
         return
-    renderables = cluster_detail(data["cluster"])
+    view = _view(wide)
+    renderables = cluster_detail(data["cluster"], view)
     if show_map:
         current = data["map"]
         rows = [
             {"name": name, "virtual_partitions": q.get("virtual_partitions"), "placement": q.get("placement")}
             for name, q in sorted(current.get("queues", {}).items())
         ]
-        renderables.append(queues_table(rows))
+        renderables.append(queues_table(rows, view))
         renderables.append(Text(f"map epoch {current.get('epoch')}"))
-    _print(renderables)
+    _print(renderables, wide)
 
 
 def create_queue(
@@ -319,6 +357,8 @@ def create_queue(
     url: UrlOpt = DEFAULT_URL,
     token: TokenOpt = None,
     json_out: JsonOpt = False,
+    output: OutputOpt = Output.table,
+    wide: WideOpt = False,
 ) -> None:
     """Create a queue, or update the given settings of an existing one."""
     config = {
@@ -330,10 +370,10 @@ def create_queue(
         "max_message_bytes": max_message_bytes,
     }
     queue = _run(url, token, lambda c: c.put_queue(name, **config))
-    if json_out:
+    if json_out or output is Output.json:
         _print_json(queue)
     else:
-        _print(queue_detail(queue))
+        _print(queue_detail(queue, _view(wide)), wide)
 
 
 def delete_queue(

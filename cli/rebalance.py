@@ -17,6 +17,9 @@ default ``rebalance.master``: ``local[*]``) over the statistics under
 ``<data-dir>/stats`` (or ``rebalance.stats_uri``); print the report
 (``cli.rebalance_report.print_outcome``: tables, PNG chart, JSON line); publish
 (``spark_rebalance.publisher``) and print what was published plus one JSON line.
+Progress goes to stderr (``cli.progress``): each stage (starting Spark, reading
+statistics, aggregating and smoothing, planning, publishing) on a live line with
+Spark's active stage and task counts, and one ``✓ stage  time`` line when it ends.
 Exit status 0 whenever the run happened: nothing to move, a refused plan (stale
 statistics: the reason is printed) or a busy cut-over included. ``--every S`` repeats
 every S seconds on the same Spark session until Ctrl-C (a failed round is reported
@@ -37,6 +40,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from vpq.cli.progress import SparkWatcher, Stages
 from vpq.cli.rebalance_report import print_outcome
 from vpq.common.errors import VpqError
 from vpq.common.runfiles import read_redis_url, read_settings, settings_path
@@ -144,18 +148,19 @@ async def _one_round(
 
     now_ms = int(time.time() * 1000)
     t0 = time.monotonic()
-    with err_console.status(f"Spark ({master}): reading statistics, smoothing, planning ..."):
+    with Stages(err_console) as stages, SparkWatcher(spark, stages.detail):
         outcome: RebalanceOutcome = rebalance_once(
             spark, state.current, state.partitions, now_ms, s.rebalance,
             stats_uri=default_stats_uri(s.data_dir, s.rebalance), queue_defaults=s.queues,
-            expected_nodes=state.write_nodes or None,
+            expected_nodes=state.write_nodes or None, progress=stages.stage,
         )
-    err_console.print(f"[dim]Spark job done in {time.monotonic() - t0:.1f} s[/]")
+    err_console.print(f"[dim]Spark job ({master}) done in {time.monotonic() - t0:.1f} s[/]")
     print_outcome(outcome, console, s.data_dir, now_ms, s.rebalance, dry_run)
     plan = outcome.plan
     if dry_run or plan.refused is not None or not plan.changed:
         return
-    with err_console.status("publishing: fencing moved vps, sealing lineage, publishing the new map ..."):
+    with Stages(err_console) as stages:
+        stages.stage(f"publishing {len(plan.moves)} move(s): fencing moved vps, sealing lineage, publishing the map")
         result = await publisher.apply(plan)
     for line in describe(result):
         console.print(line, markup=False, highlight=False)
@@ -173,7 +178,8 @@ async def run_rebalance(target: Target, dry_run: bool, master: str, every: float
         except (MetadataUnavailable, OSError) as exc:
             err_console.print(f"[red]error:[/] cannot reach Redis at {target.redis_url} (from {target.source}): {exc}")
             return 1
-        with err_console.status(f"starting Spark ({master}) ..."):
+        with Stages(err_console) as stages:
+            stages.stage(f"starting Spark ({master})")
             spark = make_spark(master)
         try:
             async with aiohttp.ClientSession() as session:

@@ -1,14 +1,18 @@
-"""Rendering of API answers as ``rich`` tables and one-line messages. Pure: no I/O.
+"""Rendering of API answers as ``rich`` tables and one-line messages. No I/O: the
+callers pass the console ``width``, ``wide`` (every column, cells folded rather than
+cut) and ``now_ms`` (for "3 min ago").
 
-The gateway's answers for queues, groups and the cluster carry the fields API.md names,
-possibly more; these renderers show the known fields first and any others after them,
-so a richer server answer is displayed rather than dropped.
+By default a table shows the columns that matter in human units and fits ``width``
+(``cli.columns.fit`` drops the less useful columns, then cuts long names with an
+ellipsis); a caption says how many columns ``--wide`` would add. Fields the views do
+not know (a richer server answer) are shown with ``--wide``, formatted by their name
+(``cli.columns.auto_cell``).
 """
 
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -16,95 +20,88 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from vpq.cli import humanize as h
+from vpq.cli.columns import Column, auto_cell, cell, compress_ranges, fit, header_of
 from vpq.sdk.models import Message, ProduceResult
 
-QUEUE_COLUMNS = (
-    "name",
-    "virtual_partitions",
-    "ordering",
-    "max_deliveries",
-    "visibility_timeout_ms",
-    "retention_ms",
-    "max_message_bytes",
-)
-SHORT_HEADERS = {
-    "virtual_partitions": "vps",
-    "max_deliveries": "max deliv.",
-    "visibility_timeout_ms": "visibility ms",
-    "retention_ms": "retention ms",
-    "max_message_bytes": "max msg bytes",
-    "session_timeout_ms": "session ms",
-    "partitions": "pps",
-}
+__all__ = ["compress_ranges", "cell", "placement_by_pp", "queues_table", "queue_detail", "group_detail"]
+
+Formatter = Callable[[Mapping[str, Any]], str]
+Field = tuple[Column, Formatter]
 EMPTY_LABELS = {"lane": "(backbone)", "set": "(default)", "env": "(none)"}
+EXTRA_PRIORITY = 10
+TOP_VPS = 5  # lag by virtual partition: the most lagging ones unless --wide
 
 
-def compress_ranges(numbers: Iterable[int]) -> str:
-    """``[0, 1, 2, 3, 8, 10, 11]`` -> ``"0-3,8,10-11"``."""
-    nums = sorted(set(numbers))
-    parts: list[str] = []
-    i = 0
-    while i < len(nums):
-        j = i
-        while j + 1 < len(nums) and nums[j + 1] == nums[j] + 1:
-            j += 1
-        parts.append(str(nums[i]) if i == j else f"{nums[i]}-{nums[j]}")
-        i = j + 1
-    return ",".join(parts)
+class View:
+    """Rendering context: ``width`` of the console, ``wide`` mode, the clock."""
+
+    def __init__(self, width: int = 80, wide: bool = False, now_ms: int = 0) -> None:
+        self.width, self.wide, self.now_ms = width, wide, now_ms
 
 
-def cell(value: Any) -> str:
-    """A table cell: integer lists as ranges, other containers as compact JSON."""
-    if value is None:
-        return "-"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, list) and value and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-        return compress_ranges(value)
-    if isinstance(value, (list, dict)):
-        return orjson.dumps(value).decode()
-    if value == "":
-        return '""'
-    return str(value)
+def _get(*path: str, fmt: Callable[[Any], str] = cell) -> Formatter:
+    def get(record: Mapping[str, Any]) -> str:
+        value: Any = record
+        for key in path:
+            value = value.get(key) if isinstance(value, Mapping) else None
+        return fmt(value)
+
+    return get
 
 
-def _columns(rows: Sequence[Mapping[str, Any]], preferred: Sequence[str] = ()) -> list[str]:
-    present: dict[str, None] = {}
-    for row in rows:
-        for key in row:
-            present.setdefault(key, None)
-    first = [c for c in preferred if c in present]
-    return first + [c for c in present if c not in first]
+def _extras(records: Sequence[Mapping[str, Any]], known: set[str], view: View) -> list[Field]:
+    keys: dict[str, None] = {}
+    for r in records:
+        for k in r:
+            if k not in known:
+                keys.setdefault(k, None)
+    return [
+        (
+            Column(k, header_of(k), EXTRA_PRIORITY, right=all(h.is_number(r.get(k)) for r in records if k in r)),
+            _get(k, fmt=lambda v, k=k: auto_cell(k, v, view.now_ms)),
+        )
+        for k in keys
+    ]
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def rows_table(title: str, rows: Sequence[Mapping[str, Any]], preferred: Sequence[str] = ()) -> RenderableType:
-    """A table with one row per mapping; columns are the union of the keys (numbers
-    right-aligned). No rows: a one-line ``title: none``."""
-    if not rows:
+def rows_table(
+    title: str, fields: Sequence[Field], records: Sequence[Mapping[str, Any]], view: View, known: Sequence[str] = ()
+) -> RenderableType:
+    """One row per record; ``fields`` first, then (``--wide``) the records' other keys
+    not in ``known``. No records: a one-line ``title: none``."""
+    if not records:
         return Text(f"{title}: none")
-    table = Table(title=title, title_justify="left")
-    columns = _columns(rows, preferred)
-    for col in columns:
-        numeric = all(_is_number(row.get(col)) for row in rows if row.get(col) is not None)
+    all_fields = list(fields) + _extras(records, set(known) | {c.key for c, _ in fields}, view)
+    rows = [{c.key: fmt(r) for c, fmt in all_fields} for r in records]
+    if not view.wide:  # a column with nothing in it says nothing
+        all_fields = [(c, f) for c, f in all_fields if any(row[c.key] != h.DASH for row in rows)]
+    chosen = fit([c for c, _ in all_fields], rows, view.width, view.wide)
+    hidden = len(all_fields) - len(chosen)
+    caption = f"{hidden} more column{'s' if hidden > 1 else ''}: --wide" if hidden else None
+    table = Table(title=title, title_justify="left", caption=caption, caption_justify="right")
+    for c, w in chosen:
         table.add_column(
-            SHORT_HEADERS.get(col, col.replace("_", " ")), overflow="fold", justify="right" if numeric else "left"
+            c.header, justify="right" if c.right else "left",
+            no_wrap=not view.wide, overflow="fold" if view.wide else "ellipsis",
         )
     for row in rows:
-        table.add_row(*(cell(row.get(col)) for col in columns))
+        table.add_row(*(row[c.key] if view.wide else h.truncate(row[c.key], w) for c, w in chosen))
     return table
 
 
-def kv_table(title: str, mapping: Mapping[str, Any]) -> Table:
+def kv_table(title: str, pairs: Sequence[tuple[str, str]], view: View) -> Table:
+    """Two columns, field and value; long values are cut unless ``--wide``."""
     table = Table(title=title, title_justify="left", show_header=False)
-    table.add_column("field", style="bold")
-    table.add_column("value", overflow="fold")
-    for key, value in mapping.items():
-        table.add_row(key, cell(value))
+    table.add_column("field", style="bold", no_wrap=True)
+    table.add_column("value", overflow="fold" if view.wide else "ellipsis", no_wrap=not view.wide)
+    for key, value in pairs:
+        table.add_row(key, value)
     return table
+
+
+def _auto_pairs(mapping: Mapping[str, Any], view: View, skip: Sequence[str] = ()) -> list[tuple[str, str]]:
+    return [(header_of(k), auto_cell(k, v, view.now_ms)) for k, v in mapping.items() if k not in skip]
 
 
 def placement_by_pp(placement: Any) -> dict[Any, list[int]]:
@@ -129,116 +126,187 @@ def placement_by_pp(placement: Any) -> dict[Any, list[int]]:
     return out
 
 
-def queues_table(queues: Sequence[Mapping[str, Any]]) -> RenderableType:
-    """The queue list: config columns, the physical partitions used, scalar traffic figures."""
-    rows: list[dict[str, Any]] = []
-    for q in queues:
-        row = {k: v for k, v in q.items() if k not in ("placement", "traffic")}
-        if "placement" in q:
-            pps = [pp for pp in placement_by_pp(q["placement"]) if isinstance(pp, int)]
-            row["partitions"] = compress_ranges(pps) if pps else cell(list(placement_by_pp(q["placement"])))
-        traffic = q.get("traffic")
-        if isinstance(traffic, Mapping):
-            row.update({k: v for k, v in traffic.items() if not isinstance(v, (dict, list))})
-        rows.append(row)
-    return rows_table(f"queues ({len(rows)})", rows, QUEUE_COLUMNS)
+def _partitions(queue: Mapping[str, Any]) -> str:
+    if "placement" not in queue:
+        return h.DASH
+    by_pp = placement_by_pp(queue["placement"])
+    pps = [pp for pp in by_pp if isinstance(pp, int)]
+    return compress_ranges(pps) if pps else cell(list(by_pp))
 
 
-def queue_detail(queue: Mapping[str, Any]) -> list[RenderableType]:
+def queue_fields(view: View) -> list[Field]:
+    """The queue list's columns, most useful first (priority: lower = kept longer)."""
+    t = "traffic"
+    return [
+        (Column("name", "name", 0, shrink=True, min_width=10), _get("name")),
+        (Column("vps", "vps", 0, right=True), _get("virtual_partitions")),
+        (Column("pps", "partitions", 1, shrink=True, min_width=5), _partitions),
+        (Column("msgs", "msg/s", 0, right=True), _get(t, "messages_per_s", fmt=h.count)),
+        (Column("bps", "bytes/s", 2, right=True), _get(t, "bytes_per_s", fmt=h.byte_rate)),
+        (Column("total", "messages", 3, right=True), _get(t, "messages_total", fmt=h.count)),
+        (Column("ordering", "ordering", 4), _get("ordering")),
+        (Column("created", "created", 5, right=True), _get("created_ms", fmt=lambda v: h.age(v, view.now_ms))),
+        (Column("bytes", "bytes", 6, right=True), _get(t, "bytes_total", fmt=h.size)),
+        (Column("deliv", "max deliv.", 7, right=True), _get("max_deliveries")),
+        (Column("vis", "visibility", 7, right=True), _get("visibility_timeout_ms", fmt=h.duration_ms)),
+        (Column("ret", "retention", 7, right=True), _get("retention_ms", fmt=h.duration_ms)),
+        (Column("maxb", "max msg", 7, right=True), _get("max_message_bytes", fmt=h.size)),
+        (Column("updated", "updated", 8, right=True), _get("updated_ms", fmt=lambda v: h.age(v, view.now_ms))),
+        (Column("since", "traffic since", 9, right=True), _get(t, "since_ms", fmt=lambda v: h.age(v, view.now_ms))),
+        (Column("scope", "scope", 9), _get(t, "scope")),
+    ]
+
+
+QUEUE_KNOWN = (
+    "name", "virtual_partitions", "placement", "traffic", "ordering", "created_ms", "max_deliveries",
+    "visibility_timeout_ms", "retention_ms", "max_message_bytes", "updated_ms",
+)
+
+
+def queues_table(queues: Sequence[Mapping[str, Any]], view: View | None = None) -> RenderableType:
+    """The queue list: name, vps, physical partitions, traffic, then the rest by priority."""
+    view = view or View()
+    return rows_table(f"queues ({len(queues)})", queue_fields(view), queues, view, QUEUE_KNOWN)
+
+
+def queue_detail(queue: Mapping[str, Any], view: View | None = None) -> list[RenderableType]:
     """One queue: its config, its placement grouped by physical partition, its traffic."""
-    out: list[RenderableType] = []
-    config = {k: v for k, v in queue.items() if k not in ("placement", "traffic")}
-    out.append(kv_table(f"queue {queue.get('name', '')}".strip(), config))
+    view = view or View()
+    out: list[RenderableType] = [
+        kv_table(f"queue {queue.get('name', '')}".strip(), _auto_pairs(queue, view, ("placement", "traffic")), view)
+    ]
     if "placement" in queue:
-        table = Table(title="placement", title_justify="left")
-        table.add_column("physical partition")
-        table.add_column("virtual partitions", overflow="fold")
-        table.add_column("count", justify="right")
         groups = placement_by_pp(queue["placement"])
-        for pp in sorted(groups, key=lambda p: (0, p, "") if isinstance(p, int) else (1, 0, str(p))):
-            table.add_row(cell(pp), compress_ranges(groups[pp]), str(len(groups[pp])))
-        out.append(table)
+        order = sorted(groups, key=lambda p: (0, p, "") if isinstance(p, int) else (1, 0, str(p)))
+        records = [{"pp": cell(pp), "vps": compress_ranges(groups[pp]), "count": len(groups[pp])} for pp in order]
+        fields: list[Field] = [
+            (Column("pp", "physical partition"), _get("pp")),
+            (Column("count", "vps", 0, right=True), _get("count")),
+            (Column("vps", "virtual partitions", 0, shrink=True, min_width=12), _get("vps")),
+        ]
+        out.append(rows_table("placement", fields, records, view, ("pp", "vps", "count")))
     traffic = queue.get("traffic")
     if isinstance(traffic, Mapping) and traffic:
-        out.append(_traffic(traffic))
+        out.append(kv_table("traffic", _auto_pairs(traffic, view), view))
     return out
 
 
-def _traffic(traffic: Mapping[str, Any]) -> RenderableType:
-    lists = {k: v for k, v in traffic.items() if isinstance(v, list) and v and all(isinstance(x, Mapping) for x in v)}
-    if len(lists) == 1 and len(traffic) == 1:
-        key, rows = next(iter(lists.items()))
-        return rows_table(f"traffic ({key})", rows)
-    return kv_table("traffic", traffic)
-
-
-def lag_table(lag: Mapping[str, Any]) -> Table:
-    """Lag: the total, then one row per lane / env / set value."""
+def lag_table(lag: Mapping[str, Any], view: View) -> Table:
+    """Lag: the total, one row per lane / env / set value, the most lagging virtual
+    partitions (all with ``--wide``), then other figures (oldest unacked age)."""
     table = Table(title="lag", title_justify="left")
-    table.add_column("by")
-    table.add_column("value", overflow="fold")
-    table.add_column("lag", justify="right")
+    table.add_column("by", no_wrap=True)
+    table.add_column("value", overflow="fold" if view.wide else "ellipsis", no_wrap=not view.wide)
+    table.add_column("lag", justify="right", no_wrap=True)
     if "total" in lag:
-        table.add_row("total", "", cell(lag["total"]))
+        table.add_row("total", "", h.count(lag["total"]))
     for key, value in lag.items():
         if key == "total":
             continue
         dim = key.removeprefix("by_")
+        if dim == "virtual_partition":
+            dim = "vp"
         if isinstance(value, Mapping):
-            for name, n in sorted(value.items(), key=lambda kv: str(kv[0])):
+            items = sorted(value.items(), key=lambda kv: str(kv[0]))
+            if dim == "vp":
+                items = sorted(value.items(), key=lambda kv: (-(kv[1] if h.is_number(kv[1]) else 0), int(kv[0])))
+                items = [kv for kv in items if view.wide or kv[1]]
+                shown = items if view.wide else items[:TOP_VPS]
+                for name, n in shown:
+                    table.add_row(dim, str(name), h.count(n))
+                if len(items) > len(shown):
+                    table.add_row(dim, f"… {len(items) - len(shown)} more: --wide", "")
+                continue
+            for name, n in items:
                 label = name if name != "" else EMPTY_LABELS.get(dim, '""')
-                table.add_row(dim, label, cell(n))
+                table.add_row(dim, label, h.count(n))
         else:
-            table.add_row(dim, "", cell(value))
+            table.add_row(header_of(key), "", auto_cell(key, value, view.now_ms))
     return table
 
 
-def group_detail(group: Mapping[str, Any]) -> list[RenderableType]:
+def group_detail(group: Mapping[str, Any], view: View | None = None) -> list[RenderableType]:
+    """A group: one summary line, its members (isolation context, vps, in flight), its lag."""
+    view = view or View()
     members = group.get("members") or []
-    out: list[RenderableType] = [
-        rows_table(
-            f"members ({len(members)})",
-            members,
-            ("consumer_id", "lane", "env", "set", "virtual_partitions", "assigned", "in_flight"),
-        )
+    fields: list[Field] = [
+        (Column("consumer_id", "consumer", 0, shrink=True, min_width=10), _get("consumer_id")),
+        (Column("lane", "lane", 0, shrink=True), _get("lane", fmt=lambda v: v or EMPTY_LABELS["lane"])),
+        (Column("env", "env", 0, shrink=True, min_width=6), _get("env")),
+        (Column("set", "set", 2, shrink=True), _get("set", fmt=lambda v: v or EMPTY_LABELS["set"])),
+        (Column("vps", "vps", 0, right=True), lambda m: str(len(m.get("virtual_partitions") or []))),
+        (Column("in_flight", "in flight", 0, right=True), _get("in_flight", fmt=h.count)),
+        (Column("ranges", "assigned", 1, shrink=True, min_width=8), _get("virtual_partitions")),
     ]
+    known = ("consumer_id", "lane", "env", "set", "virtual_partitions", "in_flight")
+    out: list[RenderableType] = [rows_table(f"members ({len(members)})", fields, members, view, known)]
     lag = group.get("lag")
     if isinstance(lag, Mapping):
-        out.append(lag_table(lag))
+        out.append(lag_table(lag, view))
     elif lag is not None:
         out.append(Text(f"lag: {cell(lag)}"))
     rest = {k: v for k, v in group.items() if k not in ("members", "lag")}
     if rest:
-        out.insert(0, kv_table("group", rest))
+        out.insert(0, Text(" · ".join(f"{header_of(k)} {auto_cell(k, v, view.now_ms)}" for k, v in rest.items())))
     return out
 
 
-def cluster_detail(cluster: Mapping[str, Any]) -> list[RenderableType]:
-    """The epoch and other scalars first, then one table per list (nodes, partitions)."""
+def _node_fields() -> list[Field]:
+    return [
+        (Column("id", "id", 0, shrink=True), _get("id")),
+        (Column("address", "address", 0, shrink=True, min_width=15), _get("address")),
+        (Column("reachable", "reachable", 1), _get("reachable")),
+        (Column("meta", "meta", 9, shrink=True), _get("meta")),
+    ]
+
+
+def _pp_fields() -> list[Field]:
+    def messages(r: Mapping[str, Any]) -> str:
+        start, end = r.get("start_offset"), r.get("end_offset")
+        return h.count(end - start) if h.is_number(start) and h.is_number(end) else h.DASH
+
+    return [
+        (Column("id", "id", 0, right=True), _get("id")),
+        (Column("owner", "owner", 0, shrink=True), _get("owner")),
+        (Column("online", "online", 1), _get("online")),
+        (Column("messages", "messages", 0, right=True), messages),
+        (Column("bytes", "size", 0, right=True), _get("bytes", fmt=h.size)),
+        (Column("start", "start offset", 3, right=True), _get("start_offset")),
+        (Column("end", "end offset", 3, right=True), _get("end_offset")),
+    ]
+
+
+def cluster_detail(cluster: Mapping[str, Any], view: View | None = None) -> list[RenderableType]:
+    """One summary line (epoch and other scalars), then one table per list (write
+    nodes, read nodes, physical partitions, any other)."""
+    view = view or View()
     out: list[RenderableType] = []
     scalars = {k: v for k, v in cluster.items() if not isinstance(v, (list, dict))}
     if scalars:
-        out.append(kv_table("cluster", scalars))
+        out.append(Text(" · ".join(f"{header_of(k)} {auto_cell(k, v, view.now_ms)}" for k, v in scalars.items())))
     order = ["write_nodes", "read_nodes", "physical_partitions"]
     keys = [k for k in order if k in cluster] + [k for k in cluster if k not in order]
     for key in keys:
         value = cluster[key]
         if isinstance(value, list):
             rows = [v if isinstance(v, Mapping) else {"value": v} for v in value]
-            out.append(rows_table(f"{key.replace('_', ' ')} ({len(rows)})", rows, ("id", "owner", "address")))
+            fields = _pp_fields() if key == "physical_partitions" else _node_fields() if key.endswith("nodes") else []
+            known = ("id", "owner", "online", "bytes", "start_offset", "end_offset", "address", "reachable", "meta")
+            out.append(rows_table(f"{key.replace('_', ' ')} ({len(rows)})", fields, rows, view, known))
         elif isinstance(value, Mapping):
-            out.append(kv_table(key.replace("_", " "), value))
+            out.append(kv_table(key.replace("_", " "), _auto_pairs(value, view), view))
     return out
 
 
-def produce_results_table(results: Sequence[ProduceResult]) -> Table:
-    table = Table(title=f"produced ({len(results)})", title_justify="left")
-    table.add_column("id", overflow="fold")
-    for col in ("partition", "offset", "virtual partition"):
-        table.add_column(col, justify="right")
-    for r in results:
-        table.add_row(r.id, str(r.partition), str(r.offset), str(r.virtual_partition))
-    return table
+def produce_results_table(results: Sequence[ProduceResult], view: View | None = None) -> RenderableType:
+    fields: list[Field] = [
+        (Column("id", "id", 0, shrink=True, min_width=12), _get("id")),
+        (Column("partition", "partition", 0, right=True), _get("partition")),
+        (Column("offset", "offset", 0, right=True), _get("offset")),
+        (Column("virtual_partition", "virtual partition", 0, right=True), _get("virtual_partition")),
+    ]
+    records = [r.__dict__ for r in results]
+    return rows_table(f"produced ({len(results)})", fields, records, view or View(), list(records[0]) if records else ())
 
 
 def value_text(value: Any) -> str:

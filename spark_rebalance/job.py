@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 from urllib.parse import urlparse
@@ -219,10 +219,15 @@ def run_job(
     current_vps: Mapping[str, int] | None = None,
     expected_nodes: Collection[str] | None = None,
     options: JobOptions | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> JobResult:
     """Smoothed bytes/s and msgs/s per (queue, vp under the current V); see the
-    module docstring. Raises ``StaleStatistics`` / ``IncompleteStatistics``."""
+    module docstring. Raises ``StaleStatistics`` / ``IncompleteStatistics``.
+    ``progress`` (optional) is called with each stage's name as it starts: reading
+    statistics, then aggregating and smoothing."""
+    stage = progress or (lambda _name: None)
     opts = options or JobOptions.from_settings(settings)
+    stage("reading statistics")
     df = read_stats(spark, stats_uri)
     complete, horizon, nodes, dropped = _check_windows(df, now_ms, opts, expected_nodes, stats_uri)
     newest = complete[-1]
@@ -254,6 +259,7 @@ def run_job(
     )
     loads: dict[tuple[str, int], VpLoad] = {}
     dropped_queues: set[str] = set()
+    stage(f"aggregating and smoothing {len(complete)} window(s) per virtual partition")
     for r in smoothed.collect():
         q = r["queue"]
         if current_vps is not None and q not in current_vps:

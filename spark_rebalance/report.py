@@ -86,10 +86,10 @@ def _load_table(plan: Plan) -> Table:
     n = max(len(live), 1)
     mean_b = sum(p.bytes_per_s for p in live) / n
     mean_m = sum(p.msgs_per_s for p in live) / n
-    t = Table(title="per-partition load (bytes/s, msgs/s; x = max of both over the mean)")
-    for col in ("pp", "vps before", "vps after", "bytes/s before", "bytes/s after",
-                "msgs/s before", "msgs/s after", "x before", "x after"):
-        t.add_column(col, justify="right")
+    t = Table(title="per-partition load, before → after", caption="x: max of bytes/s and msgs/s over the mean",
+              caption_justify="right")
+    for col in ("pp", "vps", "bytes/s", "msgs/s", "x"):
+        t.add_column(col, justify="right", no_wrap=True)
 
     def x(p: PartitionLoad | None) -> str:
         if p is None:
@@ -98,15 +98,18 @@ def _load_table(plan: Plan) -> Table:
         xm = p.msgs_per_s / mean_m if mean_m > 0 else 0.0
         return f"{max(xb, xm):.3f}"
 
+    def pair(b: str, a: str) -> str:
+        return f"{b} → {a}"
+
     for pp in sorted(set(before) | set(after)):
         b, a = before.get(pp), after.get(pp)
         label = str(pp) if (a or b) is None or (a or b).live else f"{pp} (gone)"
         t.add_row(
             label,
-            str(b.vps) if b else "-", str(a.vps) if a else "-",
-            _rate(b.bytes_per_s) if b else "-", _rate(a.bytes_per_s) if a else "-",
-            _rate(b.msgs_per_s) if b else "-", _rate(a.msgs_per_s) if a else "-",
-            x(b), x(a),
+            pair(str(b.vps) if b else "-", str(a.vps) if a else "-"),
+            pair(_rate(b.bytes_per_s) if b else "-", _rate(a.bytes_per_s) if a else "-"),
+            pair(_rate(b.msgs_per_s) if b else "-", _rate(a.msgs_per_s) if a else "-"),
+            pair(x(b), x(a)),
         )
     return t
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,8 +55,11 @@ def rebalance_once(
     expected_nodes: Collection[str] | None = None,
     job_options: JobOptions | None = None,
     planner_options: PlannerOptions | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> RebalanceOutcome:
-    """Read and smooth the statistics, then plan against ``current``."""
+    """Read and smooth the statistics, then plan against ``current``. ``progress``
+    (optional) is called with each stage's name as it starts (``job.run_job``'s, then
+    planning)."""
     t0 = time.perf_counter()
     try:
         job = run_job(
@@ -67,12 +70,15 @@ def rebalance_once(
             current_vps={q: qp.virtual_partitions for q, qp in current.queues.items()},
             expected_nodes=expected_nodes,
             options=job_options,
+            progress=progress,
         )
     except StatisticsError as e:
         job_ms = (time.perf_counter() - t0) * 1000.0
         refused = Plan.refusal(current, len(set(physical_partitions)), e.reason)
         return RebalanceOutcome(refused, None, job_ms, 0.0)
     t1 = time.perf_counter()
+    if progress is not None:
+        progress("planning moves")
     opts = planner_options or PlannerOptions.from_settings(settings, queue_defaults)
     plan = make_plan(current, job.loads, physical_partitions, opts)
     t2 = time.perf_counter()

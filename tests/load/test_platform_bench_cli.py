@@ -42,6 +42,9 @@ def test_produce_two_runs(platform_url: str) -> None:
         assert run["messages"] == run["requests"] * 10 > 0
     assert last["platform"]["started_by_bench"] is False
     assert {"gateway", "write_nodes", "read_nodes"} <= set(last["results"][0]["platform_cores"])
+    done = [line.split("  ")[0] for line in result.stderr.splitlines() if line.startswith("✓ ")]
+    assert done == [f"✓ reaching the platform at {platform_url}", "✓ run 1/2", "✓ run 2/2"]  # progress: stderr
+    assert last_json(result.stdout) == last and "✓ " not in result.stdout  # stdout: figures, JSON last
 
 
 def test_latency_delivers_every_scheduled_message(platform_url: str) -> None:

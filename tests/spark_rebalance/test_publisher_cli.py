@@ -85,6 +85,12 @@ def platform(redis_url: str, tmp_path: Path) -> Iterator[tuple[Path, NodeThread]
         nt.close()
 
 
+def summary_windows(stdout: str) -> list[str]:
+    """The complete windows the job used, from the plan's first reason line."""
+    line = next(line for line in stdout.splitlines() if "complete window(s) from" in line)
+    return ["w"] * int(line.split("statistics: ")[1].split(" complete")[0])
+
+
 def _json_lines(output: str) -> list[dict]:
     return [json.loads(line) for line in output.splitlines() if line.startswith("{")]
 
@@ -100,6 +106,13 @@ def test_dry_run_prints_the_plan_writes_the_chart_and_changes_nothing(platform) 
     assert Path(summary["chart"]).is_file() and Path(summary["chart"]).parent == data_dir / "rebalance"
     assert nt.run(nt.md.maps.epoch()) == epoch
     assert nt.node.fence_calls() == []
+    stages = [line.split("  ")[0] for line in result.stderr.splitlines() if line.startswith("✓ ")]
+    assert stages == [  # the Spark job's stages on stderr as they end, none on stdout
+        "✓ starting Spark (local[1])", "✓ reading statistics",
+        f"✓ aggregating and smoothing {len(summary_windows(result.stdout))} window(s) per virtual partition",
+        "✓ planning moves",
+    ]
+    assert "✓ " not in result.stdout
 
 
 def test_a_run_publishes_through_the_fenced_cutover(platform) -> None:
@@ -108,6 +121,7 @@ def test_a_run_publishes_through_the_fenced_cutover(platform) -> None:
     result = CliRunner().invoke(app, ["rebalance", "--data-dir", str(data_dir), "--master", "local[1]"])
     assert result.exit_code == 0, result.output
     plan, published = _json_lines(result.output)[-2:]
+    assert f"✓ publishing {plan['moves_made']} move(s)" in result.stderr
     pub = published["publish"]
     assert pub["status"] == "published" and len(pub["moved"]) == plan["moves_made"] > 0
     assert pub["epochs"][-2:] == [before.epoch + len(pub["epochs"]) - 1, before.epoch + len(pub["epochs"])]

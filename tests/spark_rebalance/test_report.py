@@ -37,6 +37,18 @@ def test_render_shows_summary_moves_and_loads() -> None:
         assert any(line.strip().lstrip("│┃ ").startswith(f"{pp} ") for line in text.splitlines())
 
 
+def test_render_fits_80_columns() -> None:
+    p = _plan()
+    console = Console(record=True, width=80)
+    render_plan(p, console, max_moves_shown=5, target=1.1)
+    lines = console.export_text().splitlines()
+    assert all(len(line) <= 80 for line in lines)
+    header = next(line for line in lines if "bytes/s" in line)
+    assert all(col in header for col in ("pp", "vps", "bytes/s", "msgs/s", " x "))  # not folded into letters
+    rows = [line for line in lines if " → " in line and "load" not in line]
+    assert len(rows) == len(PPS)
+
+
 def test_render_refused_plan() -> None:
     console = Console(record=True, width=120)
     render_plan(Plan.refusal(placement_for({"a": 2}, PPS), 4, "statistics are stale"), console)
