@@ -21,18 +21,19 @@ import socket
 import sys
 import time
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import aiohttp
 import typer
 from rich.console import Console
 from rich.markup import escape
 
+from vpq.cli.extras import require_extra
 from vpq.common.redis_server import RedisServer, RedisServerError
-from vpq.common.runfiles import run_dir, write_redis_url, write_settings
 from vpq.common.supervisor import ChildSpec, Supervisor
-from vpq.config.overrides import describe_error, parse_assignments
-from vpq.config.settings import Settings, load_settings
+
+if TYPE_CHECKING:  # the server extra: imported by the command, not with the CLI
+    from vpq.config.settings import Settings
 
 console = Console(stderr=True, highlight=False)
 
@@ -58,6 +59,10 @@ def up(
     ),
 ) -> None:
     """Start the platform in the foreground (Ctrl-C stops it)."""
+    require_extra("vpq up", "server")
+    from vpq.config.overrides import describe_error, parse_assignments
+    from vpq.config.settings import load_settings
+
     flags = {
         "data_dir": data_dir,
         "gateway.host": host,
@@ -94,6 +99,8 @@ def _port_free(host: str, port: int) -> bool:
 
 
 def _lock_data_dir(data_dir: Path) -> int:
+    from vpq.common.runfiles import run_dir
+
     run_dir(data_dir).mkdir(parents=True, exist_ok=True)
     fd = os.open(run_dir(data_dir) / "up.lock", os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -130,6 +137,8 @@ async def _wait_redis(server: RedisServer, timeout_s: float = 15.0) -> None:
 
 
 async def _up(settings: Settings) -> int:
+    from vpq.common.runfiles import write_redis_url, write_settings
+
     data_dir = settings.data_dir
     try:
         lock_fd = _lock_data_dir(data_dir)
