@@ -9,6 +9,10 @@ The settings are built once here (``--config`` TOML, ``VPQ_`` variables, ``--set
 KEY=VALUE`` and the specific flags; a bad key or value exits with status 2 and a
 message naming it) and handed to every child as ``<data-dir>/run/settings.json``;
 each role builds its tuning (``ReadNodeOptions``, ``AppendPolicy``, ...) from them.
+
+It needs the server extra (``pip install 'vpq[server]'``): the settings, the run files
+and the roles are imported when the command runs, so that the client CLI loads without
+them; without the extra it prints which one to install and exits with status 1.
 """
 
 from __future__ import annotations
