@@ -1,10 +1,14 @@
-"""The ``vpq`` command line: one typer app, sub-commands registered from small modules."""
+"""The ``vpq`` command line: one typer app, sub-commands registered from small modules.
+
+Importing this module loads the client only (the SDK, typer, rich): ``vpq up``,
+``vpq rebalance`` and ``vpq bench`` import what they need (the server, spark and bench
+extras) when they run (``cli/extras.py``; tests/test_packaging.py checks it)."""
 
 from __future__ import annotations
 
 import typer
 
-from vpq.cli.bench import bench_app
+from vpq.cli.bench_lazy import bench_app
 from vpq.cli.commands import register_commands
 from vpq.cli.rebalance import rebalance
 from vpq.cli.up import up

@@ -9,6 +9,10 @@ The settings are built once here (``--config`` TOML, ``VPQ_`` variables, ``--set
 KEY=VALUE`` and the specific flags; a bad key or value exits with status 2 and a
 message naming it) and handed to every child as ``<data-dir>/run/settings.json``;
 each role builds its tuning (``ReadNodeOptions``, ``AppendPolicy``, ...) from them.
+
+It needs the server extra (``pip install 'vpq[server]'``): the settings, the run files
+and the roles are imported when the command runs, so that the client CLI loads without
+them; without the extra it prints which one to install and exits with status 1.
 """
 
 from __future__ import annotations
@@ -21,18 +25,19 @@ import socket
 import sys
 import time
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import aiohttp
 import typer
 from rich.console import Console
 from rich.markup import escape
 
+from vpq.cli.extras import require_extra
 from vpq.common.redis_server import RedisServer, RedisServerError
-from vpq.common.runfiles import run_dir, write_redis_url, write_settings
 from vpq.common.supervisor import ChildSpec, Supervisor
-from vpq.config.overrides import describe_error, parse_assignments
-from vpq.config.settings import Settings, load_settings
+
+if TYPE_CHECKING:  # the server extra: imported by the command, not with the CLI
+    from vpq.config.settings import Settings
 
 console = Console(stderr=True, highlight=False)
 
@@ -58,6 +63,10 @@ def up(
     ),
 ) -> None:
     """Start the platform in the foreground (Ctrl-C stops it)."""
+    require_extra("vpq up", "server")
+    from vpq.config.overrides import describe_error, parse_assignments
+    from vpq.config.settings import load_settings
+
     flags = {
         "data_dir": data_dir,
         "gateway.host": host,
@@ -94,6 +103,8 @@ def _port_free(host: str, port: int) -> bool:
 
 
 def _lock_data_dir(data_dir: Path) -> int:
+    from vpq.common.runfiles import run_dir
+
     run_dir(data_dir).mkdir(parents=True, exist_ok=True)
     fd = os.open(run_dir(data_dir) / "up.lock", os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -130,6 +141,8 @@ async def _wait_redis(server: RedisServer, timeout_s: float = 15.0) -> None:
 
 
 async def _up(settings: Settings) -> int:
+    from vpq.common.runfiles import write_redis_url, write_settings
+
     data_dir = settings.data_dir
     try:
         lock_fd = _lock_data_dir(data_dir)

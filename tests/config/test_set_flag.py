@@ -7,7 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 from vpq.cli.main import app
-from vpq.cli.rebalance import resolve_target
+from vpq.cli.rebalance_run import resolve_target
 from vpq.common.runfiles import write_redis_url, write_settings
 from vpq.config.settings import load_settings
 
