@@ -212,7 +212,7 @@ class ClusterBackend:
             )
         with metadata_errors():
             results = await appender.append(queue, batch)
-        self.traffic.record(queue, len(batch), batch.value_bytes())
+        self.traffic.record(queue, len(batch), batch.value_bytes(), results.virtual_partitions)
         return results
 
     # ---------------------------------------------------------------- consumers
@@ -308,6 +308,11 @@ class ClusterBackend:
         with metadata_errors():
             m = await md.maps.current()
         return m if m is not None else dict(EMPTY_MAP)
+
+    async def map_history(self, limit: int) -> list[dict[str, Any]]:
+        md = self._require(self._md)
+        with metadata_errors():
+            return await md.maps.history(limit)
 
     async def metrics_text(self) -> str:
         if not self._started or self._appender is None:
