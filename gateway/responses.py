@@ -234,6 +234,18 @@ class NodeInfo(BaseModel):
     address: str
 
 
+class DiskInfo(BaseModel):
+    model_config = _OPEN
+
+    free_bytes: int
+    total_bytes: int
+
+
+class WriteNodeInfo(NodeInfo):
+    reachable: bool = Field(True, description="whether it answered the partition listing just now")
+    disk: DiskInfo | None = Field(None, description="free and total bytes of its data directory, when it said")
+
+
 class PhysicalPartitionInfo(BaseModel):
     model_config = _OPEN
 
@@ -246,7 +258,7 @@ class PhysicalPartitionInfo(BaseModel):
 class ClusterInfo(BaseModel):
     model_config = _OPEN
 
-    write_nodes: list[NodeInfo]
+    write_nodes: list[WriteNodeInfo]
     read_nodes: list[NodeInfo]
     physical_partitions: list[PhysicalPartitionInfo]
     epoch: int = Field(..., description="current map epoch")

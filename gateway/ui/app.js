@@ -120,8 +120,7 @@
       card("write nodes", String((c.write_nodes || []).length)),
       card("read nodes", String((c.read_nodes || []).length)),
       card("partitions online", online + " / " + pps.length, online === pps.length ? "ok" : "bad"),
-      card("stored", bytes(totalBytes)),
-      card("queues", String(queues.length)));
+      card("stored", bytes(totalBytes)));
     const disk = (n) => {
       const m = n.meta || {};
       const free = m.disk_free_bytes ?? m.free_bytes ?? (n.disk && n.disk.free_bytes);
@@ -178,7 +177,7 @@
     const n = Math.max(vps || 0, ...Object.keys(byVp || {}).map((k) => Number(k) + 1), 1);
     const values = Array.from({ length: n }, (_, i) => (byVp || {})[String(i)] || 0);
     const max = Math.max(1, ...values);
-    const W = 560, H = 90, pad = 18, bw = Math.max(1, (W - pad) / n);
+    const W = 420, H = 90, pad = 22, bw = Math.max(1, (W - pad) / n);
     const svg = s("svg", { class: "vp-lag", width: W, height: H + 16, viewBox: `0 0 ${W} ${H + 16}`, role: "img", "aria-label": "lag by virtual partition" });
     svg.append(s("line", { x1: pad, y1: H, x2: W, y2: H, stroke: "#ccd" }));
     values.forEach((v, i) => {
@@ -240,12 +239,12 @@
     const traffic = (q.traffic && q.traffic.by_virtual_partition) || [];
     const max = Math.max(0, ...traffic);
     const rows = [...new Set(pps.concat(placement))].sort((a, b) => a - b);
-    const cw = Math.max(4, Math.min(26, Math.floor(1100 / Math.max(1, V)))), ch = 18, left = 44, top = 16;
+    const cw = Math.max(4, Math.min(40, Math.floor(1100 / Math.max(1, V)))), ch = 22, left = 44, top = 16;
     const W = left + V * cw + 4, H = top + rows.length * ch + 4;
     const svg = s("svg", { class: "heatmap", "data-queue": q.name, width: W, height: H, viewBox: `0 0 ${W} ${H}`, role: "img",
       "aria-label": "placement of " + q.name });
     rows.forEach((pp, r) => {
-      svg.append(s("text", { x: 0, y: top + r * ch + 13, text: "pp " + pp }));
+      svg.append(s("text", { x: 0, y: top + r * ch + 15, text: "pp " + pp }));
       svg.append(s("rect", { x: left, y: top + r * ch, width: V * cw, height: ch - 2, fill: "#f7f8fa" }));
     });
     for (let vp = 0; vp < V; vp++) {
