@@ -9,6 +9,7 @@
   const SVG_NS = "http://www.w3.org/2000/svg";
   const authOn = document.documentElement.dataset.auth === "on";
   let timer = null;
+  const lastTraffic = {}; // queue -> {t, counts}: the previous refresh's per-vp totals
 
   // ------------------------------------------------------------------ DOM helpers
   function h(tag, attrs, ...children) {
@@ -158,12 +159,15 @@
         const t = q.traffic || {};
         return {
           attrs: { "data-queue": q.name },
-          cells: [h("td", { class: "queue-name", text: q.name }), String(q.virtual_partitions), String(new Set(q.placement || []).size),
+          cells: [h("td", { class: "queue-name", text: q.name }), String(vpsOf(q)), String(new Set(q.placement || []).size),
             rate(t.messages_per_s || 0), bytes(Math.round(t.bytes_per_s || 0)) + "/s", num(t.messages_total || 0),
             (q.groups || []).join(", ") || "–"],
         };
       })) : empty("no queue yet: PUT /v1/queues/{name} creates one"));
   }
+
+  // The map is the truth about a queue's vps (a remap may have split it since its config).
+  function vpsOf(q) { return (q.placement || []).length || q.virtual_partitions || 0; }
 
   // ------------------------------------------------------------------ groups
   function lagTable(title, by, attr) {
@@ -211,7 +215,7 @@
       }))) : empty("no member"));
       const q = queuesByName[queue];
       card.append(h("div", { class: "lag-grid" }, lagTable("lag by lane", lag.by_lane, "lane"), lagTable("lag by env", lag.by_env, "env"),
-        lagTable("lag by set", lag.by_set, "set"), vpLagChart(lag.by_virtual_partition, q ? q.virtual_partitions : 0)));
+        lagTable("lag by set", lag.by_set, "set"), vpLagChart(lag.by_virtual_partition, q ? vpsOf(q) : 0)));
       return card;
     }));
   }
@@ -234,9 +238,23 @@
     const hue = 55 - 55 * t, light = 80 - 38 * t;
     return `hsl(${hue.toFixed(0)}, 90%, ${light.toFixed(0)}%)`;
   }
+  // Per-vp heat: messages per second since the previous refresh when there was one (and
+  // traffic since), else the totals since the gateway started.
+  function vpHeat(q) {
+    const counts = (q.traffic && q.traffic.by_virtual_partition) || [];
+    const now = Date.now(), prev = lastTraffic[q.name];
+    lastTraffic[q.name] = { t: now, counts };
+    if (prev && now - prev.t > 500) {
+      const dt = (now - prev.t) / 1000;
+      const rates = counts.map((n, i) => Math.max(0, n - (prev.counts[i] || 0)) / dt);
+      if (rates.some((r) => r > 0)) return { values: rates, counts, unit: "msg/s now" };
+    }
+    return { values: counts, counts, unit: "messages" };
+  }
   function heatmap(q, pps) {
-    const V = q.virtual_partitions, placement = q.placement || [];
-    const traffic = (q.traffic && q.traffic.by_virtual_partition) || [];
+    const V = vpsOf(q), placement = q.placement || [];
+    const heat = vpHeat(q);
+    const traffic = heat.values;
     const max = Math.max(0, ...traffic);
     const rows = [...new Set(pps.concat(placement))].sort((a, b) => a - b);
     const cw = Math.max(4, Math.min(40, Math.floor(1100 / Math.max(1, V)))), ch = 22, left = 44, top = 16;
@@ -253,13 +271,13 @@
       const r = rows.indexOf(pp);
       if (r < 0) continue;
       const n = traffic[vp] || 0;
-      const cell = s("rect", { class: "hm-cell", "data-vp": vp, "data-pp": pp, "data-messages": n,
+      const cell = s("rect", { class: "hm-cell", "data-vp": vp, "data-pp": pp, "data-messages": heat.counts[vp] || 0,
         x: left + vp * cw + 0.5, y: top + r * ch, width: Math.max(2, cw - 1), height: ch - 2, rx: 2,
         fill: heatColour(max ? n / max : 0), stroke: "#fff" });
-      cell.append(s("title", { text: `${q.name} vp ${vp} on pp ${pp}: ${n} message(s)` }));
+      cell.append(s("title", { text: `${q.name} vp ${vp} on pp ${pp}: ${num(n)} ${heat.unit}, ${heat.counts[vp] || 0} message(s) in all` }));
       svg.append(cell);
     }
-    const legend = h("span", { class: "muted", text: max ? ` · darkest = ${num(max)} messages` : " · no traffic seen yet" });
+    const legend = h("span", { class: "muted", text: max ? ` · darkest = ${num(max)} ${heat.unit}` : " · no traffic seen yet" });
     return h("div", { class: "heat" }, h("div", {}, h("span", { class: "title", text: q.name }),
       h("span", { class: "muted", text: ` · ${V} vps on ${new Set(placement).size} pps` }), legend), svg);
   }

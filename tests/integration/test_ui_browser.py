@@ -9,19 +9,29 @@ heat-map's SVG cells (one per virtual partition, on the physical partition the m
 says, coloured by traffic) and the map history. It also takes a 1400x1000 screenshot;
 ``VPQ_UI_SCREENSHOT=PATH`` copies it to PATH (how ``docs/img/dashboard.png`` is made).
 
-Without a Chromium binary the test is skipped (failed under ``VPQ_TEST_STRICT=1``).
+With auth enabled, a second test drives the page over the DevTools protocol: it asks for a
+token before calling the API, asks again when the token is refused, and keeps a good one
+for the tab (a reload goes straight to the dashboard).
+
+Without a Chromium binary the tests are skipped (failed under ``VPQ_TEST_STRICT=1``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
 import os
 import shutil
 import struct
 import subprocess
 import time
+from collections.abc import AsyncIterator
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any
 
+import aiohttp
 import pytest
 
 from tests.integration.api import Api
@@ -192,3 +202,107 @@ def test_the_dashboard_shows_queues_groups_lane_lag_heatmap_and_history(platform
     assert png_size(data) == (1400, 1000) and len(data) > 20_000
     if os.environ.get("VPQ_UI_SCREENSHOT"):
         Path(os.environ["VPQ_UI_SCREENSHOT"]).write_bytes(data)
+
+
+TOKEN = "ui-admin-token"
+AUTH_ENV = {
+    "VPQ_GATEWAY__AUTH_ENABLED": "true",
+    "VPQ_GATEWAY__TOKENS": json.dumps([{"token": TOKEN, "scopes": {"admin": ["*"], "consume": ["*"], "produce": ["*"]}}]),
+}
+
+
+class DevTools:
+    """A page of a headless Chromium driven over the DevTools protocol (its websocket)."""
+
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        self.ws = ws
+        self.next_id = 0
+
+    async def call(self, method: str, **params: Any) -> dict[str, Any]:
+        self.next_id += 1
+        await self.ws.send_json({"id": self.next_id, "method": method, "params": params})
+        while True:
+            msg = await self.ws.receive_json(timeout=20)
+            if msg.get("id") == self.next_id:
+                assert "error" not in msg, msg
+                return msg["result"]
+
+    async def js(self, expression: str) -> Any:
+        result = await self.call("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True)
+        assert "exceptionDetails" not in result, result
+        return result["result"].get("value")
+
+    async def until(self, expression: str, timeout_s: float = 15.0) -> Any:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            value = await self.js(expression)
+            if value:
+                return value
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"never true: {expression}")
+
+
+@contextlib.asynccontextmanager
+async def devtools(exe: str, profile: Path, url: str) -> AsyncIterator[DevTools]:
+    proc = subprocess.Popen(
+        [exe, "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
+         "--disable-extensions", f"--user-data-dir={profile}", "--remote-debugging-port=0", url],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        port_file = profile / "DevToolsActivePort"
+        deadline = time.monotonic() + 20
+        while not (port_file.exists() and port_file.read_text().strip()) and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        port = int(port_file.read_text().split()[0])
+        async with aiohttp.ClientSession() as session:
+            targets = await (await session.get(f"http://127.0.0.1:{port}/json/list")).json()
+            page = next(t for t in targets if t["type"] == "page")
+            async with session.ws_connect(page["webSocketDebuggerUrl"], max_msg_size=0) as ws:
+                yield DevTools(ws)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture
+def auth_platform(tmp_path: Path):
+    p = Platform(tmp_path / "vpq-auth", physical_partitions=2, env=dict(AUTH_ENV))
+    p.start()
+    yield p
+    try:
+        p.stop()
+    except Exception:
+        p.kill_all()
+
+
+async def test_with_auth_the_dashboard_asks_for_a_token_once(auth_platform: Platform, tmp_path: Path) -> None:
+    exe = browser()
+    api = Api(auth_platform.url)
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    api.call("PUT", "/v1/queues/secret-q", {"virtual_partitions": 2}, headers=bearer, expect=201)
+    api.call("GET", "/v1/queues", expect=401)
+    async with devtools(exe, tmp_path / "profile", auth_platform.url + "/ui") as page:
+        # no token yet: the form is shown, the dashboard is not, nothing was asked of the API
+        await page.until("document.readyState === 'complete' && !!document.getElementById('token-form')")
+        assert await page.js("document.getElementById('token-form').hidden") is False
+        assert await page.js("document.getElementById('dashboard').hidden") is True
+        # a wrong token: refused, asked again with a message
+        await page.js("document.getElementById('token-input').value = 'wrong';"
+                      "document.getElementById('token-form').requestSubmit()")
+        await page.until("!document.getElementById('token-error').hidden")
+        assert "refused" in await page.js("document.getElementById('token-error').textContent")
+        # the right one: the dashboard shows the queue the token may see
+        await page.js(f"document.getElementById('token-input').value = {json.dumps(TOKEN)};"
+                      "document.getElementById('token-form').requestSubmit()")
+        await page.until("document.querySelector('#queue-table td.queue-name')?.textContent === 'secret-q'")
+        assert await page.js("sessionStorage.getItem('vpq-token')") == TOKEN
+        # asked once: a reload keeps the token (this tab) and goes straight to the dashboard
+        await page.call("Page.reload")
+        await page.until("document.querySelector('#queue-table td.queue-name')?.textContent === 'secret-q'")
+        assert await page.js("document.getElementById('token-form').hidden") is True
+        assert (await page.js("document.getElementById('status').textContent")).startswith("updated")
