@@ -83,7 +83,9 @@ class QueueInfo(BaseModel):
     epoch: int = Field(..., description="map epoch the placement belongs to")
     placement: list[int] = Field(..., description="physical partition of vp 0, vp 1, ...")
     traffic: QueueTraffic
-    groups: list[str] = Field(default_factory=list, description="names of its consumer groups")
+    groups: list[str] | None = Field(
+        None, description="names of its consumer groups (in the answer of GET /v1/queues/{queue}, not in the list)"
+    )
 
 
 class QueueList(BaseModel):

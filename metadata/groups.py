@@ -271,16 +271,6 @@ class GroupStore:
     async def groups(self, queue: str) -> list[str]:
         return sorted(await self._client.smembers(self._keys.groups(queue)))
 
-    async def groups_many(self, queues: list[str]) -> dict[str, list[str]]:
-        """``groups`` of each of ``queues`` (one round trip)."""
-        if not queues:
-            return {}
-        async with self._client.pipeline(transaction=False) as pipe:
-            for q in queues:
-                pipe.smembers(self._keys.groups(q))
-            raw = await pipe.execute()
-        return {q: sorted(r) for q, r in zip(queues, raw, strict=True)}
-
     async def set_start_offsets(self, queue: str, group: str, offsets: Mapping[int, int]) -> dict[int, int]:
         """Store each pp's start offset unless one is stored already; returns every
         stored start offset of the group (the ones that won)."""

@@ -110,8 +110,7 @@ class QueueAdmin:
         with metadata_errors():
             records = await self._md.queues.list()
             current = await self._current()
-            groups = await self._md.groups.groups_many([r.name for r in records])
-        return [self.info(r, current, groups[r.name]) for r in records]
+        return [self.info(r, current) for r in records]
 
     # ------------------------------------------------------------------ changes
     async def put(self, name: str, config: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:

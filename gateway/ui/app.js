@@ -4,6 +4,7 @@
 (function () {
   const REFRESH_MS = 3000;
   const MAX_GROUPS = 40;
+  const MAX_DETAILED_QUEUES = 50; // queues whose detail (it names their groups) is read each refresh
   const HISTORY_LIMIT = 20;
   const TOKEN_KEY = "vpq-token";
   const SVG_NS = "http://www.w3.org/2000/svg";
@@ -315,6 +316,8 @@
   async function refresh() {
     const [cluster, qlist, hist] = await Promise.all([maybe("/v1/cluster"), maybe("/v1/queues"), maybe("/v1/maps/history?limit=" + HISTORY_LIMIT)]);
     const queues = qlist.ok ? qlist.ok.queues || [] : [];
+    const details = await Promise.all(queues.slice(0, MAX_DETAILED_QUEUES).map((q) => maybe("/v1/queues/" + encodeURIComponent(q.name))));
+    details.forEach((d, i) => { if (d.ok) queues[i].groups = d.ok.groups || []; });
     const byName = Object.fromEntries(queues.map((q) => [q.name, q]));
     const pairs = [];
     for (const q of queues) for (const g of q.groups || []) if (pairs.length < MAX_GROUPS) pairs.push([q.name, g]);
