@@ -67,3 +67,11 @@ async def test_ui_with_auth_is_served_without_a_token_and_asks_for_one(make_clie
     await error_of(await client.get("/v1/maps/history"), 401)
     ok = await client.get("/v1/maps/history", headers={"Authorization": "Bearer adm"})
     assert ok.status == 200
+
+
+async def test_cluster_reports_each_write_nodes_disk(client: TestClient) -> None:
+    cluster = (await (await client.get("/v1/cluster")).json())
+    assert cluster["write_nodes"]
+    for node in cluster["write_nodes"]:
+        assert node["reachable"] is True
+        assert 0 < node["disk"]["free_bytes"] <= node["disk"]["total_bytes"], node
