@@ -4,12 +4,16 @@ backend (the browser's view of ``/ui`` is ``tests/integration/test_ui_browser.py
 from __future__ import annotations
 
 import re
+import tomllib
+from fnmatch import fnmatch
+from pathlib import Path
 
 from aiohttp.test_utils import TestClient
 
 from tests.gateway.conftest import MakeClient, error_of
 from vpq.config.settings import AuthToken, GatewaySettings
 from vpq.gateway.responses import MapHistory, QueueInfo
+from vpq.gateway.ui_page import UI_DIR, UI_PARTS
 
 
 async def test_history_lists_the_queue_admins_epochs_newest_first(client: TestClient) -> None:
@@ -75,3 +79,11 @@ async def test_cluster_reports_each_write_nodes_disk(client: TestClient) -> None
     for node in cluster["write_nodes"]:
         assert node["reachable"] is True
         assert 0 < node["disk"]["free_bytes"] <= node["disk"]["total_bytes"], node
+
+
+def test_every_file_of_the_page_is_package_data() -> None:
+    root = Path(__file__).resolve().parents[2]
+    globs = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["vpq.gateway"]
+    files = sorted(p.relative_to(root / "gateway").as_posix() for p in UI_DIR.iterdir())
+    assert set(UI_PARTS) <= {f.split("/")[-1] for f in files}
+    assert all(any(fnmatch(f, g) for g in globs) for f in files), (files, globs)
