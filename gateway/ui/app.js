@@ -4,6 +4,7 @@
 (function () {
   const REFRESH_MS = 3000;
   const MAX_GROUPS = 40;
+  const MAX_QUEUE_ROWS = 100;
   const MAX_DETAILED_QUEUES = 50; // queues whose detail (it names their groups) is read each refresh
   const HISTORY_LIMIT = 20;
   const TOKEN_KEY = "vpq-token";
@@ -154,9 +155,13 @@
 
   // ------------------------------------------------------------------ queues
   function renderQueues(queues) {
+    // the busiest first; at most MAX_QUEUE_ROWS rows (the rest are counted)
+    const rows = [...queues].sort((a, b) => ((b.traffic || {}).messages_per_s || 0) - ((a.traffic || {}).messages_per_s || 0)
+      || a.name.localeCompare(b.name)).slice(0, MAX_QUEUE_ROWS);
+    const more = queues.length - rows.length;
     fill("queue-table", queues.length ? table(
       ["queue", "#vps", "#pps", "#msg/s", "#bytes/s", "#messages", "groups"],
-      queues.map((q) => {
+      rows.map((q) => {
         const t = q.traffic || {};
         return {
           attrs: { "data-queue": q.name },
@@ -164,7 +169,7 @@
             rate(t.messages_per_s || 0), bytes(Math.round(t.bytes_per_s || 0)) + "/s", num(t.messages_total || 0),
             (q.groups || []).join(", ") || "–"],
         };
-      })) : empty("no queue yet: PUT /v1/queues/{name} creates one"));
+      })) : empty("no queue yet: PUT /v1/queues/{name} creates one"), more > 0 ? empty(`and ${more} more (quieter) queue(s)`) : null);
   }
 
   // The map is the truth about a queue's vps (a remap may have split it since its config).
