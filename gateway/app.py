@@ -2,7 +2,7 @@
 
 The app is stateless apart from its typed ``AppKey``s (``gateway/keys.py``): settings, the
 backend, the metrics registry, the authoriser, the route index and the pre-rendered
-OpenAPI document and docs page. Requests go through the middlewares of
+OpenAPI document, docs page and dashboard (``gateway/ui_page.py``). Requests go through the middlewares of
 ``gateway/middleware.py`` (metrics, JSON errors, auth, path-name checks) to the thin
 handlers of the route table (``gateway/routes.py``).
 """
@@ -28,12 +28,15 @@ from vpq.gateway.keys import (
     QUEUE_DEFAULTS_KEY,
     ROUTES_KEY,
     SETTINGS_KEY,
+    UI_CSP_KEY,
+    UI_HTML_KEY,
 )
 from vpq.gateway.metrics import GatewayMetrics
 from vpq.gateway.middleware import error_middleware, metrics_middleware, params_middleware
 from vpq.gateway.openapi import build_openapi
 from vpq.gateway.routes import ROUTES, add_routes
 from vpq.gateway.routes_spec import RouteIndex
+from vpq.gateway.ui_page import render_ui
 
 
 async def _backend_lifecycle(app: web.Application) -> AsyncIterator[None]:
@@ -85,6 +88,7 @@ def create_app(
     app[OPENAPI_KEY] = document
     app[OPENAPI_JSON_KEY] = orjson.dumps(document)
     app[DOCS_HTML_KEY] = render_docs(document).encode()
+    app[UI_HTML_KEY], app[UI_CSP_KEY] = render_ui(settings.auth_enabled)
     add_routes(app, routes.specs)
     if manage_backend:
         app.cleanup_ctx.append(_backend_lifecycle)

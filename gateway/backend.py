@@ -159,6 +159,12 @@ class Backend(Protocol):
         "placement": [pp of vp 0, ...]}}}``."""
         ...
 
+    async def map_history(self, limit: int) -> list[dict[str, Any]]:
+        """The latest ``limit`` (1..1000) map epochs, newest first, as ``MapEpoch`` dicts
+        (``metadata.map_history``): epoch, time, what changed, a remap's moves, splits and
+        imbalance."""
+        ...
+
     async def metrics_text(self) -> str:
         """Node-side metrics in Prometheus text format, appended to ``GET /metrics``; "" when
         there are none. Metric names must not clash with the gateway's ``vpq_gateway_*``."""

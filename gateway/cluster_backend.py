@@ -212,7 +212,7 @@ class ClusterBackend:
             )
         with metadata_errors():
             results = await appender.append(queue, batch)
-        self.traffic.record(queue, len(batch), batch.value_bytes())
+        self.traffic.record(queue, len(batch), batch.value_bytes(), results.virtual_partitions)
         return results
 
     # ---------------------------------------------------------------- consumers
@@ -266,9 +266,12 @@ class ClusterBackend:
         listings = await asyncio.gather(*(client.partitions(n.address) for n in write_nodes), return_exceptions=True)
         reported: dict[int, dict[str, Any]] = {}
         reachable: dict[str, bool] = {}
+        disks: dict[str, Any] = {}
         for node, listing in zip(write_nodes, listings, strict=True):
             reachable[node.node_id] = isinstance(listing, dict)
             if isinstance(listing, dict):
+                if isinstance(listing.get("disk"), dict):
+                    disks[node.node_id] = listing["disk"]
                 for p in listing["partitions"]:
                     if isinstance(p, dict) and isinstance(p.get("id"), int):
                         reported[p["id"]] = {**p, "reporter": node.node_id}
@@ -292,7 +295,8 @@ class ClusterBackend:
             )
         return {
             "write_nodes": [
-                {"id": n.node_id, "address": n.address, "reachable": reachable.get(n.node_id, False), "meta": dict(n.meta)}
+                {"id": n.node_id, "address": n.address, "reachable": reachable.get(n.node_id, False), "meta": dict(n.meta),
+                 **({"disk": disks[n.node_id]} if n.node_id in disks else {})}
                 for n in write_nodes
             ],
             "read_nodes": [
@@ -308,6 +312,11 @@ class ClusterBackend:
         with metadata_errors():
             m = await md.maps.current()
         return m if m is not None else dict(EMPTY_MAP)
+
+    async def map_history(self, limit: int) -> list[dict[str, Any]]:
+        md = self._require(self._md)
+        with metadata_errors():
+            return await md.maps.history(limit)
 
     async def metrics_text(self) -> str:
         if not self._started or self._appender is None:

@@ -7,8 +7,11 @@ import logging
 from aiohttp import web
 
 from vpq.common.errors import Unavailable, VpqError
-from vpq.gateway.http import json_response
-from vpq.gateway.keys import BACKEND_KEY, DOCS_HTML_KEY, METRICS_KEY, OPENAPI_JSON_KEY
+from vpq.gateway.http import json_response, query_int
+from vpq.gateway.keys import BACKEND_KEY, DOCS_HTML_KEY, METRICS_KEY, OPENAPI_JSON_KEY, UI_CSP_KEY, UI_HTML_KEY
+from vpq.gateway.routes_spec import QueryParam
+
+HISTORY_LIMIT = QueryParam("limit", "how many epochs, newest first", minimum=1, maximum=1000, default=20)
 
 log = logging.getLogger(__name__)
 
@@ -21,6 +24,12 @@ async def cluster(request: web.Request) -> web.Response:
 async def current_map(request: web.Request) -> web.Response:
     """``GET /v1/maps/current``: the placement map in force."""
     return json_response(await request.app[BACKEND_KEY].current_map())
+
+
+async def map_history(request: web.Request) -> web.Response:
+    """``GET /v1/maps/history?limit=N``: the latest map epochs, newest first."""
+    limit = query_int(request, HISTORY_LIMIT)
+    return json_response({"epochs": await request.app[BACKEND_KEY].map_history(limit)})
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -55,3 +64,11 @@ async def openapi_json(request: web.Request) -> web.Response:
 async def docs_page(request: web.Request) -> web.Response:
     """``GET /docs``: a self-contained HTML page describing every operation."""
     return web.Response(body=request.app[DOCS_HTML_KEY], content_type="text/html", charset="utf-8")
+
+
+async def ui_page(request: web.Request) -> web.Response:
+    """``GET /ui``: the dashboard, one self-contained page (``gateway.ui_page``)."""
+    return web.Response(
+        body=request.app[UI_HTML_KEY], content_type="text/html", charset="utf-8",
+        headers={"Cache-Control": "no-cache", "Content-Security-Policy": request.app[UI_CSP_KEY]},
+    )

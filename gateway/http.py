@@ -13,6 +13,7 @@ Body rules (every route with a JSON body):
 
 from __future__ import annotations
 
+import re
 from typing import Any, TypeVar
 
 import orjson
@@ -20,7 +21,10 @@ from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
 from vpq.common.errors import BadRequest, PayloadTooLarge, UnsupportedMediaType
+from vpq.gateway.routes_spec import QueryParam
 from vpq.isolation.context import IsolationError, PartialContext, parse_isolation_headers
+
+_INT_RE = re.compile(r"-?[0-9]{1,18}")
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -132,3 +136,19 @@ def isolation_headers(request: web.Request) -> PartialContext:
         return parse_isolation_headers(request.headers)
     except IsolationError as exc:
         raise BadRequest("invalid_header", str(exc), field=exc.field) from None
+
+
+def query_int(request: web.Request, param: QueryParam) -> int:
+    """The integer query parameter ``param`` of ``request`` (its default when absent);
+    400 ``invalid_query`` when it is not an integer within its bounds."""
+    raw = request.query.get(param.name)
+    if raw is None:
+        return param.default
+    value = int(raw) if _INT_RE.fullmatch(raw) else None
+    if value is None or not param.minimum <= value <= param.maximum:
+        raise BadRequest(
+            "invalid_query",
+            f"{param.name} must be an integer from {param.minimum} to {param.maximum}, got {raw[:40]!r}",
+            field=param.name,
+        )
+    return value

@@ -92,7 +92,7 @@ def _error_statuses(spec: RouteSpec) -> list[int]:
     statuses = set(spec.errors)
     if spec.request_model is not None:
         statuses |= {400, 413, 415}
-    if spec.path_params or spec.isolation_headers:
+    if spec.path_params or spec.isolation_headers or spec.query:
         statuses.add(400)
     if spec.access is not Access.OPEN:
         statuses.add(401)
@@ -112,6 +112,16 @@ def _parameters(spec: RouteSpec) -> list[dict[str, Any]]:
         }
         for name in spec.path_params
     ]
+    for q in spec.query:
+        params.append(
+            {
+                "name": q.name,
+                "in": "query",
+                "required": False,
+                "description": q.description,
+                "schema": {"type": "integer", "minimum": q.minimum, "maximum": q.maximum, "default": q.default},
+            }
+        )
     if spec.isolation_headers:
         for header, text in _ISOLATION_HEADERS:
             params.append(

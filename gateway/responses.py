@@ -45,6 +45,9 @@ class QueueTraffic(BaseModel):
     bytes_total: int = 0
     messages_per_s: float = 0.0
     bytes_per_s: float = 0.0
+    by_virtual_partition: list[int] = Field(
+        default_factory=list, description="messages produced through this gateway per virtual partition (index = vp)"
+    )
 
 
 class QueueInfo(BaseModel):
@@ -80,6 +83,9 @@ class QueueInfo(BaseModel):
     epoch: int = Field(..., description="map epoch the placement belongs to")
     placement: list[int] = Field(..., description="physical partition of vp 0, vp 1, ...")
     traffic: QueueTraffic
+    groups: list[str] | None = Field(
+        None, description="names of its consumer groups (in the answer of GET /v1/queues/{queue}, not in the list)"
+    )
 
 
 class QueueList(BaseModel):
@@ -230,6 +236,18 @@ class NodeInfo(BaseModel):
     address: str
 
 
+class DiskInfo(BaseModel):
+    model_config = _OPEN
+
+    free_bytes: int
+    total_bytes: int
+
+
+class WriteNodeInfo(NodeInfo):
+    reachable: bool = Field(True, description="whether it answered the partition listing just now")
+    disk: DiskInfo | None = Field(None, description="free and total bytes of its data directory, when it said")
+
+
 class PhysicalPartitionInfo(BaseModel):
     model_config = _OPEN
 
@@ -242,7 +260,7 @@ class PhysicalPartitionInfo(BaseModel):
 class ClusterInfo(BaseModel):
     model_config = _OPEN
 
-    write_nodes: list[NodeInfo]
+    write_nodes: list[WriteNodeInfo]
     read_nodes: list[NodeInfo]
     physical_partitions: list[PhysicalPartitionInfo]
     epoch: int = Field(..., description="current map epoch")
@@ -263,6 +281,72 @@ class CurrentMap(BaseModel):
 
     epoch: int
     queues: dict[str, MapQueue]
+
+
+class MapMove(BaseModel):
+    model_config = _OPEN
+
+    queue: str
+    vp: int = Field(..., description="virtual partition (under the queue's V at that epoch)")
+    from_pp: int
+    to_pp: int
+
+
+class MapSplit(BaseModel):
+    model_config = _OPEN
+
+    queue: str
+    from_vps: int
+    to_vps: int
+
+
+class MapQueueChange(BaseModel):
+    model_config = _OPEN
+
+    queue: str
+    change: Literal["created", "grown", "deleted"]
+    virtual_partitions: int
+
+
+class MapEpoch(BaseModel):
+    """One published map epoch and what changed in it."""
+
+    model_config = _OPEN
+
+    epoch: int
+    time_ms: int = Field(..., description="when it was published (Unix ms, metadata store's clock)")
+    kind: str = Field(..., description="queues (queue admin), remap (the remap job) or update")
+    stage: str | None = Field(None, description="a remap's epochs: split, fence, final or recovery")
+    queues: list[MapQueueChange] = Field(default_factory=list, description="queues created, grown or deleted")
+    moves: list[MapMove] = Field(default_factory=list, description="virtual partitions moved (at most 500 listed)")
+    moves_total: int = Field(0, description="virtual partitions moved, all counted")
+    splits: list[MapSplit] = Field(default_factory=list)
+    imbalance_before: float | None = Field(
+        None, description="the remap's combined max/mean load of the physical partitions before it; null otherwise"
+    )
+    imbalance_after: float | None = Field(None, description="the same, as the remap planned it after")
+    rolled_back: int = Field(0, description="moves the remap gave up (the vps stayed where they were)")
+    fenced: int = Field(0, description="virtual partitions a remap's fence epoch fenced for moving")
+
+
+class MapHistory(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+        json_schema_extra={
+            "examples": [
+                {
+                    "epochs": [
+                        {"epoch": 9, "time_ms": 1764072000000, "kind": "remap", "stage": "final",
+                         "queues": [], "moves": [{"queue": "orders", "vp": 3, "from_pp": 0, "to_pp": 2}],
+                         "moves_total": 1, "splits": [], "imbalance_before": 1.62, "imbalance_after": 1.05,
+                         "rolled_back": 0, "fenced": 0},
+                    ]
+                }
+            ]
+        },
+    )
+
+    epochs: list[MapEpoch] = Field(..., description="the latest map epochs, newest first")
 
 
 class Health(BaseModel):

@@ -17,6 +17,7 @@ from vpq.gateway.responses import (
     GroupInfo,
     Health,
     JoinResponse,
+    MapHistory,
     NackResponse,
     PollResponse,
     ProduceResponse,
@@ -108,6 +109,14 @@ ROUTES: tuple[RouteSpec, ...] = (
         "GET", "/v1/maps/current", meta.current_map, "getCurrentMap", "The current placement map", "cluster",
         Access.ADMIN_GLOBAL, response_model=CurrentMap, errors=(503,),
     ),
+    RouteSpec(
+        "GET", "/v1/maps/history", meta.map_history, "getMapHistory", "Past map epochs", "cluster",
+        Access.ADMIN_GLOBAL, response_model=MapHistory, errors=(503,), query=(meta.HISTORY_LIMIT,),
+        description="The latest `limit` map epochs (default 20, at most 1000), newest first: epoch, "
+        "time, what changed (queues created, grown or deleted; a remap's splits and moves) and, on "
+        "the epoch that ends a remap, the combined imbalance (max/mean load of the physical "
+        "partitions) before and after. Epochs published before this history existed are not listed.",
+    ),
     # -- service --------------------------------------------------------------------------
     RouteSpec(
         "GET", "/healthz", meta.healthz, "healthz", "Liveness", "service", Access.OPEN, response_model=Health,
@@ -128,6 +137,12 @@ ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec(
         "GET", "/docs", meta.docs_page, "docs", "Human-readable API page", "service", Access.OPEN,
         response_media="text/html",
+    ),
+    RouteSpec(
+        "GET", "/ui", meta.ui_page, "ui", "Web dashboard", "service", Access.OPEN, response_media="text/html",
+        description="A page for people: cluster, queues and traffic, groups and lag, the placement "
+        "heat-map and the map history, refreshed every few seconds. The page itself needs no token; "
+        "with auth enabled it asks for one (kept for the browser tab) and calls the API with it.",
     ),
 )
 

@@ -36,6 +36,17 @@ class Access(str, Enum):
 
 
 @dataclass(frozen=True)
+class QueryParam:
+    """An optional integer query parameter (``?name=N``) with its bounds and default."""
+
+    name: str
+    description: str
+    minimum: int
+    maximum: int
+    default: int
+
+
+@dataclass(frozen=True)
 class RouteSpec:
     """One operation of the public API.
 
@@ -44,6 +55,7 @@ class RouteSpec:
     are the JSON bodies (None: no JSON body); ``response_media`` the media type when the
     answer is not JSON. ``isolation_headers``: the route reads X-Lane/X-Env/X-Set.
     ``request_required``: the JSON body must be given (otherwise an empty body means ``{}``).
+    ``query``: the integer query parameters it reads (``http.query_int`` parses them).
     """
 
     method: str
@@ -62,6 +74,7 @@ class RouteSpec:
     response_media: str = "application/json"
     description: str = ""
     request_required: bool = False
+    query: tuple[QueryParam, ...] = ()
 
     @property
     def path_params(self) -> tuple[str, ...]:

@@ -40,6 +40,7 @@ import redis.asyncio as aioredis
 
 from vpq.metadata.events import ANNOUNCE_LUA
 from vpq.metadata.keys import Keys
+from vpq.metadata.map_history import HISTORY_LUA, encode_note
 from vpq.metadata.maps import check_map, encode_map
 
 PUBLISHED = 1
@@ -47,9 +48,9 @@ CONFLICT = 0
 BUSY = -1
 GONE = -1
 
-# KEYS: map, fence, events_version, events_log
-# ARGV: expected, new epoch, map body, channel, fence id, fence body
-_PUBLISH_FENCED = ANNOUNCE_LUA + """
+# KEYS: map, fence, events_version, events_log, history
+# ARGV: expected, new epoch, map body, channel, fence id, fence body, note
+_PUBLISH_FENCED = ANNOUNCE_LUA + HISTORY_LUA + """
 local cur = tonumber(redis.call('HGET', KEYS[1], 'epoch') or '0')
 local new = tonumber(ARGV[2])
 local fid = redis.call('HGET', KEYS[2], 'id')
@@ -62,12 +63,14 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('HSET', KEYS[1], 'epoch', ARGV[2], 'body', ARGV[3])
 redis.call('HSET', KEYS[2], 'id', ARGV[5], 'epoch', ARGV[2], 'body', ARGV[6], 'created_ms', tostring(now))
+vpq_record_epoch(KEYS[5], ARGV[2], ARGV[7])
 vpq_announce(KEYS[3], KEYS[4], ARGV[4], {type='map', epoch=new})
 return 1
 """
 
-# KEYS: map, fence, events_version, events_log ; ARGV: expected, new epoch, map body, channel, fence id
-_PUBLISH_UNFENCED = ANNOUNCE_LUA + """
+# KEYS: map, fence, events_version, events_log, history
+# ARGV: expected, new epoch, map body, channel, fence id, note
+_PUBLISH_UNFENCED = ANNOUNCE_LUA + HISTORY_LUA + """
 local cur = tonumber(redis.call('HGET', KEYS[1], 'epoch') or '0')
 local new = tonumber(ARGV[2])
 local fid = redis.call('HGET', KEYS[2], 'id')
@@ -78,6 +81,7 @@ end
 if cur ~= tonumber(ARGV[1]) or new ~= cur + 1 then return 0 end
 redis.call('HSET', KEYS[1], 'epoch', ARGV[2], 'body', ARGV[3])
 redis.call('DEL', KEYS[2])
+vpq_record_epoch(KEYS[5], ARGV[2], ARGV[6])
 vpq_announce(KEYS[3], KEYS[4], ARGV[4], {type='map', epoch=new})
 return 1
 """
@@ -199,7 +203,7 @@ class FenceStore:
 
     def _map_keys(self) -> list[str]:
         k = self._keys
-        return [k.map(), fence_key(k), k.events_version(), k.events_log()]
+        return [k.map(), fence_key(k), k.events_version(), k.events_log(), k.map_history()]
 
     async def snapshot(self) -> FenceSnapshot:
         """The map epoch and the fence, read atomically."""
@@ -211,18 +215,26 @@ class FenceStore:
     async def current(self) -> Fence | None:
         return (await self.snapshot()).fence
 
-    async def publish_fenced(self, new_map: Mapping[str, Any], expected_epoch: int, fence: Fence) -> int:
-        """See the module docstring; ``fence.epoch`` must be the new map's epoch."""
+    async def publish_fenced(
+        self, new_map: Mapping[str, Any], expected_epoch: int, fence: Fence, *, note: Mapping[str, Any] | None = None
+    ) -> int:
+        """See the module docstring; ``fence.epoch`` must be the new map's epoch. ``note``
+        goes to the map history with the epoch (``metadata.map_history``)."""
         _check_next(new_map, expected_epoch)
         if fence.epoch != new_map["epoch"]:
             raise ValueError(f"fence epoch {fence.epoch} is not the published epoch {new_map['epoch']}")
-        args = [expected_epoch, new_map["epoch"], encode_map(new_map), self._keys.events(), fence.id, fence.to_json()]
+        args = [
+            expected_epoch, new_map["epoch"], encode_map(new_map), self._keys.events(), fence.id, fence.to_json(),
+            encode_note(note),
+        ]
         return int(await self._fenced(keys=self._map_keys(), args=args))
 
-    async def publish_unfenced(self, new_map: Mapping[str, Any], expected_epoch: int, fence_id: str) -> int:
-        """See the module docstring."""
+    async def publish_unfenced(
+        self, new_map: Mapping[str, Any], expected_epoch: int, fence_id: str, *, note: Mapping[str, Any] | None = None
+    ) -> int:
+        """See the module docstring; ``note`` as for ``publish_fenced``."""
         _check_next(new_map, expected_epoch)
-        args = [expected_epoch, new_map["epoch"], encode_map(new_map), self._keys.events(), fence_id]
+        args = [expected_epoch, new_map["epoch"], encode_map(new_map), self._keys.events(), fence_id, encode_note(note)]
         return int(await self._unfenced(keys=self._map_keys(), args=args))
 
 

@@ -16,6 +16,7 @@ key                                       type    content
 ``p:context_ids``                         hash    context id -> token
 ``p:seq:context``                         string  last context id handed out
 ``p:map``                                 hash    ``epoch`` and ``body`` (JSON placement map)
+``p:maps:history``                        list    one JSON entry per published epoch, newest first
 ``p:lineage:{queue}``                     hash    vp -> encoded lineage ranges
 ``p:nodes:{role}``                        zset    node id -> lease deadline (ms, Redis clock)
 ``p:nodes:{role}:info``                   hash    node id -> JSON {address, meta}
@@ -78,6 +79,9 @@ class Keys:
     # placement map and lineage
     def map(self) -> str:
         return f"{self.prefix}:map"
+
+    def map_history(self) -> str:
+        return f"{self.prefix}:maps:history"
 
     def lineage(self, queue: str) -> str:
         return f"{self.prefix}:lineage:{queue}"

@@ -8,7 +8,8 @@ Map contract:
 - ``publish(new_map, expected_epoch)`` is a compare-and-swap in Lua: it stores
   ``new_map`` only if the stored epoch is ``expected_epoch`` and
   ``new_map["epoch"] == expected_epoch + 1``, and announces
-  ``{"type": "map", "epoch": n}`` atomically with it. Of any number of
+  ``{"type": "map", "epoch": n}`` and records it in the map history
+  (``metadata.map_history``; ``history(limit)`` reads it) atomically with it. Of any number of
   concurrent publishers starting from the same epoch exactly one wins. A retry
   of a publish that already succeeded (same epoch, same body) returns True again.
 - ``update(fn)`` is the read/CAS/retry loop around it.
@@ -52,15 +53,17 @@ import redis.asyncio as aioredis
 
 from vpq.metadata.events import ANNOUNCE_LUA
 from vpq.metadata.keys import Keys
+from vpq.metadata.map_history import HISTORY_LUA, encode_note, entries
 
-# KEYS: map, events_version, events_log ; ARGV: expected, new epoch, body, channel
-_PUBLISH = ANNOUNCE_LUA + """
+# KEYS: map, events_version, events_log, history ; ARGV: expected, new epoch, body, channel, note
+_PUBLISH = ANNOUNCE_LUA + HISTORY_LUA + """
 local cur = tonumber(redis.call('HGET', KEYS[1], 'epoch') or '0')
 local expected = tonumber(ARGV[1])
 local new = tonumber(ARGV[2])
 if cur == new and redis.call('HGET', KEYS[1], 'body') == ARGV[3] then return 1 end
 if cur ~= expected or new ~= expected + 1 then return 0 end
 redis.call('HSET', KEYS[1], 'epoch', ARGV[2], 'body', ARGV[3])
+vpq_record_epoch(KEYS[4], ARGV[2], ARGV[5])
 vpq_announce(KEYS[2], KEYS[3], ARGV[4], {type='map', epoch=new})
 return 1
 """
@@ -231,21 +234,31 @@ class MapStore:
         raw = await self._client.hget(self._keys.map(), "epoch")
         return int(raw) if raw is not None else 0
 
-    async def publish(self, new_map: Mapping[str, Any], expected_epoch: int, *, checked: bool = False) -> bool:
+    async def publish(
+        self, new_map: Mapping[str, Any], expected_epoch: int, *, checked: bool = False,
+        note: Mapping[str, Any] | None = None,
+    ) -> bool:
         """Compare-and-swap; see the module docstring. ValueError on a malformed map
         or when ``new_map["epoch"] != expected_epoch + 1``. ``checked=True``: the caller
         vouches that every queue entry is well-formed (built from validated parts), so
-        the O(map) ``check_map`` is skipped."""
+        the O(map) ``check_map`` is skipped. ``note``: what the change is, recorded in the
+        map history with the epoch (``metadata.map_history``)."""
         if not checked:
             check_map(new_map)
         if new_map["epoch"] != expected_epoch + 1:
             raise ValueError(f"new map epoch must be {expected_epoch + 1}, got {new_map['epoch']}")
         k = self._keys
         ok = await self._publish(
-            keys=[k.map(), k.events_version(), k.events_log()],
-            args=[expected_epoch, new_map["epoch"], encode_map(new_map), k.events()],
+            keys=[k.map(), k.events_version(), k.events_log(), k.map_history()],
+            args=[expected_epoch, new_map["epoch"], encode_map(new_map), k.events(), encode_note(note)],
         )
         return bool(ok)
+
+    async def history(self, limit: int) -> list[dict[str, Any]]:
+        """The latest ``limit`` (>= 1) map epochs, newest first (``map_history.entries``)."""
+        if limit < 1:
+            raise ValueError("limit must be >= 1")
+        return entries(await self._client.lrange(self._keys.map_history(), 0, limit - 1))
 
     async def update(
         self, fn: Callable[[dict[str, Any]], dict[str, Any] | None], max_attempts: int = 32

@@ -79,9 +79,13 @@ class QueueAdmin:
         await self.batcher.stop()
 
     # ------------------------------------------------------------------ answers
-    def info(self, rec: QueueRecord, current: Mapping[str, Any]) -> dict[str, Any]:
-        """The ``QueueInfo`` dict of ``rec`` under map ``current``."""
+    def info(
+        self, rec: QueueRecord, current: Mapping[str, Any], groups: Sequence[str] | None = None
+    ) -> dict[str, Any]:
+        """The ``QueueInfo`` dict of ``rec`` under map ``current`` (with its consumer
+        ``groups`` when given)."""
         placed = current["queues"].get(rec.name)
+        extra = {} if groups is None else {"groups": list(groups)}
         return {
             "name": rec.name,
             "id": rec.id,
@@ -91,6 +95,7 @@ class QueueAdmin:
             "traffic": self._traffic.figures(rec.name),
             "created_ms": rec.created_ms,
             "updated_ms": rec.updated_ms,
+            **extra,
         }
 
     async def _current(self) -> dict[str, Any]:
@@ -99,7 +104,7 @@ class QueueAdmin:
     async def get(self, name: str) -> dict[str, Any]:
         with metadata_errors():
             rec = await self._md.queues.require(name)
-            return self.info(rec, await self._current())
+            return self.info(rec, await self._current(), await self._md.groups.groups(name))
 
     async def list(self) -> list[dict[str, Any]]:
         with metadata_errors():

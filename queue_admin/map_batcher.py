@@ -45,6 +45,7 @@ from typing import Any, NamedTuple
 
 from vpq.common.errors import Unavailable
 from vpq.metadata.aio import cancel_and_wait
+from vpq.metadata.map_history import queue_changes, queues_note
 from vpq.metadata.maps import LineageRange, MapConflictError, MapStore
 from vpq.queue_admin.cluster_placement import (
     MapEdit,
@@ -204,7 +205,8 @@ class MapBatcher:
                 continue
             new_map = {"epoch": int(base["epoch"]) + 1, "queues": nxt}
             # checked: base entries were published before, new ones built by QueuePlacement
-            if await self._maps.publish(new_map, int(base["epoch"]), checked=True):
+            note = queues_note(queue_changes(queues, nxt, (e.queue for e in edits)))
+            if await self._maps.publish(new_map, int(base["epoch"]), checked=True, note=note):
                 self.publishes += 1
                 self._map, self._load = new_map, nxt_load
                 self._resolve(todo, new_map, set(placements))

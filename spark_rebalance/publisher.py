@@ -35,6 +35,7 @@ from typing import Any, Protocol
 from vpq.common.errors import VpqError
 from vpq.config.settings import PublisherSettings
 from vpq.metadata.fences import BUSY, GONE, PUBLISHED, Fence, FenceStore, fence_of
+from vpq.metadata.map_history import remap_note
 from vpq.metadata.maps import MapConflictError
 from vpq.metadata.store import MetadataStore
 from vpq.spark_rebalance.cutover import (
@@ -185,21 +186,28 @@ class Publisher:
                 res.notes.append(f"cut-over {snap.fence.id} (epoch {snap.fence.epoch}) is in progress; nothing published")
                 return res
             res.recovered = await self.recover(fence_id=snap.fence.id)
-        res.splits = await self._publish_splits(plan, res)
+        imbalance = (plan.imbalance_before.combined, plan.imbalance_after.combined)
+        res.splits = await self._publish_splits(plan, res, None if plan.moves else imbalance)
         if plan.moves:
-            await self._cutover(plan, res)
+            await self._cutover(plan, res, imbalance)
         if res.status == "unchanged" and (res.splits or res.moved):
             res.status = "published"
         return res
 
-    async def _publish_splits(self, plan: Plan, res: PublishResult) -> list[SplitStep]:
+    async def _publish_splits(
+        self, plan: Plan, res: PublishResult, imbalance: tuple[float, float] | None
+    ) -> list[SplitStep]:
+        """Publish the plan's splits (one epoch); ``imbalance`` goes to its history entry
+        when this epoch ends the remap (a plan without moves)."""
         for _ in range(self._opts.cas_attempts):
             cur = await self._current()
             queues, steps = apply_splits(cur["queues"], plan.splits)
             if not steps:
                 return []
             new = {"epoch": cur["epoch"] + 1, "queues": queues}
-            if await self._maps.publish(new, cur["epoch"]):
+            splits = [(st.queue, min(st.old_vs), st.to_vps) for st in steps]
+            note = remap_note("split", splits=splits, imbalance=imbalance)
+            if await self._maps.publish(new, cur["epoch"], note=note):
                 res.epochs.append(new["epoch"])
                 for s in steps:
                     for old_v in s.old_vs:
@@ -207,7 +215,7 @@ class Publisher:
                 return steps
         raise MapConflictError(f"split publish lost the epoch race {self._opts.cas_attempts} times")
 
-    async def _cutover(self, plan: Plan, res: PublishResult) -> None:
+    async def _cutover(self, plan: Plan, res: PublishResult, imbalance: tuple[float, float]) -> None:
         plan_vps = {m.queue: plan.placement.queue(m.queue).virtual_partitions for m in plan.moves}
         fence: Fence | None = None
         fenced_at = 0.0
@@ -223,7 +231,10 @@ class Publisher:
                              ((m.queue, m.vp, m.from_pp, m.to_pp) for m in kept))
             fenced_at = self._clock()
             try:
-                r = await self._fences.publish_fenced({"epoch": epoch, "queues": cur["queues"]}, cur["epoch"], fence)
+                r = await self._fences.publish_fenced(
+                    {"epoch": epoch, "queues": cur["queues"]}, cur["epoch"], fence,
+                    note=remap_note("fence", fenced=len(kept)),
+                )
             except BaseException:
                 await self._resolve_own(fence)  # it may have been applied before the error
                 raise
@@ -242,7 +253,7 @@ class Publisher:
             offsets, failures = await self._fence_all(sorted(fence.pps()), fence.epoch)
             res.seals = dict(offsets)
             deadline = fenced_at + (self._opts.fence_ttl_ms - self._opts.lineage_margin_ms) / 1000.0
-            await self._finish(fence, offsets, failures, deadline, fenced_at, res)
+            await self._finish(fence, offsets, failures, deadline, fenced_at, res, imbalance)
         except BaseException:
             await self._resolve_own(fence)
             raise
@@ -311,7 +322,7 @@ class Publisher:
 
     async def _finish(
         self, fence: Fence, offsets: dict[int, int], failures: dict[int, str], deadline: float, fenced_at: float,
-        res: PublishResult,
+        res: PublishResult, imbalance: tuple[float, float],
     ) -> None:
         failed: dict[tuple[str, int], str] = {}
         for q, fq in fence.queues.items():
@@ -333,7 +344,10 @@ class Publisher:
                     moved |= await self._move_lineage(fence, q, v_now, offsets, deadline, failed)
                     handled[q] = v_now
             final = {"epoch": cur["epoch"] + 1, "queues": final_queues(cur["queues"], fence, moved)}
-            r = await self._fences.publish_unfenced(final, cur["epoch"], fence.id)
+            went = [VpMove(q, root, a, b) for q, fq in fence.queues.items() for root, (a, b) in fq.moves.items()
+                    if (q, root) in moved and (q, root) not in failed]
+            note = remap_note("final", moves=went, imbalance=imbalance, rolled_back=len(failed))
+            r = await self._fences.publish_unfenced(final, cur["epoch"], fence.id, note=note)
             if r == PUBLISHED:
                 res.epochs.append(final["epoch"])
                 res.fenced_ms = (self._clock() - fenced_at) * 1000.0
@@ -380,7 +394,8 @@ class Publisher:
                     moved.update((q, vp) for vp in went)
                     (forward if went else back).append(VpMove(q, root, a, b))
             final = {"epoch": cur["epoch"] + 1, "queues": final_queues(cur["queues"], fence, moved)}
-            r = await self._fences.publish_unfenced(final, cur["epoch"], fence.id)
+            note = remap_note("recovery", moves=forward, rolled_back=len(back))
+            r = await self._fences.publish_unfenced(final, cur["epoch"], fence.id, note=note)
             if r == PUBLISHED:
                 return Recovery(fence.id, final["epoch"], tuple(forward), tuple(back))
             if r == GONE:

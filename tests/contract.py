@@ -16,6 +16,4 @@ DESIGN_MD = DOCS / "design.md"
 NOT_BUILT_YET: dict[tuple[str, str], str] = {
     ("DELETE", "/v1/queues/{queue}/groups/{group}"): "issue 22 (data lifecycle)",
     ("POST", "/v1/queues/{queue}/groups/{group}/dlq/redrive"): "issue 22 (data lifecycle)",
-    ("GET", "/v1/maps/history"): "issue 23 (operator experience)",
-    ("GET", "/ui"): "issue 23 (operator experience)",
 }

@@ -2,8 +2,10 @@
 
 ``TrafficMeter.record(queue, messages, nbytes)`` counts what this process appended;
 ``figures(queue)`` answers the ``QueueTraffic`` shape: ``messages_total``/``bytes_total``
-since ``since_ms`` (the meter's start) and ``messages_per_s``/``bytes_per_s`` over the
-last ``window_s`` seconds (one-second buckets). The cluster-wide statistics live in the
+since ``since_ms`` (the meter's start), ``messages_per_s``/``bytes_per_s`` over the
+last ``window_s`` seconds (one-second buckets) and ``by_virtual_partition``, the
+messages counted per virtual partition since ``since_ms`` (index = vp; given when
+``record`` was told the vps). The cluster-wide statistics live in the
 write nodes' traffic files (``spark_rebalance``); these figures are this gateway's share,
 which is everything in a single-gateway deployment. Not thread-safe (one event loop).
 """
@@ -11,17 +13,18 @@ which is everything in a single-gateway deployment. Not thread-safe (one event l
 from __future__ import annotations
 
 import time
-from collections import deque
-from collections.abc import Callable
+from collections import Counter, deque
+from collections.abc import Callable, Sequence
 from typing import Any
 
 
 class _QueueTraffic:
-    __slots__ = ("messages", "nbytes", "buckets")
+    __slots__ = ("messages", "nbytes", "buckets", "by_vp")
 
     def __init__(self) -> None:
         self.messages = 0
         self.nbytes = 0
+        self.by_vp: list[int] = []
         self.buckets: deque[list[int]] = deque()  # [second, messages, bytes], oldest first
 
 
@@ -35,8 +38,9 @@ class TrafficMeter:
         self._since_ms = int(clock() * 1000)
         self._queues: dict[str, _QueueTraffic] = {}
 
-    def record(self, queue: str, messages: int, nbytes: int) -> None:
-        """Count ``messages`` messages of ``nbytes`` payload bytes appended to ``queue``."""
+    def record(self, queue: str, messages: int, nbytes: int, vps: Sequence[int] | None = None) -> None:
+        """Count ``messages`` messages of ``nbytes`` payload bytes appended to ``queue``;
+        ``vps``: the virtual partition of each (counted per vp when given)."""
         t = self._queues.get(queue)
         if t is None:
             if len(self._queues) >= self._max_queues:
@@ -44,6 +48,12 @@ class TrafficMeter:
             t = self._queues[queue] = _QueueTraffic()
         t.messages += messages
         t.nbytes += nbytes
+        if vps:
+            per = t.by_vp
+            for vp, n in Counter(vps).items():
+                if vp >= len(per):
+                    per.extend([0] * (vp + 1 - len(per)))
+                per[vp] += n
         second = int(self._clock())
         if t.buckets and t.buckets[-1][0] == second:
             t.buckets[-1][1] += messages
@@ -62,7 +72,7 @@ class TrafficMeter:
 
     def figures(self, queue: str) -> dict[str, Any]:
         """``{"messages_total", "bytes_total", "messages_per_s", "bytes_per_s", "since_ms",
-        "scope": "gateway"}``."""
+        "scope": "gateway", "by_virtual_partition"}``."""
         t = self._queues.get(queue)
         out: dict[str, Any] = {
             "messages_total": 0,
@@ -71,6 +81,7 @@ class TrafficMeter:
             "bytes_per_s": 0.0,
             "since_ms": self._since_ms,
             "scope": "gateway",
+            "by_virtual_partition": [],
         }
         if t is None:
             return out
@@ -79,4 +90,5 @@ class TrafficMeter:
         out["bytes_total"] = t.nbytes
         out["messages_per_s"] = sum(b[1] for b in t.buckets) / self._window_s
         out["bytes_per_s"] = sum(b[2] for b in t.buckets) / self._window_s
+        out["by_virtual_partition"] = list(t.by_vp)
         return out

@@ -16,7 +16,8 @@
   durable batches from the batch holding ``offset`` (the log start when below it),
   long-polling up to ``wait_ms`` (at most 30000) when there is nothing yet; headers
   ``X-Start-Offset`` and ``X-End-Offset``.
-- ``GET /internal/v1/partitions``: ``{"node_id", "map_epoch", "partitions": [...]}``.
+- ``GET /internal/v1/partitions``: ``{"node_id", "map_epoch", "partitions": [...]}``, and
+  ``"disk": {"free_bytes", "total_bytes"}`` of the data directory when the node has one.
 - ``GET /internal/v1/metrics``: Prometheus text (``write_nodes.metrics``).
 
 Errors are ``common.errors`` JSON with the error's status (``error_middleware``):
@@ -28,9 +29,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
 import time
 from collections.abc import Awaitable, Iterable, Mapping, Sequence
-from typing import Protocol
+from pathlib import Path
+from typing import Any, Protocol
 
 import orjson
 from aiohttp import web
@@ -248,8 +251,10 @@ class WriteNodeHandlers:
         traffic: TrafficSink | None = None,
         metrics: WriteNodeMetrics | None = None,
         fence: FenceView | None = None,
+        data_dir: Path | None = None,
     ) -> None:
         self._node_id = node_id
+        self._data_dir = data_dir
         self._fence = fence
         self._ownership = ownership
         self._guard = guard
@@ -372,9 +377,16 @@ class WriteNodeHandlers:
         )
 
     async def partitions(self, request: web.Request) -> web.Response:
-        return json_response(
-            {"node_id": self._node_id, "map_epoch": self._guard.epoch, "partitions": self._ownership.snapshot()}
-        )
+        body: dict[str, Any] = {
+            "node_id": self._node_id, "map_epoch": self._guard.epoch, "partitions": self._ownership.snapshot()
+        }
+        if self._data_dir is not None:
+            try:
+                usage = shutil.disk_usage(self._data_dir)
+                body["disk"] = {"free_bytes": usage.free, "total_bytes": usage.total}
+            except OSError:
+                pass  # best effort: the listing stands without it
+        return json_response(body)
 
     async def metrics(self, request: web.Request) -> web.Response:
         text = self._metrics.render(self._ownership.snapshot(), self._guard.epoch)

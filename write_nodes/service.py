@@ -299,7 +299,8 @@ class WriteNodeService:
             )
             guard = PlacementGuard(self._cache)
             handlers = WriteNodeHandlers(
-                self.node_id, self._ownership, guard, self._traffic, self.metrics, fence=self._fence
+                self.node_id, self._ownership, guard, self._traffic, self.metrics, fence=self._fence,
+                data_dir=s.data_dir,
             )
             body_limit = max(MIN_BODY_LIMIT, 2 * s.gateway.max_request_bytes)
             app = build_app(handlers, client_max_size=body_limit)

@@ -30,6 +30,8 @@ API_MD_ENDPOINTS = {
     ("GET", "/v1/queues/{queue}/groups/{group}"),
     ("GET", "/v1/cluster"),
     ("GET", "/v1/maps/current"),
+    ("GET", "/v1/maps/history"),
+    ("GET", "/ui"),
     ("GET", "/metrics"),
     ("GET", "/openapi.json"),
     ("GET", "/readyz"),

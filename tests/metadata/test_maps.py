@@ -152,3 +152,20 @@ async def test_bulk_open_starts_each_pp_at_the_given_offset(md: MetadataStore) -
     with pytest.raises(ValueError):
         await md.maps.open_ranges([("b", 0, 1)], 1, {1: -1})
     assert await md.maps.lineage_all("b") == {}
+
+
+async def test_every_publish_is_recorded_once_in_the_history(md: MetadataStore) -> None:
+    assert await md.maps.history(10) == []
+    note = {"kind": "queues", "queues": [{"queue": "q", "change": "created", "virtual_partitions": 2}]}
+    assert await md.maps.publish(_map(1, 0), 0, note=note)
+    assert await md.maps.publish(_map(1, 0), 0, note=note)  # a retry records nothing more
+    assert not await md.maps.publish(_map(1, 1), 0)  # a lost CAS records nothing
+    await md.maps.update(lambda m: _map(0, 1))
+    newest, first = await md.maps.history(10)
+    assert (newest["epoch"], newest["kind"], newest["queues"], newest["moves"]) == (2, "update", [], [])
+    assert (first["epoch"], first["kind"], first["queues"]) == (1, "queues", note["queues"])
+    assert first["imbalance_before"] is None and first["moves_total"] == 0
+    assert newest["time_ms"] >= first["time_ms"] > 1_700_000_000_000
+    assert [e["epoch"] for e in await md.maps.history(1)] == [2]
+    with pytest.raises(ValueError):
+        await md.maps.history(0)

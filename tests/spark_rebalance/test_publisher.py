@@ -34,8 +34,8 @@ def make_plan(current: PlacementMap, moves: Sequence[VpMove] = (), splits: Seque
             pm = pm.split(s.queue)
     for m in moves:
         pm = pm.move(m.queue, m.vp, m.to_pp)
-    one = Imbalance(1.0, 1.0, 1.0)
-    return Plan(pm, tuple(moves), tuple(splits), (), (), one, one, 0, 0, 4, 4)
+    before, after = Imbalance(1.5, 1.5, 1.5), Imbalance(1.0, 1.0, 1.0)
+    return Plan(pm, tuple(moves), tuple(splits), (), (), before, after, 0, 0, 4, 4)
 
 
 @dataclass
@@ -94,6 +94,13 @@ async def test_moves_fence_seal_lineage_and_publish_two_epochs(redis_url, key_pr
         assert await c.md.maps.lineage("a", 1) == [R(1, 0, None)]
         assert await c.md.maps.lineage("b", 0) == [R(0, 0, None)]
         assert (await c.publisher.fences.snapshot()).fence is None
+        fenced, final = (await c.md.maps.history(2))[::-1]
+        assert (fenced["epoch"], fenced["kind"], fenced["stage"], fenced["fenced"]) == (e0 + 1, "remap", "fence", 2)
+        assert fenced["moves"] == [] and fenced["imbalance_after"] is None
+        assert (final["epoch"], final["stage"], final["moves_total"], final["rolled_back"]) == (e0 + 2, "final", 2, 0)
+        assert final["moves"] == [{"queue": "a", "vp": 0, "from_pp": 0, "to_pp": 2}, {"queue": "b", "vp": 1, "from_pp": 0, "to_pp": 3}]
+        assert (final["imbalance_before"], final["imbalance_after"]) == (1.5, 1.0)
+        assert final["time_ms"] >= fenced["time_ms"] > 0
 
 
 async def test_splits_only_publish_one_epoch_and_no_fence(redis_url, key_prefix, tmp_path) -> None:
@@ -103,6 +110,9 @@ async def test_splits_only_publish_one_epoch_and_no_fence(redis_url, key_prefix,
         res = await c.publisher.apply(make_plan(cur, splits=[Split("b", 2, 8)]))
         assert res.status == "published" and res.epochs == [cur.epoch + 1]
         assert [(s.queue, s.old_vs) for s in res.splits] == [("b", (2, 4))]
+        (entry,) = await c.md.maps.history(1)
+        assert (entry["epoch"], entry["stage"], entry["splits"]) == (cur.epoch + 1, "split", [{"queue": "b", "from_vps": 2, "to_vps": 8}])
+        assert (entry["imbalance_before"], entry["imbalance_after"], entry["moves"]) == (1.5, 1.0, [])
         assert calls(c) == set() and res.fenced_ms is None
         after = await c.current()
         assert after.queue("b").placement == (0, 2) * 4

@@ -31,3 +31,13 @@ def test_meter_bounds_the_number_of_queues() -> None:
     for name in ("a", "b", "c"):
         meter.record(name, 1, 1)
     assert [meter.figures(n)["messages_total"] for n in ("a", "b", "c")] == [1, 1, 0]
+
+
+def test_messages_are_counted_per_virtual_partition_when_given() -> None:
+    meter = TrafficMeter(window_s=10, clock=lambda: 1000.0)
+    meter.record("q", 4, 40, [2, 0, 2, 2])
+    meter.record("q", 2, 20)  # vps unknown: only the totals move
+    meter.record("q", 2, 20, [5, 0])
+    f = meter.figures("q")
+    assert f["by_virtual_partition"] == [2, 0, 3, 0, 0, 1] and f["messages_total"] == 8
+    assert meter.figures("other")["by_virtual_partition"] == []
