@@ -224,4 +224,21 @@ def run_command(
         code = asyncio.run(run_rebalance(target, dry_run, spark_master, every, Console(highlight=False)))
     except KeyboardInterrupt:
         code = 0
+    except Exception as exc:
+        if not interrupted(exc):
+            raise
+        code = 0  # Ctrl-C inside a Spark call: py4j's cleanup failed while the interrupt unwound
     raise typer.Exit(code)
+
+
+def interrupted(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised while a ``KeyboardInterrupt`` was being handled (its
+    ``__context__`` or ``__cause__`` chain holds one)."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, KeyboardInterrupt):
+            return True
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return False

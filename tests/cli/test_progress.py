@@ -51,3 +51,4 @@ def test_spark_watcher_reports_the_active_stages() -> None:
         while not seen and time.monotonic() < deadline:
             time.sleep(0.01)
     assert seen and seen[0] == "Spark stage 3 (parquet): 5/8 tasks"
+
