@@ -66,3 +66,11 @@ async def make_store(redis_url: str, redis_settings: RedisSettings) -> AsyncIter
     yield make
     for s in stores:
         await s.stop()
+
+
+@pytest.fixture
+async def md(make_store: Callable[[], MetadataStore]) -> MetadataStore:
+    """A started MetadataStore on the test's Redis (stopped with ``make_store``)."""
+    s = make_store()
+    await s.start()
+    return s

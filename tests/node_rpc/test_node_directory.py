@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import AsyncIterator
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vpq.common.errors import Unavailable
-from vpq.config.settings import RedisSettings
 from vpq.metadata.leases import pp_resource
 from vpq.metadata.store import MetadataStore
 from vpq.node_rpc.node_directory import NodeRef, ReadNodeDirectory, WriteNodeDirectory, group_key, rendezvous_pick
@@ -47,14 +45,6 @@ def test_rendezvous_spreads_groups() -> None:
     counts = Counter(rendezvous_pick(f"q{i}/g", nodes) for i in range(4000))
     assert set(counts) == set(nodes)
     assert min(counts.values()) > 800  # each of 4 nodes gets at least 20% of 4000 groups
-
-
-@pytest.fixture
-async def md(redis_url: str, key_prefix: str) -> AsyncIterator[MetadataStore]:
-    store = MetadataStore(RedisSettings(key_prefix=key_prefix), url=redis_url)
-    await store.start()
-    yield store
-    await store.stop()
 
 
 async def test_write_directory_follows_leases(md: MetadataStore) -> None:

@@ -17,7 +17,6 @@ from vpq.codec.batch_common import VALUE_JSON, VALUE_RAW
 from vpq.codec.message_id import encode_message_id
 from vpq.codec.records import Record, decode_batches
 from vpq.common.errors import BadRequest, InternalError, NotFound, Unavailable, VpqError
-from vpq.config.settings import RedisSettings
 from vpq.gateway.backend import ResolvedMessage
 from vpq.isolation.context import IsolationContext
 from vpq.metadata.map_cache import MapCache
@@ -130,14 +129,6 @@ class Locator:
 
     def invalidate(self, pp: int) -> None:
         self.invalidated.append(pp)
-
-
-@pytest.fixture
-async def md(redis_url: str, key_prefix: str) -> AsyncIterator[MetadataStore]:
-    store = MetadataStore(RedisSettings(key_prefix=key_prefix), url=redis_url)
-    await store.start()
-    yield store
-    await store.stop()
 
 
 async def place(md: MetadataStore, name: str, placement: list[int]) -> int:

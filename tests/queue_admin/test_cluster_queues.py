@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -13,7 +13,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vpq.common.errors import BadRequest, Conflict, NotFound
-from vpq.config.settings import RedisSettings
 from vpq.metadata.acks import StoredAckState, encode_state
 from vpq.metadata.leases import group_resource
 from vpq.metadata.maps import LineageRange
@@ -52,14 +51,6 @@ def test_lineage_repair_splits_fill_every_gap_from_a_complete_prefix(log_v0: int
 
 
 # ---------------------------------------------------------------- against Redis
-
-
-@pytest.fixture
-async def md(redis_url: str, key_prefix: str) -> AsyncIterator[MetadataStore]:
-    store = MetadataStore(RedisSettings(key_prefix=key_prefix), url=redis_url)
-    await store.start()
-    yield store
-    await store.stop()
 
 
 def admin_for(md: MetadataStore, k: int = 4, on_change: Callable[[], Any] | None = None) -> QueueAdmin:
