@@ -11,13 +11,7 @@ FAST = {
 
 @pytest.fixture(scope="module")
 def platform(tmp_path_factory):
-    p = Platform(tmp_path_factory.mktemp("vpq"), physical_partitions=2, env=dict(FAST))
-    p.start()
-    yield p
-    try:
-        p.stop()
-    except Exception:
-        p.kill_all()
+    yield from Platform(tmp_path_factory.mktemp("vpq"), physical_partitions=2, env=dict(FAST)).running()
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -102,6 +103,18 @@ class Platform:
         self.proc.wait()
         self.proc = None
         self._log.close()
+
+    def running(self) -> Iterator[Platform]:
+        """Start, yield the platform, then stop it (SIGKILL when a clean stop fails): the
+        whole body of a fixture, ``yield from Platform(...).running()``."""
+        self.start()
+        try:
+            yield self
+        finally:
+            try:
+                self.stop()
+            except Exception:
+                self.kill_all()
 
     def stop(self, timeout_s: float = 30.0) -> int | None:
         if self.proc is None:

@@ -55,13 +55,7 @@ ENV = {
 
 @pytest.fixture
 def platform(tmp_path):
-    p = Platform(tmp_path / "vpq", write_nodes=2, read_nodes=1, physical_partitions=4, env=dict(ENV))
-    p.start()
-    yield p
-    try:
-        p.stop()
-    except Exception:
-        p.kill_all()
+    yield from Platform(tmp_path / "vpq", write_nodes=2, read_nodes=1, physical_partitions=4, env=dict(ENV)).running()
 
 
 @dataclass

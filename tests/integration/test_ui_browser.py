@@ -134,13 +134,7 @@ def png_size(data: bytes) -> tuple[int, int]:
 
 @pytest.fixture
 def platform(tmp_path: Path):
-    p = Platform(tmp_path / "vpq", physical_partitions=4)
-    p.start()
-    yield p
-    try:
-        p.stop()
-    except Exception:
-        p.kill_all()
+    yield from Platform(tmp_path / "vpq", physical_partitions=4).running()
 
 
 def test_the_dashboard_shows_queues_groups_lane_lag_heatmap_and_history(platform: Platform, tmp_path: Path) -> None:
@@ -271,13 +265,7 @@ async def devtools(exe: str, profile: Path, url: str) -> AsyncIterator[DevTools]
 
 @pytest.fixture
 def auth_platform(tmp_path: Path):
-    p = Platform(tmp_path / "vpq-auth", physical_partitions=2, env=dict(AUTH_ENV))
-    p.start()
-    yield p
-    try:
-        p.stop()
-    except Exception:
-        p.kill_all()
+    yield from Platform(tmp_path / "vpq-auth", physical_partitions=2, env=dict(AUTH_ENV)).running()
 
 
 async def test_with_auth_the_dashboard_asks_for_a_token_once(auth_platform: Platform, tmp_path: Path) -> None:
