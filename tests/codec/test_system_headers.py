@@ -1,0 +1,27 @@
+from vpq.codec import system_headers as sh
+
+
+def test_defaults_store_nothing():
+    assert sh.attribute_headers(None, 0, None) == ()
+    assert sh.split(()) == (sh.NO_ATTRIBUTES, ())
+
+
+def test_round_trip_keeps_user_headers_apart():
+    reserved = sh.attribute_headers(1_700_000_000_123, 7, "order-42/1")
+    headers = reserved + (("h", b"v"), ("trace", b"x"))
+    attrs, own = sh.split(headers)
+    assert attrs == sh.Attributes(1_700_000_000_123, 7, "order-42/1")
+    assert own == (("h", b"v"), ("trace", b"x"))
+    assert sh.user_headers(headers) == own
+
+
+def test_unparseable_reserved_values_are_ignored():
+    attrs, own = sh.split(((sh.DELIVER_AT, b"soon"), (sh.PRIORITY, b"10"), ("a", b"b")))
+    assert attrs == sh.NO_ATTRIBUTES
+    assert own == (("a", b"b"),)
+
+
+def test_user_headers_without_reserved_are_the_same_object():
+    headers = (("a", b"b"),)
+    assert sh.user_headers(headers) is headers
+    assert sh.is_reserved(":x") and not sh.is_reserved("x:")
