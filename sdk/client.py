@@ -280,7 +280,8 @@ class AsyncClient:
 
     async def put_queue(self, name: str, **config: Any) -> QueueInfo:
         """Create or update a queue (``virtual_partitions``, ``ordering``, ``max_deliveries``,
-        ``visibility_timeout_ms``, ``retention_ms``, ``max_message_bytes``; ``None`` = leave out)."""
+        ``visibility_timeout_ms``, ``retention_ms``, ``max_message_bytes``, ``dedup_window_ms``;
+        ``None`` = leave out)."""
         _, body = await self.request("PUT", f"/v1/queues/{_seg(name)}", _drop_none(config))
         return body
 

@@ -187,6 +187,7 @@ class QueueInfo(TypedDict, total=False):
     visibility_timeout_ms: int
     retention_ms: int
     max_message_bytes: int
+    dedup_window_ms: int
     epoch: int
     placement: list[int]
     traffic: dict[str, Any]
