@@ -51,7 +51,7 @@ class LogSettings(BaseModel):
     max_group_bytes: int = Field(8 * MiB, ge=4096, description="largest write gathered into one group commit")
     checkpoint_interval_ms: int = Field(5000, ge=10)
     dedup_max_ids: int = Field(
-        1_000_000, ge=1, description="dedup ids indexed per partition (~200 bytes each); beyond, the oldest go first"
+        1_000_000, ge=1, description="dedup ids indexed per partition (~170 bytes each); beyond, the oldest go first"
     )
 
 

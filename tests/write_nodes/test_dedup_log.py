@@ -131,9 +131,9 @@ async def test_the_index_is_rebuilt_from_the_log_after_a_restart(tmp_path: Path)
     now = 100_000 + 39 * 5_000 + 1
     seen = await rebuild(log, rebuilt, now, WINDOW, window_of)
     assert 0 < seen < 120  # only the tail covering the window was read
-    assert rebuilt.lookup(1, "id39-2", now, WINDOW) == (119, 2)
-    assert rebuilt.lookup(1, "id30-0", now, WINDOW) == (90, 0)
-    assert rebuilt.lookup(1, "id5-0", now, WINDOW) is None  # long out of the window
+    assert rebuilt.lookup(1, b"id39-2", now, WINDOW) == (119, 2)
+    assert rebuilt.lookup(1, b"id30-0", now, WINDOW) == (90, 0)
+    assert rebuilt.lookup(1, b"id5-0", now, WINDOW) is None  # long out of the window
     answer = await admit(log, rebuilt, *batch(["id38-1", "new"], ts=now), now, window_of)
     assert answer == Deduplicated([115, 120], [1, 1])
     await log.stop()
