@@ -143,8 +143,8 @@ def _deduplicated(entry: Mapping[str, Any], address: str) -> Deduplicated:
         not isinstance(offsets, list)
         or not isinstance(vps, list)
         or len(offsets) != len(vps)
-        or not all(isinstance(x, int) and x >= 0 for x in offsets)
-        or not all(isinstance(x, int) and x >= 0 for x in vps)
+        or not all(type(x) is int and x >= 0 for x in offsets)
+        or not all(type(x) is int and x >= 0 for x in vps)
     ):
         raise InternalError(BAD_NODE_ANSWER, f"write node {address} answered malformed deduplicated offsets")
     return Deduplicated(offsets, vps)
