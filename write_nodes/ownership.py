@@ -496,6 +496,8 @@ class PartitionOwnership:
                     "bytes": size,
                     "online": online,
                     "state": state,
+                    "dedup_ids": len(part.dedup) if part.dedup is not None else 0,
+                    "dedup_duplicates": part.dedup.duplicates if part.dedup is not None else 0,
                 }
             )
         return rows

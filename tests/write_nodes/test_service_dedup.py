@@ -7,7 +7,14 @@ from collections.abc import Sequence
 
 import aiohttp
 
-from tests.write_nodes.test_service_helpers import eventually, make_settings, open_metadata, place_queue, read
+from tests.write_nodes.test_service_helpers import (
+    eventually,
+    make_settings,
+    open_metadata,
+    partitions,
+    place_queue,
+    read,
+)
 from vpq.codec.batch_common import Record
 from vpq.codec.columnar import build_columnar_batch, columns_of
 from vpq.codec.records import decode_batches
@@ -52,6 +59,12 @@ async def test_a_retried_frame_is_not_stored_twice(node) -> None:
     ]
     assert await stored(http, service.address, 0) == [("a", b"m-0"), ("b", b"m-1"), ("new", b"r-1")]
     assert await stored(http, service.address, 2) == [("c", b"m-0")]
+    rows = {r["id"]: r for r in (await partitions(http, service.address))["partitions"]}
+    assert (rows[0]["dedup_ids"], rows[0]["dedup_duplicates"]) == (3, 2)
+    assert (rows[2]["dedup_ids"], rows[2]["dedup_duplicates"]) == (1, 1)
+    async with http.get(f"http://{service.address}/internal/v1/metrics") as resp:
+        text = await resp.text()
+    assert 'vpq_partition_dedup_duplicates{partition="0"} 2.0' in text
 
 
 async def test_dedup_holds_across_a_restart_and_a_takeover(tmp_path, redis_url, key_prefix) -> None:
