@@ -34,8 +34,9 @@ How (see ``docs/internals.md``):
    ``InternalError`` (``write_node_rejected``).
 
 All or nothing holds per physical partition, not across them: when a retry finally fails,
-parts already durable on other partitions stay (the producer's retry may duplicate them:
-at-least-once). Messages of one pp are never split by a failure of another.
+parts already durable on other partitions stay (the producer's retry stores them again
+unless they carry dedup ids: at-least-once otherwise). Messages of one pp are never split
+by a failure of another.
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@
   ``{"base_offset", "last_offset"}`` once durable or the frame's error; a chain stops
   at its first refused frame. When a record's queue deduplicates (``dedup_window_ms``
   > 0) and it carries a dedup id already stored in the partition, it is not appended
-  again and the frame's entry is ``{"offsets", "vps"}`` (``write_nodes.dedup_log``). The final placement checks and the submissions to the
+  again and the frame's entry is ``{"offsets", "vps"}`` (``write_nodes.dedup_log``).
+  The final placement checks and the submissions to the
   logs run without yielding to the event loop, so every record below a partition's
   ``next_offset`` was checked against a map no newer than the one the node reports in
   ``GET /partitions``.
