@@ -12,10 +12,13 @@ when some are duplicates), indexes them, and returns without yielding an awaitab
   for); ``PartitionOfflineError`` if the log goes offline first, ``Unavailable``
   (``partition_offline``, retryable) if that takes longer than ``durable_wait_s``.
 
-``rebuild(log, index, now_ms, scan_ms, window_of)`` indexes the dedup ids of the durable
-records whose batch is at most ``scan_ms`` old (``offset_for_timestamp``), reading 1 MiB
-at a time and yielding to the event loop between reads; data deleted meanwhile by
-retention is skipped. Magic-1 batches carry no dedup ids and are skipped.
+``rebuild(log, index, now_ms, scan_ms, window_of, max_records)`` indexes the dedup ids of
+the durable records whose batch is at most ``scan_ms`` old (``offset_for_timestamp``), and
+of no more than the last ``max_records`` offsets (an index bounded to N ids cannot hold
+older ones once every record carries an id; the bound keeps a partition's opening short
+at high rates), reading 1 MiB at a time and yielding to the event loop between reads;
+data deleted meanwhile by retention is skipped. Magic-1 batches carry no dedup ids and
+are skipped.
 """
 
 from __future__ import annotations
@@ -98,14 +101,23 @@ async def _answer(
     return answer
 
 
-async def rebuild(log: PartitionLog, index: DedupIndex, now_ms: int, scan_ms: int, window_of: WindowOf) -> int:
-    """Index the recent dedup ids of ``log`` (see the module docstring); returns how many
-    records were read."""
+async def rebuild(
+    log: PartitionLog,
+    index: DedupIndex,
+    now_ms: int,
+    scan_ms: int,
+    window_of: WindowOf,
+    max_records: int | None = None,
+) -> int:
+    """Index the recent dedup ids of ``log`` (see the module docstring), reading at most
+    the last ``max_records`` offsets; returns how many records were read."""
     if scan_ms <= 0:
         return 0
     pos = log.offset_for_timestamp(now_ms - scan_ms)
     if pos is None:
         return 0
+    if max_records is not None:
+        pos = max(pos, log.durable_end_offset - max_records)
     seen = 0
     while pos < log.durable_end_offset:
         try:

@@ -61,6 +61,7 @@ STATS_SUBDIR = "stats"
 PARTITIONS_SUBDIR = "partitions"
 MIN_BODY_LIMIT = 64 << 20
 DEDUP_SKEW_MS = 10_000  # extra log scanned at open for clocks of gateways and nodes that differ
+REBUILD_RECORDS_PER_ID = 2  # the rebuild reads at most this many records per id the index may hold
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -327,14 +328,19 @@ class WriteNodeService:
 
     async def _prepare_partition(self, part: OwnedPartition) -> None:
         """Rebuild the partition's dedup index from its log: the records of the last
-        largest ``dedup_window_ms`` among the known queues (plus a clock-skew margin)."""
+        largest ``dedup_window_ms`` among the known queues (plus a clock-skew margin), at
+        most ``REBUILD_RECORDS_PER_ID * log.dedup_max_ids`` of them."""
         cache = self._cache
         assert cache is not None and part.log is not None
         guard = PlacementGuard(cache)
         index = DedupIndex(self.settings.log.dedup_max_ids)
         scan_ms = max((dedup_window_of(q.config) for q in cache.queues()), default=0)
         started = time.perf_counter()
-        seen = await rebuild(part.log, index, wall_ms(), scan_ms + DEDUP_SKEW_MS if scan_ms else 0, guard.dedup_window_ms)
+        max_ids = self.settings.log.dedup_max_ids
+        seen = await rebuild(
+            part.log, index, wall_ms(), scan_ms + DEDUP_SKEW_MS if scan_ms else 0, guard.dedup_window_ms,
+            max_records=REBUILD_RECORDS_PER_ID * max_ids,
+        )  # fmt: skip
         part.dedup = index
         if seen:
             log.info(

@@ -149,3 +149,18 @@ async def test_rebuild_of_an_empty_or_old_log_finds_nothing(tmp_path: Path) -> N
     assert await rebuild(log, fresh, 1_000 + 2 * WINDOW, WINDOW, window_of) == 0
     assert await rebuild(log, fresh, 1_000, 0, window_of) == 0 and len(fresh) == 0
     await log.stop()
+
+
+async def test_rebuild_reads_at_most_the_last_max_records(tmp_path: Path) -> None:
+    log = PartitionLog(tmp_path, small_settings())
+    await log.start()
+    idx = DedupIndex()
+    for k in range(10):
+        await admit(log, idx, *batch([f"r{k}-{j}" for j in range(3)], ts=1_000 + k), 1_000 + k, window_of)
+    rebuilt = DedupIndex()
+    seen = await rebuild(log, rebuilt, 2_000, WINDOW, window_of, max_records=7)  # offsets 23 to 29
+    assert seen == 9  # whole batches are read (21 to 29); records before the bound are not indexed
+    assert len(rebuilt) == 7
+    assert rebuilt.lookup(1, b"r7-2", 2_000, WINDOW) == (23, 2) and rebuilt.lookup(1, b"r9-2", 2_000, WINDOW) == (29, 2)
+    assert rebuilt.lookup(1, b"r7-1", 2_000, WINDOW) is None
+    await log.stop()
