@@ -6,7 +6,9 @@ the gateway's own put-queue path (``queue_admin.cluster_queues.QueueAdmin.put``:
 registry, placement CAS, lineage), then written through the one produce path
 (``produce_path.produce.Appender``). Each dead letter keeps the original key,
 value (JSON stays JSON), headers and isolation context, plus the header
-``x-original-id`` = the original message id.
+``x-original-id`` = the original message id; a redriven message's addressing to
+its group (``codec.system_headers.GROUP``) is dropped, so every group of the
+dead-letter queue sees it.
 
 Names: ``{queue}.{group}.dlq`` when that fits the 128-character limit of queue
 names; otherwise ``{queue[:40]}.{group[:40]}.{hash}.dlq`` with ``hash`` the
@@ -28,6 +30,7 @@ from collections.abc import Sequence
 import mmh3
 
 from vpq.codec.batch_common import VALUE_JSON
+from vpq.codec.system_headers import GROUP
 from vpq.produce_path.produce import Appender, PlainMessage
 from vpq.queue_admin.cluster_queues import QueueAdmin
 from vpq.read_nodes.delivery_types import DeadLetter
@@ -81,7 +84,7 @@ class DeadLetterProducer:
                 handled.append(letter.message_id)
                 continue
             r = tailed.record
-            headers: dict[str, str | bytes] = dict(r.headers)
+            headers: dict[str, str | bytes] = {name: value for name, value in r.headers if name != GROUP}
             headers[ORIGINAL_ID_HEADER] = letter.message_id
             ctx = tailed.ctx
             messages.append(

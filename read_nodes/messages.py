@@ -20,7 +20,8 @@ Decisions:
   replacement characters in ``"key"`` AND its exact bytes in an extra field
   ``"key_b64"`` (the response models allow extra fields).
 - header values are bytes on disk and strings in the API: decoded as UTF-8
-  (invalid sequences replaced by U+FFFD).
+  (invalid sequences replaced by U+FFFD). Only the producer's own headers are
+  shown, never the platform's reserved ones (``codec.system_headers``).
 
 Pure logic: no I/O.
 """
@@ -35,6 +36,7 @@ import orjson
 
 from vpq.codec.batch_common import VALUE_JSON
 from vpq.codec.records import Record
+from vpq.codec.system_headers import user_headers
 from vpq.isolation.context import IsolationContext
 
 _loads = orjson.loads
@@ -108,7 +110,7 @@ def render_message(
             msg["value_b64"] = _b64(r.value).decode("ascii")
     else:
         msg["value_b64"] = _b64(r.value).decode("ascii")
-    msg["headers"] = decode_headers(r.headers) if r.headers else {}
+    msg["headers"] = decode_headers(user_headers(r.headers)) if r.headers else {}
     msg["lane"] = ctx.lane
     msg["env"] = ctx.env
     msg["set"] = ctx.set
