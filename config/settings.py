@@ -50,6 +50,10 @@ class LogSettings(BaseModel):
     fsync_interval_ms: int = Field(50, ge=1)
     max_group_bytes: int = Field(8 * MiB, ge=4096, description="largest write gathered into one group commit")
     checkpoint_interval_ms: int = Field(5000, ge=10)
+    min_free_bytes: int = Field(
+        -1, ge=-1, description="a write node refuses produce (507) when its data directory's file system "
+        "would have less free; -1 = 1 GiB or 5 % of the file system, whichever is smaller",
+    )
 
 
 class RedisClientSettings(BaseModel):

@@ -67,11 +67,12 @@ ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec(
         "POST", Q + "/messages", produce.produce, "produce", "Produce messages", "produce", Access.PRODUCE,
         request_model=ProduceRequest, response_model=ProduceResponse, request_required=True,
-        errors=(404, 429, 503), isolation_headers=True,
+        errors=(404, 429, 503, 507), isolation_headers=True,
         description="Answered 200 only once every message is durable; results in request order. "
         "All or nothing: one invalid message rejects the batch (400 invalid_message with the index "
         "of the first bad message) and nothing is appended. A message's own lane/env/set win over "
-        "the X-Lane/X-Env/X-Set headers, which win over the defaults (prod, \"\", \"\").",
+        "the X-Lane/X-Env/X-Set headers, which win over the defaults (prod, \"\", \"\"). 507 "
+        "insufficient_storage (with Retry-After) when a write node is short of disk: nothing appended.",
     ),
     # -- consume --------------------------------------------------------------------------
     RouteSpec(

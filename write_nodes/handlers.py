@@ -22,7 +22,11 @@
 
 Errors are ``common.errors`` JSON with the error's status (``error_middleware``):
 ownership answers come from ``PartitionOwnership.serving``; an I/O error of the log
-takes the partition offline (503 ``partition_offline``).
+takes the partition offline (503 ``partition_offline``). Disk (``write_nodes.disk_guard``):
+an append that would eat into the headroom is refused whole, every frame answered
+507 ``insufficient_storage`` and nothing appended; a log write that fails with ENOSPC
+anyway answers its frames 507 too (the partition is reopened, truncating the partial
+batch). Reads and the listing never depend on free space.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ from vpq.common.errors import (
 from vpq.metadata.errors import MetadataUnavailable
 from vpq.metadata.map_cache import MapCache
 from vpq.node_rpc.append_frames import ChainGate, Frame, FrameError, decode_frames, error_entry, ok_entry
+from vpq.write_nodes.disk_guard import DiskGuard
 from vpq.write_nodes.errors import LogIOError, OffsetOutOfRangeError
 from vpq.write_nodes.fence import FenceView
 from vpq.write_nodes.metrics import WriteNodeMetrics
@@ -252,8 +257,10 @@ class WriteNodeHandlers:
         metrics: WriteNodeMetrics | None = None,
         fence: FenceView | None = None,
         data_dir: Path | None = None,
+        disk: DiskGuard | None = None,
     ) -> None:
         self._node_id = node_id
+        self._disk = disk
         self._data_dir = data_dir
         self._fence = fence
         self._ownership = ownership
@@ -280,6 +287,12 @@ class WriteNodeHandlers:
         continues a chain whose earlier frame was refused gets the same error and is not
         appended, so a chain never lands out of order."""
         own = self._ownership
+        if self._disk is not None:
+            try:
+                self._disk.check(sum(len(batch) for _, batch, _ in raw))
+            except VpqError as short:
+                entry = error_entry(short.to_dict()["error"], short.status)
+                return [entry for _ in raw]
         with own.track():
             frames: list[_Frame | VpqError] = []
             for pp, batch, _ in raw:
@@ -392,10 +405,13 @@ class WriteNodeHandlers:
         text = self._metrics.render(self._ownership.snapshot(), self._guard.epoch)
         return web.Response(body=text, headers={"Content-Type": self._metrics.content_type})
 
-    def _log_failure(self, pp: int, part: OwnedPartition, exc: LogIOError) -> Unavailable:
+    def _log_failure(self, pp: int, part: OwnedPartition, exc: LogIOError) -> VpqError:
         if part.state is State.CLOSING:
             return Unavailable(NOT_OWNER, f"write node {self._node_id} is giving partition {pp} up", partition=pp, node=self._node_id)
         self._ownership.mark_offline(part, exc)
+        full = self._disk.storage_error(exc) if self._disk is not None else None
+        if full is not None:
+            return full
         return Unavailable(PARTITION_OFFLINE, f"partition {pp} is offline: {exc}", partition=pp, state="offline")
 
 
