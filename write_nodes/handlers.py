@@ -25,8 +25,9 @@ ownership answers come from ``PartitionOwnership.serving``; an I/O error of the 
 takes the partition offline (503 ``partition_offline``). Disk (``write_nodes.disk_guard``):
 an append that would eat into the headroom is refused whole, every frame answered
 507 ``insufficient_storage`` and nothing appended; a log write that fails with ENOSPC
-anyway answers its frames 507 too (the partition is reopened, truncating the partial
-batch). Reads and the listing never depend on free space.
+anyway answers its frames 507 too: the log undoes it (and what was queued behind it)
+and stays online (``write_nodes.group_commit``); only an ENOSPC elsewhere (an fsync,
+a segment roll) takes the partition offline, to be reopened without growing backoff. Reads and the listing never depend on free space.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from vpq.codec.errors import CorruptBatchError
 from vpq.codec.records import BatchView
 from vpq.common.errors import (
     BadRequest,
+    InsufficientStorage,
     InternalError,
     MethodNotAllowed,
     NotFound,
@@ -58,7 +60,7 @@ from vpq.metadata.errors import MetadataUnavailable
 from vpq.metadata.map_cache import MapCache
 from vpq.node_rpc.append_frames import ChainGate, Frame, FrameError, decode_frames, error_entry, ok_entry
 from vpq.write_nodes.disk_guard import DiskGuard
-from vpq.write_nodes.errors import LogIOError, OffsetOutOfRangeError
+from vpq.write_nodes.errors import DiskFullError, LogIOError, OffsetOutOfRangeError
 from vpq.write_nodes.fence import FenceView
 from vpq.write_nodes.metrics import WriteNodeMetrics
 from vpq.write_nodes.ownership import NOT_OWNER, PARTITION_OFFLINE, OwnedPartition, PartitionOwnership, State
@@ -71,6 +73,7 @@ END_OFFSET_HEADER = "X-End-Offset"
 MAX_WAIT_MS = 30_000
 DEFAULT_READ_BYTES = 1 << 20
 MAX_READ_BYTES = 64 << 20
+DISK_RETRY_AFTER_S = 1.0
 STALE_MAP = "stale_map"
 CORRUPT_BATCH = "corrupt_batch"
 
@@ -406,6 +409,11 @@ class WriteNodeHandlers:
         return web.Response(body=text, headers={"Content-Type": self._metrics.content_type})
 
     def _log_failure(self, pp: int, part: OwnedPartition, exc: LogIOError) -> VpqError:
+        if isinstance(exc, DiskFullError):  # undone by the log, which stays online
+            return InsufficientStorage(
+                message=f"partition {pp}: the write node's disk is full; nothing was appended",
+                retry_after=DISK_RETRY_AFTER_S, partition=pp,
+            )
         if part.state is State.CLOSING:
             return Unavailable(NOT_OWNER, f"write node {self._node_id} is giving partition {pp} up", partition=pp, node=self._node_id)
         self._ownership.mark_offline(part, exc)

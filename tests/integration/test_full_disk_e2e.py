@@ -108,10 +108,12 @@ def test_full_disk_answers_507_and_recovers_by_itself(small_disk: Path) -> None:
 
         # space returns: the same produce succeeds without anyone restarting anything
         ballast.unlink()
+        freed = time.monotonic()
         deadline = time.monotonic() + 30
         while True:
             r = api.call("POST", f"/v1/queues/{q}/messages", {"messages": batch}, expect=None)
             if r.status_code == 200:
+                resumed = time.monotonic()
                 for m, res in zip(batch, r.json()["results"], strict=True):
                     acked[res["id"]] = m["value"]["n"]
                 break
@@ -132,14 +134,18 @@ def test_full_disk_answers_507_and_recovers_by_itself(small_disk: Path) -> None:
         assert not missing_ids, f"{len(missing_ids)} acknowledged messages lost"
         assert {i: seen[i] for i in acked} == acked
         assert redis_pids(p) == redis_before
+        print(f"full disk: {n // 50} batches of 50 acknowledged before the first 507, produce back "
+              f"{resumed - freed:.2f}s after space returned, {len(acked)} acknowledged all delivered, "
+              f"redis-server restarts 0")
 
 
 def test_enospc_inside_a_write_answers_507_and_the_partition_comes_back(small_disk: Path, tmp_path: Path) -> None:
     """No headroom (``min_free_bytes = 0``), eight producers and another program filling the
     same disk at the same time: produce answers only 200 or 507 (never 503 or 500), and once
     space returns it works again with nothing acknowledged lost. (A write that hits ENOSPC
-    inside the log would answer 507 too and have its partition reopened; on tmpfs the
-    guard's check right before the append made that race too narrow to provoke here.)
+    inside the log answers 507 too, the log undoing it and staying online:
+    ``tests/write_nodes/test_log_disk_full.py`` and ``test_disk_full_node.py``; on tmpfs
+    the guard's check right before the append leaves that race too narrow to provoke here.)
     Redis runs off the small disk in this test (with no headroom it would starve)."""
     import threading
     from concurrent.futures import ThreadPoolExecutor
@@ -197,7 +203,6 @@ def test_enospc_inside_a_write_answers_507_and_the_partition_comes_back(small_di
                 fill.result()
             assert statuses.get(507), statuses
             assert set(statuses) <= {200, 507}, statuses  # never 503 partition_offline, never 500
-            log_text = "".join(f.read_text(errors="replace") for f in (p.data_dir / "logs").glob("*.log"))
             ballast.unlink()
             (small_disk / "filler").unlink()
             deadline = time.monotonic() + 30
@@ -218,6 +223,6 @@ def test_enospc_inside_a_write_answers_507_and_the_partition_comes_back(small_di
                 for m in msgs:
                     seen[m["id"]] = m["value"]["n"]
             assert {i: seen.get(i) for i in acked} == acked
-            print("statuses", statuses, "acked", len(acked), "ENOSPC inside a write:", "No space left" in log_text)
+            print(f"no headroom, competing writer: answers {statuses}, {len(acked)} acknowledged all delivered")
     finally:
         redis.stop()
