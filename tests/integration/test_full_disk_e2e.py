@@ -30,6 +30,7 @@ pytestmark = pytest.mark.integration
 DISK_MIB = 64
 BALLAST_MIB = 24
 VALUE = "x" * 2000
+NODE_MODULES = ("vpq.write_nodes.main", "vpq.read_nodes.main", "vpq.gateway.main")
 
 
 @pytest.fixture
@@ -66,9 +67,10 @@ def test_full_disk_answers_507_and_recovers_by_itself(small_disk: Path) -> None:
         api = Api(p.url)
         redis_before = redis_pids(p)
         assert redis_before, "vpq up runs its embedded Redis"
+        nodes_before = {m: {c.pid for c in p.children(m)} for m in NODE_MODULES}
+        assert all(nodes_before.values())
         q = unique_name("full")
         api.put_queue(q, virtual_partitions=4)
-        cid = api.join(q, "g")
 
         acked: dict[str, int] = {}  # id -> value of every message answered 200
         short = None
@@ -97,6 +99,7 @@ def test_full_disk_answers_507_and_recovers_by_itself(small_disk: Path) -> None:
 
         # consume, ack and admin reads go on; Redis (on the same disk, its AOF growing with
         # every ack-state save) keeps working: the group drains the whole backlog
+        cid = api.join(q, "g")  # a group created while short (Redis writes), from the earliest
         drained = 0
         deadline = time.monotonic() + 60
         while drained < len(acked) and time.monotonic() < deadline:
@@ -140,6 +143,7 @@ def test_full_disk_answers_507_and_recovers_by_itself(small_disk: Path) -> None:
         assert not missing_ids, f"{len(missing_ids)} acknowledged messages lost"
         assert {i: seen[i] for i in acked} == acked
         assert redis_pids(p) == redis_before
+        assert {m: {c.pid for c in p.children(m)} for m in NODE_MODULES} == nodes_before  # no role restarted
         print(f"full disk: {n // 50} batches of 50 acknowledged before the first 507, produce back "
               f"{resumed - freed:.2f}s after space returned, {len(acked)} acknowledged all delivered, "
               f"redis-server restarts 0")
