@@ -7,7 +7,8 @@ to ``g`` alone, then records that they left the dead-letter queue:
 1. read the dead-letter queue's records from its *redrive cursor*
    (``metadata.redrive``: per pp, below which offset everything has left) up to the
    pp's durable end as it was when the scan began, straight from the write nodes
-   (whole batches; other queues' records are skipped);
+   (whole batches; a batch without the queue's records is skipped on its queue-id
+   column, other queues' records are skipped);
 2. pick at most ``max_messages`` of them, oldest first per pp, in lineage order
    (``read_nodes.lineage_order``: a key's records on an earlier pp of its vp's
    lineage come before those on a later one), so each key keeps its order;
@@ -37,6 +38,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from vpq.codec.batch_common import VALUE_JSON
+from vpq.codec.columnar import MAGIC_COLUMNAR
+from vpq.codec.columnar import scan as scan_columns
 from vpq.codec.records import Record, iter_batches
 from vpq.codec.system_headers import GROUP, PRIORITY, RESERVED_PREFIX
 from vpq.common.errors import VpqError
@@ -164,6 +167,9 @@ class WriteNodeLetters:
                 if view.base_offset >= end:
                     return out, max(offset, end)
                 if view.next_offset <= offset:
+                    continue
+                if view.magic == MAGIC_COLUMNAR and queue_id not in scan_columns(view).queue_ids:
+                    offset = view.next_offset  # none of the queue's: skipped on its columns alone
                     continue
                 for r in view.records():
                     if r.offset < offset or r.queue_id != queue_id:
