@@ -53,6 +53,10 @@ class LogSettings(BaseModel):
     dedup_max_ids: int = Field(
         1_000_000, ge=1, description="dedup ids indexed per partition (~170 bytes each); beyond, the oldest go first"
     )
+    min_free_bytes: int = Field(
+        -1, ge=-1, description="a write node refuses produce (507) when its data directory's file system "
+        "would have less free; -1 = 1 GiB or 5 % of the file system, whichever is smaller",
+    )
 
 
 class RedisClientSettings(BaseModel):

@@ -150,6 +150,18 @@ class Backend(Protocol):
         and lag (total, by_lane, by_env, by_set). NotFound for unknown queue or group."""
         ...
 
+    async def delete_group(self, queue: str, group: str) -> None:
+        """Delete the group: its record, members, delivery and ack state. A later join
+        starts a new group. NotFound for an unknown queue or group."""
+        ...
+
+    async def redrive(self, queue: str, group: str, max_messages: int | None) -> int:
+        """Deliver messages of the group's dead-letter queue to that group only, again
+        (at most ``max_messages``; None: all), each with ``delivery_count`` 1 and header
+        ``x-redriven-from``; they leave the dead-letter queue. Answers how many.
+        NotFound for an unknown queue or group."""
+        ...
+
     async def cluster(self) -> dict[str, Any]:
         """``ClusterInfo``: write nodes, read nodes, physical partitions (id, owner,
         end_offset, bytes) and the current map epoch."""

@@ -376,3 +376,16 @@ class NackRequest(BaseModel):
 
     ids: list[MessageId] = Field(..., max_length=MAX_IDS, description="ids of delivered messages")
     delay_ms: DelayMs = Field(0)
+
+
+MAX_REDRIVE_MESSAGES = 1_000_000
+
+
+class RedriveRequest(BaseModel):
+    """``POST .../groups/{group}/dlq/redrive``: the group's dead letters delivered to it again."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"examples": [{"max_messages": 100}]})
+
+    max_messages: Annotated[int, Field(ge=1, le=MAX_REDRIVE_MESSAGES), JSON_INT] | None = Field(
+        None, description="redrive at most this many (the oldest first); absent: all of them"
+    )

@@ -187,6 +187,12 @@ class AckResponse(BaseModel):
     acked: int
 
 
+class RedriveResponse(BaseModel):
+    model_config = _OPEN
+
+    redriven: int
+
+
 class NackResponse(BaseModel):
     model_config = _OPEN
 

@@ -29,6 +29,7 @@ key                                       type    content
 ``p:group:{queue}:{group}:members``       hash    consumer id -> JSON member info
 ``p:group:{queue}:{group}:start``         hash    pp -> start offset (set once)
 ``p:ackstate:{queue}:{group}``            hash    stream -> encoded ack state (``metadata.acks``)
+``p:redrive:{dlq}``                       hash    ``queue_id:pp`` -> redrive cursor (``metadata.redrive``)
 ``p:cluster:physical_partitions``         string  the cluster's pp count (``metadata.partition_count``)
 ``p:remap:fence``                         hash    the remap fence (``metadata.fences``)
 ``p:events``                              pubsub  change announcements (JSON)
@@ -121,6 +122,10 @@ class Keys:
     # ack state
     def acks(self, queue: str, group: str) -> str:
         return f"{self.prefix}:ackstate:{queue}:{group}"
+
+    # dead-letter redrive
+    def redrive(self, dlq: str) -> str:
+        return f"{self.prefix}:redrive:{dlq}"
 
     # change announcements
     def events(self) -> str:

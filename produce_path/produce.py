@@ -29,6 +29,8 @@ How (see ``docs/internals.md``):
    ``node_unreachable`` and ``partition_unowned`` make the locator forget the pp's owner;
    ``partition_offline`` just waits. A queue the cache does not know is looked up in Redis
    once before answering 404; a queue not placed yet is retried like the rest.
+   ``insufficient_storage`` (507, a write node short of disk) is not retried: it is
+   answered at once, with its ``Retry-After``.
 5. When ``AppendPolicy.budget_s`` is spent: ``Unavailable`` (503, ``produce_unavailable``,
    ``Retry-After``). A non-retryable answer of a write node is a bug in this path:
    ``InternalError`` (``write_node_rejected``).
@@ -66,6 +68,7 @@ STALE_MAP = "stale_map"
 NOT_OWNER = "not_owner"
 PARTITION_OFFLINE = "partition_offline"
 PARTITION_UNOWNED = "partition_unowned"
+INSUFFICIENT_STORAGE = "insufficient_storage"
 _FORGET_OWNER = frozenset({NOT_OWNER, NODE_UNREACHABLE, PARTITION_UNOWNED})
 
 
@@ -285,6 +288,9 @@ class Appender:
                         continue
                     still.extend(out.positions if pending is None else [pending[p] for p in out.positions])
                     err = out.error
+                    if err.code == INSUFFICIENT_STORAGE:
+                        self.stats.failures += 1
+                        raise err
                     if not err.retryable:
                         self.stats.failures += 1
                         raise InternalError(

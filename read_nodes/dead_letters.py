@@ -6,8 +6,9 @@ the gateway's own put-queue path (``queue_admin.cluster_queues.QueueAdmin.put``:
 registry, placement CAS, lineage), then written through the one produce path
 (``produce_path.produce.Appender``). Each dead letter keeps the original key,
 value (JSON stays JSON), the producer's own headers and isolation context (not the
-platform's attributes: a dead letter is due at once, at priority 0), plus the header
-``x-original-id`` = the original message id.
+platform's attributes: a dead letter is due at once, at priority 0, and a redriven
+message's addressing to its group, ``:group``, is dropped so every group of the
+dead-letter queue sees it), plus the header ``x-original-id`` = the original message id.
 
 Names: ``{queue}.{group}.dlq`` when that fits the 128-character limit of queue
 names; otherwise ``{queue[:40]}.{group[:40]}.{hash}.dlq`` with ``hash`` the

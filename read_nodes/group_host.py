@@ -109,7 +109,7 @@ class GroupHost:
         ))
         self.ingestor = Ingestor(
             record.id, self.delivery, parts.pool, self, self._on_data, batch=o.ingest_batch,
-            unknown_grace_ms=o.unknown_grace_ms,
+            unknown_grace_ms=o.unknown_grace_ms, group=group,
         )
         self.members = GroupMembers(
             parts.md, self.queue, group, self.delivery,

@@ -16,6 +16,8 @@ partition), and for each record, in this order:
   but never stall it for ever): the stream stops there;
 - a parked key (``read_nodes.parked_keys``): the record joins the key's open
   segment (or opens one here) and stays in the log; the cursor goes on;
+- a record addressed to another group (``codec.system_headers.GROUP``, a dead-letter
+  redrive's) is skipped: the cursor goes on, as past a record that vanished;
 - ``GroupDelivery.admit``: ``NOBODY`` (no live consumer may take the context:
   the stream stops until one joins), ``PAUSE`` (enough is ready: the stream
   stops for now), ``PARK`` (the key's read-ahead is full: park it here),
@@ -39,6 +41,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from vpq.codec.system_headers import addressed_elsewhere
 from vpq.common.errors import VpqError
 from vpq.read_nodes.delivery import GroupDelivery
 from vpq.read_nodes.delivery_types import Admission, DeliveryEntry, DeliveryFull, stream_ctx_id, stream_of, stream_pp
@@ -80,8 +83,11 @@ class Ingestor:
         *,
         batch: int = 512,
         unknown_grace_ms: int = 5000,
+        group: str = "",
     ) -> None:
+        """``group``: the group's name (records addressed to another group are skipped)."""
         self.queue_id = queue_id
+        self._group = group.encode("utf-8")
         self.delivery = delivery
         self._pool = pool
         self._key = key
@@ -251,6 +257,9 @@ class Ingestor:
                     c = offset + 1
                     continue
             r = tailed.record
+            if r.headers and addressed_elsewhere(r.headers, self._group):
+                c = offset + 1
+                continue
             verdict = delivery.admit(stream, offset, tailed.ctx, ctx_id, key_hash, r.key)
             if verdict == Admission.NOBODY:
                 result.nobody = True
@@ -370,7 +379,9 @@ class Ingestor:
                         delivery.park_progress(seg.stream, seg.id, from_offset=offset)
                         seg.from_offset = offset
                         return False
-                    if tailed is not None:
+                    if tailed is not None and not (
+                        tailed.record.headers and addressed_elsewhere(tailed.record.headers, self._group)
+                    ):
                         r = tailed.record
                         entry = DeliveryEntry.trusted(
                             pp, offset, key_hash, r.key, tailed.ctx, r.timestamp_ms or 0, ctx_id

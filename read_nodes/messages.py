@@ -20,7 +20,8 @@ Decisions:
   replacement characters in ``"key"`` AND its exact bytes in an extra field
   ``"key_b64"`` (the response models allow extra fields).
 - header values are bytes on disk and strings in the API: decoded as UTF-8
-  (invalid sequences replaced by U+FFFD).
+  (invalid sequences replaced by U+FFFD). Only the producer's own headers are
+  shown, never the platform's reserved ones (``codec.system_headers``).
 
 Pure logic: no I/O.
 """

@@ -411,6 +411,17 @@ class AsyncClient:
         _, answer = await self.request("GET", f"/v1/queues/{_seg(queue)}/groups/{_seg(group)}")
         return answer
 
+    async def delete_group(self, queue: str, group: str) -> None:
+        """Delete a group with its members, delivery and ack state (a later join starts anew)."""
+        await self.request("DELETE", f"/v1/queues/{_seg(queue)}/groups/{_seg(group)}")
+
+    async def redrive(self, queue: str, group: str, max_messages: int | None = None) -> int:
+        """Deliver the group's dead letters to it again (at most ``max_messages``; None:
+        all); how many were redriven."""
+        body = {} if max_messages is None else {"max_messages": max_messages}
+        _, answer = await self.request("POST", f"/v1/queues/{_seg(queue)}/groups/{_seg(group)}/dlq/redrive", body)
+        return int(answer.get("redriven", 0))
+
     # -- cluster -----------------------------------------------------------------------
 
     async def cluster(self) -> ClusterInfo:

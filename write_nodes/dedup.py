@@ -309,6 +309,24 @@ class DedupIndex:
         if self._count > self._max_ids:
             self._evict_oldest(self._count - self._max_ids)
 
+    def forget_from(self, offset: int) -> int:
+        """Drop every entry at ``offset`` or later (the log gave those offsets back: a full
+        disk refused the appends from there, and later records will reuse them); returns
+        how many. Entries of a queue are in ascending offset order, so each queue's scan
+        stops at its first older entry."""
+        dropped = 0
+        for ids in self._queues.values():
+            doomed: list[bytes] = []
+            for dedup_id in reversed(ids):
+                if ids[dedup_id] & _OFFSET_MASK < offset:
+                    break
+                doomed.append(dedup_id)
+            for dedup_id in doomed:
+                del ids[dedup_id]
+            dropped += len(doomed)
+        self._count -= dropped
+        return dropped
+
     def expire(self, now_ms: int, window_of: WindowOf, force: bool = False) -> int:
         """Drop entries out of their queue's window (at most once per
         ``expire_every_ms`` unless ``force``); returns how many went."""

@@ -25,7 +25,12 @@
 
 Errors are ``common.errors`` JSON with the error's status (``error_middleware``):
 ownership answers come from ``PartitionOwnership.serving``; an I/O error of the log
-takes the partition offline (503 ``partition_offline``).
+takes the partition offline (503 ``partition_offline``). Disk (``write_nodes.disk_guard``):
+an append that would eat into the headroom is refused whole, every frame answered
+507 ``insufficient_storage`` and nothing appended; a log write that fails with ENOSPC
+anyway answers its frames 507 too: the log undoes it (and what was queued behind it)
+and stays online (``write_nodes.group_commit``); only an ENOSPC elsewhere (an fsync,
+a segment roll) takes the partition offline, to be reopened without growing backoff. Reads and the listing never depend on free space.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from vpq.codec.errors import CorruptBatchError
 from vpq.codec.records import BatchView
 from vpq.common.errors import (
     BadRequest,
+    InsufficientStorage,
     InternalError,
     MethodNotAllowed,
     NotFound,
@@ -67,7 +73,8 @@ from vpq.node_rpc.append_frames import (
     ok_entry,
 )
 from vpq.write_nodes import dedup_log
-from vpq.write_nodes.errors import LogIOError, OffsetOutOfRangeError
+from vpq.write_nodes.disk_guard import DiskGuard
+from vpq.write_nodes.errors import DiskFullError, LogIOError, OffsetOutOfRangeError
 from vpq.write_nodes.fence import FenceView
 from vpq.write_nodes.log import wall_clock_ms
 from vpq.write_nodes.metrics import WriteNodeMetrics
@@ -81,6 +88,7 @@ END_OFFSET_HEADER = "X-End-Offset"
 MAX_WAIT_MS = 30_000
 DEFAULT_READ_BYTES = 1 << 20
 MAX_READ_BYTES = 64 << 20
+DISK_RETRY_AFTER_S = 1.0
 STALE_MAP = "stale_map"
 CORRUPT_BATCH = "corrupt_batch"
 
@@ -273,9 +281,11 @@ class WriteNodeHandlers:
         fence: FenceView | None = None,
         data_dir: Path | None = None,
         clock_ms: Callable[[], int] = wall_clock_ms,
+        disk: DiskGuard | None = None,
     ) -> None:
         self._clock_ms = clock_ms
         self._node_id = node_id
+        self._disk = disk
         self._data_dir = data_dir
         self._fence = fence
         self._ownership = ownership
@@ -302,6 +312,12 @@ class WriteNodeHandlers:
         continues a chain whose earlier frame was refused gets the same error and is not
         appended, so a chain never lands out of order."""
         own = self._ownership
+        if self._disk is not None:
+            try:
+                self._disk.check(sum(len(batch) for _, batch, _ in raw))
+            except VpqError as short:
+                entry = error_entry(short.to_dict()["error"], short.status)
+                return [entry for _ in raw]
         with own.track():
             frames: list[_Frame | VpqError] = []
             for pp, batch, _ in raw:
@@ -423,10 +439,18 @@ class WriteNodeHandlers:
         text = self._metrics.render(self._ownership.snapshot(), self._guard.epoch)
         return web.Response(body=text, headers={"Content-Type": self._metrics.content_type})
 
-    def _log_failure(self, pp: int, part: OwnedPartition, exc: LogIOError) -> Unavailable:
+    def _log_failure(self, pp: int, part: OwnedPartition, exc: LogIOError) -> VpqError:
+        if isinstance(exc, DiskFullError):  # undone by the log, which stays online
+            return InsufficientStorage(
+                message=f"partition {pp}: the write node's disk is full; nothing was appended",
+                retry_after=DISK_RETRY_AFTER_S, partition=pp,
+            )
         if part.state is State.CLOSING:
             return Unavailable(NOT_OWNER, f"write node {self._node_id} is giving partition {pp} up", partition=pp, node=self._node_id)
         self._ownership.mark_offline(part, exc)
+        full = self._disk.storage_error(exc) if self._disk is not None else None
+        if full is not None:
+            return full
         return Unavailable(PARTITION_OFFLINE, f"partition {pp} is offline: {exc}", partition=pp, state="offline")
 
 

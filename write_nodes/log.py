@@ -15,7 +15,10 @@ Contract:
   readable, so a reader never sees a message a crash could take back. The
   batches are not CRC-checked here: consumers of raw batches verify them;
 - an ``OSError`` takes the partition offline: every later append or read raises
-  :class:`PartitionOfflineError` until the log is stopped and started again.
+  :class:`PartitionOfflineError` until the log is stopped and started again;
+- except a full disk (ENOSPC/EDQUOT while writing appends): those appends and every
+  one queued behind them raise :class:`DiskFullError`, nothing of them stays in the
+  files, the log stays online, and the next append takes the first refused offset.
 """
 
 from __future__ import annotations
@@ -29,10 +32,11 @@ from pathlib import Path
 from vpq.codec.columnar import build_columnar_batch, columns_of
 from vpq.codec.records import HEADER, BatchView, Record, restamp_base_offset
 from vpq.config.settings import LogSettings
+from vpq.write_nodes import filenames
 from vpq.write_nodes.appender import AppendMeta, SegmentAppender
 from vpq.write_nodes.checkpoint import write_checkpoint
 from vpq.write_nodes.errors import LogIOError, OffsetOutOfRangeError, PartitionOfflineError
-from vpq.write_nodes.group_commit import FsyncFn, GroupCommitter
+from vpq.write_nodes.group_commit import FULL_ERRNOS, FsyncFn, GroupCommitter
 from vpq.write_nodes.recovery import LogLoader, RecoveryReport
 from vpq.write_nodes.retention import SegmentInfo, segments_to_delete
 from vpq.write_nodes.segments import LogSegments
@@ -79,6 +83,7 @@ class PartitionLog:
         self._committer: GroupCommitter | None = None
         self._dir_fd = -1
         self._next_offset = 0
+        self.on_rewind: Callable[[int], None] | None = None  # e.g. the dedup index's forget_from
         self._error: PartitionOfflineError | None = None
         self._running = False
         self._advanced = asyncio.Event()
@@ -100,8 +105,16 @@ class PartitionLog:
             self._dir_fd = storage.open_dir(self.directory)
             end = report.recovered_end_offset
             if report.recovery_point is None or report.recovery_point > end:
-                await loop.run_in_executor(None, write_checkpoint, self.directory, end, storage)
-                self._checkpointed = end
+                try:
+                    await loop.run_in_executor(None, write_checkpoint, self.directory, end, storage)
+                    self._checkpointed = end
+                except OSError as exc:
+                    if exc.errno not in FULL_ERRNOS:
+                        raise
+                    # a full disk: no checkpoint rather than one past the end (the next
+                    # recovery then checks every segment); written once there is space
+                    await loop.run_in_executor(None, _remove_checkpoint, self.directory, storage)
+                    self._checkpointed = None
             else:
                 self._checkpointed = report.recovery_point
         except OSError as exc:
@@ -116,6 +129,7 @@ class PartitionLog:
             self._clock_ms,
             on_durable=self._on_durable,
             on_failed=self._on_failed,
+            on_rewind=self._on_rewind,
         )
         self._committer = GroupCommitter(
             self._appender,
@@ -124,6 +138,7 @@ class PartitionLog:
             max_group_bytes=self.settings.max_group_bytes,
             fsync=self._fsync,
             write=storage.write_all,
+            truncate=storage.truncate,
             name=f"p{self.partition_id}",
             history_size=self._history_size,
         )
@@ -327,7 +342,8 @@ class PartitionLog:
 
     async def checkpoint(self) -> int:
         """Write the recovery-point checkpoint now (offsets below it are fsynced with
-        their indexes). Returns the recovery point written."""
+        their indexes). Returns the recovery point written (the previous one when the
+        disk is full: a checkpoint only saves recovery work, so it waits for space)."""
         async with self._checkpoint_lock:  # one writer of the tmp file at a time (periodic vs explicit)
             self._check_online()
             assert self._appender is not None
@@ -342,6 +358,8 @@ class PartitionLog:
                     await asyncio.gather(done, return_exceptions=True)
                     raise
                 except OSError as exc:
+                    if exc.errno in FULL_ERRNOS:  # the old recovery point stays valid: try later
+                        return self._checkpointed if self._checkpointed is not None else 0
                     raise self._fail(exc) from exc
                 self._checkpointed = point
             return point
@@ -382,6 +400,13 @@ class PartitionLog:
             self._error = error  # type: ignore[assignment]
         self._wake()
 
+    def _on_rewind(self, offset: int) -> None:
+        """A full disk refused the appends from ``offset`` on: the next one starts there,
+        and ``on_rewind`` (when set) hears of it before any later append is submitted."""
+        self._next_offset = offset
+        if self.on_rewind is not None:
+            self.on_rewind(offset)
+
     def _on_durable(self, end: int) -> None:
         if self._on_group is not None:
             self._on_group(end - self._durable_seen)
@@ -392,6 +417,11 @@ class PartitionLog:
         event = self._advanced
         self._advanced = asyncio.Event()
         event.set()
+
+
+def _remove_checkpoint(directory: Path, storage: Storage) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        storage.unlink(filenames.checkpoint_file(directory))
 
 
 async def _durable(fut: asyncio.Future[None], base: int, last: int) -> tuple[int, int]:

@@ -58,6 +58,7 @@ from vpq.metadata.aio import cancel_and_wait
 from vpq.metadata.errors import MetadataUnavailable
 from vpq.metadata.lease_keeper import LeaseKeeper
 from vpq.metadata.leases import LeaseManager, NodeRegistry, pp_resource
+from vpq.write_nodes.disk_guard import is_disk_full
 from vpq.write_nodes.errors import LogIOError
 from vpq.write_nodes.log import PartitionLog
 from vpq.write_nodes.recovery import RecoveryReport
@@ -374,7 +375,7 @@ class PartitionOwnership:
             try:
                 report = await plog.start()
             except LogIOError as exc:
-                self._set_offline(part, str(exc))
+                self._set_offline(part, str(exc), disk_full=is_disk_full(exc))
                 return
             except Exception as exc:  # e.g. a damaged checkpoint: same treatment, logged in full
                 log.exception("partition %d failed to open", part.pp)
@@ -422,10 +423,15 @@ class PartitionOwnership:
         log.info("reopening partition %d after: %s", part.pp, part.error)
         await self._open(part)
 
-    def _set_offline(self, part: OwnedPartition, why: str) -> None:
+    def _set_offline(self, part: OwnedPartition, why: str, disk_full: bool = False) -> None:
+        """Offline until a reopen after a backoff that doubles on each failure, but
+        stays at its first step when the disk is full (space may return any time)."""
         part.state = State.OFFLINE
         part.error = why
-        part.backoff_s = min(max(part.backoff_s * 2, self._reopen_backoff_s), self._max_reopen_backoff_s)
+        if disk_full:
+            part.backoff_s = self._reopen_backoff_s
+        else:
+            part.backoff_s = min(max(part.backoff_s * 2, self._reopen_backoff_s), self._max_reopen_backoff_s)
         part.retry_at = time.monotonic() + part.backoff_s
         log.error("partition %d offline (retry in %.1fs): %s", part.pp, part.backoff_s, why)
 
@@ -433,7 +439,7 @@ class PartitionOwnership:
         """Record an I/O error of ``part``'s log: it answers ``partition_offline`` until
         a later round reopens it (recovery)."""
         if part.state is State.ONLINE:
-            self._set_offline(part, str(why))
+            self._set_offline(part, str(why), disk_full=isinstance(why, BaseException) and is_disk_full(why))
 
     # ------------------------------------------------------------------- losing
     async def on_lost(self, resource: str, token: int) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 from vpq.codec.errors import CorruptBatchError
 from vpq.codec.records import HEADER, HEADER_SIZE, LENGTH_END, BatchView, header_problem
@@ -29,6 +30,18 @@ from vpq.write_nodes.time_index import TimeIndex
 
 _SCAN_CHUNK = 64 * 1024
 NO_TIMESTAMP = -(1 << 63)
+
+
+class Bookmark(NamedTuple):
+    """A segment's append bookkeeping at one moment (``LogSegment.bookmark``)."""
+
+    size: int
+    next_offset: int
+    max_timestamp: int
+    max_ts_offset: int
+    bytes_since_index: int
+    index_entries: int
+    time_index: tuple[int, int, int]
 
 
 class LogSegment:
@@ -124,6 +137,23 @@ class LogSegment:
         self.size = position + nbytes
         self.next_offset = next_offset
         return position
+
+    def bookmark(self) -> Bookmark:
+        """The bookkeeping now, for ``rewind`` (an append the disk refused)."""
+        return Bookmark(
+            self.size, self.next_offset, self.max_timestamp, self._max_ts_offset, self._bytes_since_index,
+            len(self.index), self.time_index.last(),
+        )
+
+    def rewind(self, mark: Bookmark) -> None:
+        """Forget every append tracked since ``mark`` (they were never written)."""
+        self.size = mark.size
+        self.next_offset = mark.next_offset
+        self.max_timestamp = mark.max_timestamp
+        self._max_ts_offset = mark.max_ts_offset
+        self._bytes_since_index = mark.bytes_since_index
+        self.index.truncate_entries(mark.index_entries)
+        self.time_index.rewind(mark.time_index)
 
     def mark_durable(self, size: int) -> None:
         """Readers may now see the first ``size`` bytes."""

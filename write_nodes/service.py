@@ -49,6 +49,7 @@ from vpq.traffic.stats_writer import StatsWriter
 from vpq.traffic.traffic_counter import TrafficCounter
 from vpq.write_nodes.dedup import DedupIndex
 from vpq.write_nodes.dedup_log import rebuild
+from vpq.write_nodes.disk_guard import DiskGuard
 from vpq.write_nodes.fence import FenceView, wire_fence
 from vpq.write_nodes.handlers import PlacementGuard, WriteNodeHandlers, build_app
 from vpq.write_nodes.metrics import WriteNodeMetrics
@@ -307,7 +308,7 @@ class WriteNodeService:
             guard = PlacementGuard(self._cache)
             handlers = WriteNodeHandlers(
                 self.node_id, self._ownership, guard, self._traffic, self.metrics, fence=self._fence,
-                data_dir=s.data_dir,
+                data_dir=s.data_dir, disk=DiskGuard(s.data_dir, s.log.min_free_bytes),
             )
             body_limit = max(MIN_BODY_LIMIT, 2 * s.gateway.max_request_bytes)
             app = build_app(handlers, client_max_size=body_limit)
@@ -342,6 +343,7 @@ class WriteNodeService:
             max_records=REBUILD_RECORDS_PER_ID * max_ids,
         )  # fmt: skip
         part.dedup = index
+        part.log.on_rewind = index.forget_from  # offsets a full disk gave back are reused
         if seen:
             log.info(
                 "partition %d: dedup index rebuilt from %d records (%d ids) in %.3fs",

@@ -28,6 +28,8 @@ API_MD_ENDPOINTS = {
     ("POST", "/v1/queues/{queue}/groups/{group}/consumers/{consumer_id}/nack"),
     ("DELETE", "/v1/queues/{queue}/groups/{group}/consumers/{consumer_id}"),
     ("GET", "/v1/queues/{queue}/groups/{group}"),
+    ("DELETE", "/v1/queues/{queue}/groups/{group}"),
+    ("POST", "/v1/queues/{queue}/groups/{group}/dlq/redrive"),
     ("GET", "/v1/cluster"),
     ("GET", "/v1/maps/current"),
     ("GET", "/v1/maps/history"),

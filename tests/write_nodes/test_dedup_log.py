@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import errno
+import os
 import threading
 from pathlib import Path
 
@@ -16,7 +18,7 @@ from vpq.codec.system_headers import attribute_headers, split
 from vpq.node_rpc.append_frames import Deduplicated
 from vpq.write_nodes.dedup import DedupIndex
 from vpq.write_nodes.dedup_log import admit, rebuild
-from vpq.write_nodes.errors import PartitionOfflineError
+from vpq.write_nodes.errors import DiskFullError, PartitionOfflineError
 from vpq.write_nodes.log import PartitionLog
 
 WINDOW = 60_000
@@ -164,3 +166,42 @@ async def test_rebuild_reads_at_most_the_last_max_records(tmp_path: Path) -> Non
     assert rebuilt.lookup(1, b"r7-2", 2_000, WINDOW) == (23, 2) and rebuilt.lookup(1, b"r9-2", 2_000, WINDOW) == (29, 2)
     assert rebuilt.lookup(1, b"r7-1", 2_000, WINDOW) is None
     await log.stop()
+
+
+async def test_offsets_a_full_disk_gave_back_are_forgotten(tmp_path: Path) -> None:
+    """A full disk refuses a group and the log reuses its offsets: the index must not
+    answer a retry with the coordinates of a record that was never stored."""
+    full = threading.Event()
+    full.set()
+
+    def fsync(fd: int) -> None:
+        if full.is_set():
+            full.clear()
+            raise OSError(errno.ENOSPC, "No space left on device")
+        os.fdatasync(fd)
+
+    log = PartitionLog(tmp_path, small_settings(), fsync=fsync)
+    await log.start()
+    idx = DedupIndex()
+    log.on_rewind = idx.forget_from
+    full.clear()
+    assert await admit(log, idx, *batch(["x"]), 1_000, window_of) == (0, 0)
+    full.set()
+    with pytest.raises(DiskFullError):
+        await admit(log, idx, *batch(["a", "b"]), 2_000, window_of)
+    assert log.end_offset == 1 and len(idx) == 1  # "a" and "b" were given back
+    assert await admit(log, idx, *batch(["a", "b"], tag="retry"), 3_000, window_of) == (1, 2)
+    assert stored_ids(log) == ["x", "a", "b"]
+    assert [r.value for r in read_all(log)][1:] == [b"retry-0", b"retry-1"]
+    await log.stop()
+
+
+def test_forget_from_drops_only_later_offsets() -> None:
+    idx = DedupIndex()
+    for q in (1, 2):
+        for off in range(5):
+            idx.add_stored(q, f"{q}-{off}".encode(), off * 2 + q, 0, 1_000, WINDOW)
+    assert idx.forget_from(6) == 5  # queue 1 held 1, 3, 5, 7, 9; queue 2 held 2, 4, 6, 8, 10
+    assert len(idx) == 5
+    assert idx.lookup(1, b"1-2", 1_001, WINDOW) == (5, 0)
+    assert idx.lookup(2, b"2-2", 1_001, WINDOW) is None
