@@ -62,7 +62,7 @@ def test_full_disk_answers_507_and_recovers_by_itself(small_disk: Path) -> None:
     ballast = small_disk / "ballast"
     with open(ballast, "wb") as f:
         f.write(b"\0" * (BALLAST_MIB << 20))
-    plat = Platform(small_disk / "vpq", physical_partitions=2, env=dict(FAST))
+    plat = Platform(small_disk / "vpq", physical_partitions=2, env=dict(FAST, VPQ_LOG__MIN_FREE_BYTES="-1"))
     for p in plat.running():
         api = Api(p.url)
         redis_before = redis_pids(p)
