@@ -80,7 +80,12 @@ class PlainMessage:
 
 class Router(Protocol):
     async def route_batch(
-        self, queue: str, keys: list[bytes | None], context: Any = None, contexts: list[Any] | None = None
+        self,
+        queue: str,
+        keys: list[bytes | None],
+        context: Any = None,
+        contexts: list[Any] | None = None,
+        spread_keys: list[bytes | None] | None = None,
     ) -> RoutedBatch: ...
 
 
@@ -241,7 +246,7 @@ class Appender:
             refresh_map = False
             sub = batch if pending is None else batch.take(pending)
             try:
-                routed = await self._router.route_batch(queue, sub.keys, sub.context, sub.contexts)
+                routed = await self._router.route_batch(queue, sub.keys, sub.context, sub.contexts, sub.spread_keys)
             except QueueNotFoundError:
                 if looked_up_unknown:
                     raise NotFound("queue_not_found", f"queue {queue!r} does not exist", queue=queue) from None
