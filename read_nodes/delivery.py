@@ -79,9 +79,9 @@ import heapq
 from collections.abc import Iterable
 
 from vpq.codec.message_id import decode_message_ids, encode_message_id
+from vpq.codec.system_headers import MAX_PRIORITY
 from vpq.isolation.context import IsolationContext
 from vpq.isolation.routing import Router
-from vpq.codec.system_headers import MAX_PRIORITY
 from vpq.read_nodes.ack_tracker import AckTracker
 from vpq.read_nodes.delay_index import DelayIndex
 from vpq.read_nodes.delivery_delays import DeliveryDelays
