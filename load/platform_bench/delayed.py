@@ -10,8 +10,9 @@ delayed message.
    (negative: it came early, counted in ``early``, a failure). Figures: p50/p99/max
    lateness (the goal is p99 under 100 ms), messages ``lost`` (produced, never
    delivered within ``settle_s`` after the last due time), duplicates.
-2. **Memory.** A second queue and group (one member joined, so its records are
-   read). A warm-up of ``warmup`` immediate messages of the same size is produced and
+2. **Memory.** A second queue and group with one member that polls throughout (the
+   records of a context no live member takes are not read at all; anything it
+   receives after the warm-up came early and counts in ``early``). A warm-up of ``warmup`` immediate messages of the same size is produced and
    consumed, so the read node's record cache is as full before as after; the read
    node's RSS is then sampled (``rss_before``, psutil, the read-node processes of the
    platform), ``pending`` messages are produced with ``delay_ms`` = ``pending_delay_ms``
@@ -27,6 +28,7 @@ RSS figures are ``None`` when the platform's processes are not visible from here
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 from collections.abc import Callable
@@ -36,6 +38,7 @@ from typing import Any
 from vpq.load.platform_bench.target import scratch_queue
 from vpq.load.stats import summarize_ms
 from vpq.sdk.client import AsyncClient
+from vpq.sdk.errors import VpqClientError
 
 Echo = Callable[[str], None]
 RssSampler = Callable[[], "int | None"]
@@ -185,31 +188,51 @@ async def _memory(client: AsyncClient, cfg: DelayedConfig, echo: Echo, rss: RssS
                 if batch:
                     await client.ack(q, GROUP, cid, [m.id for m in batch])
             echo(f"memory: warm-up of {cfg.warmup:,} immediate messages consumed")
-        await asyncio.sleep(1.0)
-        before = await asyncio.to_thread(rss)
-        cache_before = _gauge(await client.metrics(), "vpq_record_cache_bytes")
-        rate = await _produce_many(client, q, cfg, cfg.pending, cfg.pending_delay_ms)
-        echo(f"memory: produced {cfg.pending:,} messages delayed by {cfg.pending_delay_ms:,} ms at {rate:,.0f} msg/s")
-        deadline = time.monotonic() + cfg.fill_timeout_s
-        delayed = 0.0
-        while time.monotonic() < deadline:
-            delayed = _gauge(await client.metrics(), "vpq_group_delayed_messages", q)
-            if delayed >= cfg.pending:
-                break
-            await asyncio.sleep(0.5)
-        await asyncio.sleep(2.0)  # a persist or two of the ack state, as in steady state
-        after = await asyncio.to_thread(rss)
-        metrics = await client.metrics()
-        cache_after = _gauge(metrics, "vpq_record_cache_bytes")
-        growth = None if before is None or after is None else after - before
-        return {
-            "pending": int(delayed), "pending_produce_per_s": round(rate, 1),
-            "rss_before_mb": None if before is None else round(before / MB, 1),
-            "rss_after_mb": None if after is None else round(after / MB, 1),
-            "rss_growth_mb": None if growth is None else round(growth / MB, 1),
-            "bytes_per_pending": None if growth is None or not delayed else round(growth / delayed, 1),
-            "cache_before_mb": round(cache_before / MB, 1), "cache_after_mb": round(cache_after / MB, 1),
-        }
+        polled = 0
+
+        async def keep_alive() -> None:  # the member polls on (a group without one reads nothing)
+            nonlocal polled
+            while True:
+                batch = await client.poll(q, GROUP, cid, max_messages=1000, wait_ms=1000)
+                polled += len(batch)
+
+        poller = asyncio.create_task(keep_alive())
+        try:
+            out = await _fill(client, q, cfg, echo, rss)
+            out["pending_delivered"] = polled  # before their due time: must stay 0
+            return out
+        finally:
+            poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError, VpqClientError):
+                await poller
+
+
+async def _fill(client: AsyncClient, q: str, cfg: DelayedConfig, echo: Echo, rss: RssSampler) -> dict[str, Any]:
+    await asyncio.sleep(1.0)
+    before = await asyncio.to_thread(rss)
+    cache_before = _gauge(await client.metrics(), "vpq_record_cache_bytes")
+    rate = await _produce_many(client, q, cfg, cfg.pending, cfg.pending_delay_ms)
+    echo(f"memory: produced {cfg.pending:,} messages delayed by {cfg.pending_delay_ms:,} ms at {rate:,.0f} msg/s")
+    deadline = time.monotonic() + cfg.fill_timeout_s
+    delayed = 0.0
+    while time.monotonic() < deadline:
+        delayed = _gauge(await client.metrics(), "vpq_group_delayed_messages", q)
+        if delayed >= cfg.pending:
+            break
+        await asyncio.sleep(0.5)
+    await asyncio.sleep(2.0)  # a persist or two of the ack state, as in steady state
+    after = await asyncio.to_thread(rss)
+    metrics = await client.metrics()
+    cache_after = _gauge(metrics, "vpq_record_cache_bytes")
+    growth = None if before is None or after is None else after - before
+    return {
+        "pending": int(delayed), "pending_produce_per_s": round(rate, 1),
+        "rss_before_mb": None if before is None else round(before / MB, 1),
+        "rss_after_mb": None if after is None else round(after / MB, 1),
+        "rss_growth_mb": None if growth is None else round(growth / MB, 1),
+        "bytes_per_pending": None if growth is None or not delayed else round(growth / delayed, 1),
+        "cache_before_mb": round(cache_before / MB, 1), "cache_after_mb": round(cache_after / MB, 1),
+    }
 
 
 async def run_delayed(client: AsyncClient, cfg: DelayedConfig, echo: Echo, rss: RssSampler) -> dict[str, Any]:
@@ -218,5 +241,6 @@ async def run_delayed(client: AsyncClient, cfg: DelayedConfig, echo: Echo, rss: 
     out.update(await _lateness(client, cfg, echo))
     if cfg.pending:
         out.update(await _memory(client, cfg, echo, rss))
+    out["early"] += out.get("pending_delivered", 0)
     out["timed_out"] = bool(cfg.pending) and out.get("pending", 0) < cfg.pending
     return out
