@@ -186,6 +186,10 @@ class DelayIndex:
         self._size -= 1
         return True
 
+    def heads(self) -> dict[int, tuple[int, int]]:
+        """Per stream, ``(due_ms, offset)`` of its earliest entry."""
+        return {stream: (st.dues[0][0], st.offs[0][0]) for stream, st in self._streams.items()}
+
     def streams(self) -> dict[int, int]:
         """Entries held per stream."""
         return {stream: st.size for stream, st in self._streams.items()}

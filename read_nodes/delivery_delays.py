@@ -18,6 +18,11 @@ Contract:
   context, or ``max_unacked`` messages are ready), or ``drop_deferred`` when the
   record is gone from the log (retention: it counts as done).
 - ``next_delayed_ms()``: the earliest due time held, for the caller's timer.
+- The compact ack state does not list deferred records: it names the stream's
+  earliest one instead (``read_nodes.ack_tracker``, ``delayed``), since within a
+  stream they come due, and are ingested, in ``(due, offset)`` order. After a
+  restore, ``defer`` tells pending from done by the record's due time, and
+  ``maybe_deferred`` tells the reader where it must read a record to ask.
 
 Times here are Unix ms (record timestamps' clock), not the ``now_ms`` of
 visibility deadlines.
@@ -39,13 +44,19 @@ class DeliveryDelays:
         pos = (entry.pp, entry.offset)
         if pos in self._msgs or pos in self._dead_untaken or pos in self._dead_taken:
             return False
-        if not self._tracker.track_new(entry.stream, entry.offset, entry.key_hash):
+        if not self._tracker.defer(entry.stream, entry.offset, entry.key_hash, due_ms):
             return False
         return self._delays.add(entry.stream, entry.offset, due_ms)
+
+    def maybe_deferred(self, stream: int, offset: int) -> bool:
+        """True when ``is_done`` may be wrong for a record with a due time at ``offset``
+        (a restored state's deferred messages cover it): read it and ``defer`` it."""
+        return self._tracker.maybe_deferred(stream, offset)
 
     def defer_again(self, due: Iterable[Due]) -> None:
         """Give entries of ``take_due`` back (they stay outstanding)."""
         for due_ms, stream, offset in due:
+            self._tracker.redefer(stream, offset)
             self._delays.add(stream, offset, due_ms)
 
     def drop_deferred(self, stream: int, offset: int) -> None:
@@ -55,7 +66,11 @@ class DeliveryDelays:
     def take_due(self, now_ms: int, limit: int = 1024, skip: Iterable[int] = ()) -> list[Due]:
         """Remove and return ``(due_ms, stream, offset)`` of up to ``limit`` deferred
         records due by ``now_ms``, earliest first (streams in ``skip`` left alone)."""
-        return self._delays.take(now_ms, limit, skip)
+        due = self._delays.take(now_ms, limit, skip)
+        undefer = self._tracker.undefer
+        for _due_ms, stream, offset in due:
+            undefer(stream, offset)
+        return due
 
     def next_delayed_ms(self, skip: Iterable[int] = ()) -> int | None:
         """The earliest due time of a deferred record (None when there is none)."""

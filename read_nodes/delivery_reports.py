@@ -52,7 +52,7 @@ class DeliveryReports:
     def compact_ack_state(self) -> dict[int, PartitionAckState]:
         """The same information bounded by the outstanding messages (see
         ``read_nodes.ack_tracker``); ``restore`` accepts either form."""
-        return self._tracker.state()
+        return self._tracker.state(self._delays.heads())
 
     def low_watermark(self, pp: int) -> int:
         """Re-read ``pp`` from here after a restore: everything below is done."""

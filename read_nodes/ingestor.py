@@ -267,10 +267,15 @@ class Ingestor:
                 break
             pk = (ctx_id, key_hash)
             if pk in parked:
-                if not parked.covers(pk, stream) and not delivery.is_done(stream, offset, key_hash):
+                covered = parked.covers(pk, stream)
+                if not covered and not delivery.is_done(stream, offset, key_hash):
                     self._park(pk, stream, offset)
-                c = offset + 1
-                continue
+                    c = offset + 1
+                    continue
+                if covered or not delivery.maybe_deferred(stream, offset):
+                    c = offset + 1
+                    continue
+                # done by its offset, unless it is a delayed record still waiting: read it
             known = source_context(ctx_id)
             if known is not None and not delivery.routable(known):  # decided before reading the record
                 result.nobody = True

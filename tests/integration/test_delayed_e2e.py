@@ -11,10 +11,14 @@ import time
 import uuid
 
 import pytest
+import redis
 
 from tests.integration.api import Api, unique_name
 from tests.integration.conftest import FAST
 from tests.integration.platform import Platform
+from vpq.common.runfiles import read_redis_url
+from vpq.metadata.acks import decode_state
+from vpq.metadata.keys import Keys
 
 pytestmark = pytest.mark.integration
 
@@ -121,6 +125,14 @@ def test_a_killed_read_node_is_replaced_and_every_delayed_message_comes_on_time(
         first = consume(api, q, cid, 100, 10)
         assert sorted(m["id"] for _, m in first) == sorted(r["id"] for r in immediate)
         time.sleep(0.3)  # the acks are persisted (every 50 ms)
+        r = redis.Redis.from_url(read_redis_url(p.data_dir), decode_responses=True)
+        try:
+            states = [decode_state(blob)[2] for blob in r.hgetall(Keys("vpq").acks(q, "g")).values()]
+        finally:
+            r.close()
+        # 300 delayed messages wait, but the state lists none of them: each stream names its earliest
+        assert sum(len(st.pending_below) for st in states) == 0
+        assert sum(st.delayed is not None for st in states) >= 1
         victims = p.children("vpq.read_nodes.main")
         assert len(victims) == 1
         victims[0].kill()  # SIGKILL: the supervisor starts a new read node

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from vpq.isolation.context import IsolationContext as Ctx
 from vpq.read_nodes import delay_index
+from vpq.read_nodes.ack_tracker import PartitionAckState
 from vpq.read_nodes.delay_index import MAX_OFFSET, DelayIndex
 from vpq.read_nodes.delivery import GroupDelivery
 from vpq.read_nodes.delivery_types import DeliveryConfig, DeliveryEntry
@@ -104,7 +105,9 @@ def test_deferred_message_is_outstanding_but_not_held_and_joins_its_key_when_due
     g.ingest(entry(1))  # immediate, same key, logged after the delayed one
     g.mark_scanned(0, 2)
     assert g.delayed() == 1 and g.lag().total == 1
-    assert g.compact_ack_state()[0].pending_below == (0, 1)  # the delayed one holds the low watermark
+    st = g.compact_ack_state()[0]
+    # not listed: the state names the stream's earliest deferred one, and holds the low watermark
+    assert (st.pending_below, st.delayed, st.low_watermark) == ((1,), (0, 5000, 0), 0)
     (d,) = g.poll("a", 10, 0)
     assert d.message_id == "0-1"  # it does not wait for the delayed message
     assert g.take_due(4999) == [] and g.next_delayed_ms() == 5000
@@ -138,7 +141,36 @@ def test_restore_rebuilds_nothing_by_itself_the_reader_defers_again() -> None:
     g2.restore(state)
     assert g2.low_watermark(0) == 0  # a successor re-reads from the delayed message
     assert g2.ingest(entry(1, b"x")) is False  # acked: skipped
-    assert g2.defer(entry(0), 5000) is True  # still outstanding: deferred again
+    assert g2.maybe_deferred(0, 0) and g2.defer(entry(0), 5000) is True  # still outstanding: deferred again
+
+
+def test_a_restored_state_tells_done_from_pending_delayed_messages_by_due_time() -> None:
+    """Many delayed messages, some came due and were acked, one came due and is in
+    flight, the rest wait: the state lists only the one in flight, and a successor
+    re-reading the log defers exactly the ones still waiting."""
+    g = gd()
+    dues = {off: 1000 + 100 * ((off * 7) % 10) for off in range(10)}  # due order differs from log order
+    for off, due in dues.items():
+        assert g.defer(entry(off, f"k{off}".encode()), due)
+    g.mark_scanned(0, 10)
+    taken = g.take_due(1400)
+    assert [t[0] for t in taken] == sorted(dues[o] for o in range(10) if dues[o] <= 1400)
+    for _due, _stream, off in taken:
+        g.ingest(entry(off, f"k{off}".encode()))
+    got = g.poll("a", 100, 0)
+    in_flight = got[0].message_id
+    g.ack("a", [d.message_id for d in got[1:]])
+    st = PartitionAckState.from_json(g.compact_ack_state()[0].to_json())
+    first = min((due, off) for off, due in dues.items() if due > 1400)
+    assert st.pending_below == (int(in_flight.split("-")[1]),) and st.delayed == (min(
+        off for off, due in dues.items() if due > 1400), *first)
+    g2 = GroupDelivery(g.config)
+    g2.restore({0: st})
+    deferred = [off for off in range(10) if g2.defer(entry(off, f"k{off}".encode()), dues[off])]
+    # the waiting ones, and the one in flight (listed), which is due at once; not the acked ones
+    want = sorted([int(in_flight.split("-")[1])] + [off for off, due in dues.items() if due > 1400])
+    assert deferred == want and g2.delayed() == len(want)
+    assert [t[2] for t in g2.take_due(1400)] == [int(in_flight.split("-")[1])]
 
 
 def test_priority_orders_ready_runs_but_never_a_key() -> None:
