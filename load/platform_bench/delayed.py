@@ -2,7 +2,8 @@
 delayed message.
 
 1. **Lateness.** A fresh queue, ONE consumer (join, then polls of ``max_messages``
-   with ``wait_ms`` 1000, acking each poll at once). Open loop: every
+   with ``wait_ms`` 1000, the next poll sent as soon as one is answered, each poll's
+   messages acked in the background, as the SDK's consumer does). Open loop: every
    ``1 / requests_per_s`` seconds a produce request of ``rate / requests_per_s``
    messages, each with ``deliver_at_ms`` = its send time + a delay drawn from
    ``delay_ms`` (min, max), over ``keys`` keys, for ``seconds``. A message's
@@ -112,9 +113,10 @@ async def _lateness(client: AsyncClient, cfg: DelayedConfig, echo: Echo) -> dict
                     late.append((now - due) / 1000.0)
                     if now < due:
                         early += 1
-                if batch:
-                    await client.ack(q, GROUP, cid, [m.id for m in batch])
+                if batch:  # acked in the background, as the SDK's consumer does: the next poll goes out at once
+                    acks.append(asyncio.create_task(client.ack(q, GROUP, cid, [m.id for m in batch])))
 
+        acks: list[asyncio.Task[int]] = []
         consumer = asyncio.create_task(consume())
         per_request = max(1, round(cfg.rate / cfg.requests_per_s))
         requests = round(cfg.seconds * cfg.requests_per_s)
@@ -138,6 +140,7 @@ async def _lateness(client: AsyncClient, cfg: DelayedConfig, echo: Echo) -> dict
             await asyncio.sleep(0.1)
         stop.set()
         await consumer
+        await asyncio.gather(*acks)
         summary = summarize_ms(late)
         return {
             "produced": n, "produce_per_s": round(n / produce_s, 1), "delivered": len(received),
