@@ -50,6 +50,9 @@ class LogSettings(BaseModel):
     fsync_interval_ms: int = Field(50, ge=1)
     max_group_bytes: int = Field(8 * MiB, ge=4096, description="largest write gathered into one group commit")
     checkpoint_interval_ms: int = Field(5000, ge=10)
+    dedup_max_ids: int = Field(
+        1_000_000, ge=1, description="dedup ids indexed per partition (~170 bytes each); beyond, the oldest go first"
+    )
 
 
 class RedisClientSettings(BaseModel):
@@ -122,6 +125,7 @@ class QueueDefaults(BaseModel):
     visibility_timeout_ms: int = 30000
     max_message_bytes: int = MiB
     session_timeout_ms: int = 10000
+    dedup_window_ms: int = Field(300_000, ge=0, le=3_600_000, description="a new queue's dedup window; 0 = off")
 
     @field_validator("virtual_partitions", "max_virtual_partitions")
     @classmethod
