@@ -8,7 +8,7 @@ from vpq.cli.bench_assign import bench_assign
 from vpq.cli.bench_capacity import bench_capacity
 from vpq.cli.bench_ceiling import bench_ceiling
 from vpq.cli.bench_dedup import bench_dedup
-from vpq.cli.bench_delivery import bench_catchup, bench_envflood, bench_hotkey
+from vpq.cli.bench_delivery import bench_catchup, bench_delayed, bench_envflood, bench_hotkey
 from vpq.cli.bench_log import bench_log
 from vpq.cli.bench_peers import bench_peers
 from vpq.cli.bench_platform import bench_drain, bench_latency, bench_produce
@@ -31,4 +31,5 @@ bench_app.command("dedup")(bench_dedup)
 bench_app.command("hotkey")(bench_hotkey)
 bench_app.command("catchup")(bench_catchup)
 bench_app.command("envflood")(bench_envflood)
+bench_app.command("delayed")(bench_delayed)
 bench_app.command("powerloss")(bench_powerloss)

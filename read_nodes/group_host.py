@@ -14,6 +14,9 @@ I/O or time:
 - **consumer calls**: join, poll (long poll woken, only when it can get
   something, by new messages, acks that free a key, membership changes; and by
   its next timeout or nack delay), ack, nack, leave, info;
+- **delayed messages**: a timer task wakes ingestion when the earliest delayed
+  message comes due (``GroupDelivery.next_delayed_ms``, Unix ms), so it is
+  ingested (and waiting polls woken) at its due time, not at the next tick;
 - **housekeeping** every ``tick_ms``: visibility timeouts and nack delays,
   members past their session, dead letters (produced to the DLQ, then
   confirmed), lineage reloads (map epoch changed, or a record outside the cached
@@ -120,6 +123,7 @@ class GroupHost:
         self._starts: dict[int, int] = {}
         self._waiting: dict[str, list[asyncio.Event]] = {}
         self._wake = asyncio.Event()
+        self._delay_kick = asyncio.Event()  # the earliest delayed message may have changed
         self._tasks: list[asyncio.Task[None]] = []
         self._dead: list[DeadLetter] = []
         self._lineage_epoch = -1
@@ -160,6 +164,7 @@ class GroupHost:
         self._tasks = [
             asyncio.create_task(self._ingest_loop(), name=f"vpq-ingest-{self.queue}-{self.group}"),
             asyncio.create_task(self._tick_loop(), name=f"vpq-tick-{self.queue}-{self.group}"),
+            asyncio.create_task(self._delay_loop(), name=f"vpq-delay-{self.queue}-{self.group}"),
         ]
         self._wake.set()
         log.info("hosting %s/%s (token %d): %d pps restored, %d members", self.queue, self.group, self.token,
@@ -238,6 +243,8 @@ class GroupHost:
                 self._changes += 1
             if res.ingested:
                 self._notify()
+            if res.deferred or res.released:
+                self._delay_kick.set()
             if res.unknown:
                 self._lineage_wanted = True
             self._retry_ingest = res.blocked or res.unknown or res.held or res.nobody
@@ -245,6 +252,24 @@ class GroupHost:
                 # bounded steps: let polls and acks in between (Event.wait does not yield when set)
                 self._wake.set()
                 await asyncio.sleep(0)
+
+    async def _delay_loop(self) -> None:
+        """Wake ingestion when the earliest delayed message comes due. One that is due
+        but could not be ingested (no live consumer for it, ``max_unacked`` reached)
+        is retried at the tick's pace."""
+        tick = self._opt.tick_ms / 1000.0
+        kick = self._delay_kick
+        while True:
+            kick.clear()
+            due = self.delivery.next_delayed_ms()
+            timeout: float | None = None
+            if due is not None:
+                timeout = (due - wall_ms()) / 1000.0
+                if timeout <= 0:
+                    self._wake.set()
+                    timeout = tick
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(kick.wait(), timeout)
 
     # ------------------------------------------------------------ housekeeping
     async def _tick_loop(self) -> None:

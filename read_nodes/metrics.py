@@ -28,6 +28,8 @@ delivery stats):
 - ``vpq_group_blocked_keys{queue,group}``: keys with a run in flight and more of their
   messages held behind it; ``vpq_group_parked_keys{queue,group}``: keys whose later
   messages wait in the log (no label per key);
+- ``vpq_group_delayed_messages{queue,group}``: messages whose ``delay_ms`` /
+  ``deliver_at_ms`` holds them in the timer index (not in the lag until they come due);
 - per tailed partition: ``vpq_tailer_records_total{partition}``, ``vpq_tailer_errors_total{partition}``
   (counters of the tailer, which lives as long as the node), ``vpq_tailer_end_offset{partition}``,
   ``vpq_tailer_index_entries{partition}``, ``vpq_tailer_readers{partition}``;
@@ -93,6 +95,7 @@ class GroupSample:
     pending_dead_letters: int
     blocked_keys: int = 0
     parked_keys: int = 0
+    delayed: int = 0
     oldest_age_s: Mapping[tuple[str, str, str], float] = field(default_factory=dict)
     """(env, set, lane) -> age in seconds of the oldest unacked message"""
 
@@ -128,6 +131,7 @@ def group_sample(
         pending_dead_letters=int(stats.get("dead_letters", 0)),
         blocked_keys=int(stats.get("blocked_keys", 0)),
         parked_keys=int(stats.get("parked_keys", 0)),
+        delayed=int(stats.get("delayed", 0)),
         oldest_age_s={
             (ctx.env, ctx.set, ctx.lane): max(0, now_ms - ts) / 1000.0 for ctx, ts in (oldest or {}).items()
         },
@@ -175,6 +179,7 @@ class _SampleCollector:
         dead = _gauge("vpq_group_pending_dead_letters", "Dead letters not yet produced to the DLQ.", qg)
         blocked = _gauge("vpq_group_blocked_keys", "Keys with a run in flight and more messages held behind it.", qg)
         parked = _gauge("vpq_group_parked_keys", "Keys whose later messages wait in the log.", qg)
+        delayed = _gauge("vpq_group_delayed_messages", "Delayed messages waiting for their due time.", qg)
         age = _gauge(
             "vpq_group_oldest_unacked_age_seconds", "Age of the oldest message not yet acked, by message context.",
             (*qg, "env", "set", "lane"),
@@ -191,9 +196,10 @@ class _SampleCollector:
             dead.add_metric(key, g.pending_dead_letters)
             blocked.add_metric(key, g.blocked_keys)
             parked.add_metric(key, g.parked_keys)
+            delayed.add_metric(key, g.delayed)
             for (env, set_, lane), seconds in sorted(g.oldest_age_s.items()):
                 age.add_metric([*key, env, set_, lane], seconds)
-        yield from (lag, *by.values(), in_flight, ready, consumers, dead, blocked, parked, age)
+        yield from (lag, *by.values(), in_flight, ready, consumers, dead, blocked, parked, delayed, age)
         yield GaugeMetricFamily("vpq_read_node_groups", "Groups this node hosts.", value=len(s.groups))
         yield from self._tailers(s.tailers)
         yield from self._cache(s.cache)
