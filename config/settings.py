@@ -50,6 +50,12 @@ class LogSettings(BaseModel):
     fsync_interval_ms: int = Field(50, ge=1)
     max_group_bytes: int = Field(8 * MiB, ge=4096, description="largest write gathered into one group commit")
     checkpoint_interval_ms: int = Field(5000, ge=10)
+    compaction_interval_ms: int = Field(
+        60000, ge=10, description="how often a write node compacts its partitions (deleted and expired queues)"
+    )
+    compaction_min_dead_ratio: float = Field(
+        0.5, ge=0.0, le=1.0, description="compact a sealed segment once this share of its bytes is dead"
+    )
 
 
 class RedisClientSettings(BaseModel):

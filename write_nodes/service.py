@@ -11,7 +11,9 @@
 5. registers the node (role ``write``, its address, meta ``{"index"}``) and keeps the
    registration and its leases alive (``LeaseKeeper``, TTL ``redis.lease_ttl_ms``);
 6. acquires and opens its home partitions (``PartitionOwnership``), then keeps
-   taking over dead siblings' partitions and handing them back.
+   taking over dead siblings' partitions and handing them back;
+7. compacts its partitions every ``log.compaction_interval_ms`` (``Compactor``: records
+   of deleted queues and records past their queue's ``retention_ms`` go).
 
 ``stop()`` (SIGTERM): refuses new requests (503 ``not_owner``), lets in-flight appends
 finish, closes every log (flush, fsync, checkpoint), releases the leases, deregisters,
@@ -45,6 +47,7 @@ from vpq.metadata.map_cache import MapCache
 from vpq.metadata.store import MetadataStore
 from vpq.traffic.stats_writer import StatsWriter
 from vpq.traffic.traffic_counter import TrafficCounter
+from vpq.write_nodes.compactor import Compactor
 from vpq.write_nodes.fence import FenceView, wire_fence
 from vpq.write_nodes.handlers import PlacementGuard, WriteNodeHandlers, build_app
 from vpq.write_nodes.metrics import WriteNodeMetrics
@@ -230,6 +233,7 @@ class WriteNodeService:
         self._runner: web.AppRunner | None = None
         self._keeper: LeaseKeeper | None = None
         self._ownership: PartitionOwnership | None = None
+        self._compactor: Compactor | None = None
         self._sock: socket.socket | None = None
         self.partition_count = 0
         self.address = ""
@@ -310,6 +314,8 @@ class WriteNodeService:
             await web.SockSite(self._runner, sock).start()
             await self._keeper.start()
             await self._ownership.start()
+            self._compactor = Compactor(md.queues, self._ownership, s.log.compaction_interval_ms / 1000.0)
+            self._compactor.start()
         except BaseException:
             await self._teardown(release=True)
             raise
@@ -331,7 +337,16 @@ class WriteNodeService:
         await self._teardown(release=release)
         log.info("write node %s stopped", self.node_id)
 
+    @property
+    def compactor(self) -> Compactor:
+        if self._compactor is None:
+            raise RuntimeError("service not started")
+        return self._compactor
+
     async def _teardown(self, release: bool) -> None:
+        if self._compactor is not None:
+            await self._compactor.stop()
+            self._compactor = None
         if self._ownership is not None:
             await self._ownership.stop(release=release)
         if self._keeper is not None:

@@ -1,0 +1,251 @@
+"""Compaction of one sealed segment: drop the records of deleted and expired queues,
+keep the offsets of everything else.
+
+Contract:
+- the unit is the batch. A batch whose records are all dead (``QueuePolicy.dead``:
+  their queue is deleted, or they are older than their queue's retention) is
+  dropped; a batch whose records all live is copied byte for byte; a batch with
+  both is rewritten as one magic-2 batch per run of consecutive live records, each
+  at the offset its first record had, so every surviving record keeps its offset
+  (magic 2 numbers records ``base + i``). Nothing else changes: keys, values,
+  headers, timestamps, contexts are the records' own;
+- the new segment has the old one's base offset and an end marker
+  (``write_nodes.end_marker``) holding the old ``next_offset``, so the segments
+  still continue each other and recovery accepts the gaps;
+- crash-safe, through ``storage``: the new data goes to ``<base>.log.tmp`` and is
+  fsynced; the end marker is written (tmp, fsync, rename); the old index files are
+  removed and the directory fsynced (the old data with no index is rebuilt from its
+  headers, the old data with the marker is still exactly the old segment); the tmp
+  file is renamed over ``<base>.log`` and the directory fsynced; then the new
+  indexes are written (tmp, fsync, rename) and the directory fsynced. A crash at any
+  point leaves either the old segment or the new one, never a mix that loses a
+  record the old one served (leftover ``.tmp`` files are removed on open);
+- :func:`summarize` reads a segment once and says, per queue id, the oldest and
+  newest timestamps and the bytes of its records there (what the log needs to decide
+  retention and whether a compaction is worth it, without reading it again).
+
+Pure apart from the segment reads and ``storage`` calls; runs on an I/O thread and
+never touches the log's live bookkeeping (the log swaps the new segment in).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from vpq.codec.columnar import FIXED_RECORD_BYTES, MAGIC_COLUMNAR, build_columnar_batch, columns_of, scan
+from vpq.codec.records import HEADER_SIZE, LENGTH_END, BatchView, Record
+from vpq.write_nodes import filenames
+from vpq.write_nodes.end_marker import write_end_marker
+from vpq.write_nodes.retention import QueuePolicy
+from vpq.write_nodes.segment import LogSegment
+from vpq.write_nodes.storage import fsync_directory
+
+_READ_CHUNK = 4 * 1024 * 1024
+_WRITE_CHUNK = 1024 * 1024
+
+
+@dataclass(slots=True)
+class QueueFigures:
+    oldest_ms: int
+    newest_ms: int
+    nbytes: int
+
+
+@dataclass(slots=True)
+class SegmentSummary:
+    """Per queue id: its records' timestamps and bytes in one segment (``size`` bytes)."""
+
+    size: int
+    queues: dict[int, QueueFigures] = field(default_factory=dict)
+
+    def add(self, queue_id: int, ts: int, nbytes: int) -> None:
+        q = self.queues.get(queue_id)
+        if q is None:
+            self.queues[queue_id] = QueueFigures(ts, ts, nbytes)
+            return
+        if ts < q.oldest_ms:
+            q.oldest_ms = ts
+        if ts > q.newest_ms:
+            q.newest_ms = ts
+        q.nbytes += nbytes
+
+    def newest_by_queue(self) -> dict[int, int]:
+        return {qid: q.newest_ms for qid, q in self.queues.items()}
+
+    def dead_bytes(self, policy: QueuePolicy, now_ms: int) -> int:
+        """Bytes that are surely dead: queues whose newest record here is dead."""
+        return sum(q.nbytes for qid, q in self.queues.items() if policy.dead(qid, q.newest_ms, now_ms))
+
+    def any_dead(self, policy: QueuePolicy, now_ms: int) -> bool:
+        return any(policy.dead(qid, q.oldest_ms, now_ms) for qid, q in self.queues.items())
+
+
+class CompactionAbandoned(Exception):
+    """The compaction stopped before replacing anything (an ``OSError`` such as a full
+    disk while writing the new data): the old segment stands, the log stays online."""
+
+
+@dataclass(frozen=True, slots=True)
+class CompactResult:
+    segment: LogSegment
+    bytes_before: int
+    bytes_after: int
+    batches_dropped: int
+    batches_split: int
+    summary: SegmentSummary
+
+
+def record_figures(view: BatchView) -> list[tuple[int, int, int]]:
+    """(queue id, timestamp ms, bytes) of each record of a batch; a record's bytes are
+    its share of the batch (header spread evenly)."""
+    n = view.record_count
+    if view.magic == MAGIC_COLUMNAR:
+        cols = scan(view)
+        first = view.first_ts
+        sizes = [
+            FIXED_RECORD_BYTES + max(k, 0) + v + h
+            for k, v, h in zip(cols.key_lengths, cols.value_lengths, cols.header_lengths)
+        ]
+        extra = (view.size - sum(sizes)) / n
+        return [
+            (qid, first + d, int(s + extra))
+            for qid, d, s in zip(cols.queue_ids, cols.ts_deltas, sizes)
+        ]
+    each = view.size // n
+    return [(r.queue_id, r.timestamp_ms if r.timestamp_ms is not None else view.max_ts, each) for r in view.records()]
+
+
+def iter_segment(seg: LogSegment, limit: int) -> Iterator[BatchView]:
+    """Every batch in the first ``limit`` bytes of ``seg``, read in large chunks."""
+    pos = 0
+    while pos + HEADER_SIZE <= limit:
+        chunk = seg.pread(pos, min(_READ_CHUNK, limit - pos))
+        p = 0
+        while p + HEADER_SIZE <= len(chunk):
+            length = int.from_bytes(chunk[p + 8 : p + 12], "big", signed=True)
+            if p + LENGTH_END + length > len(chunk):
+                break
+            yield BatchView(chunk, p)
+            p += LENGTH_END + length
+        if p == 0:  # a batch larger than the chunk
+            length = int.from_bytes(chunk[8:12], "big", signed=True)
+            chunk = seg.pread(pos, LENGTH_END + length)
+            yield BatchView(chunk, 0)
+            p = len(chunk)
+        pos += p
+
+
+def summarize(seg: LogSegment, limit: int) -> SegmentSummary:
+    summary = SegmentSummary(limit)
+    for view in iter_segment(seg, limit):
+        for qid, ts, nbytes in record_figures(view):
+            summary.add(qid, ts, nbytes)
+    return summary
+
+
+def _runs(records: list[Record], live: list[bool]) -> list[list[Record]]:
+    runs: list[list[Record]] = []
+    current: list[Record] = []
+    for rec, ok in zip(records, live):
+        if ok:
+            current.append(rec)
+        elif current:
+            runs.append(current)
+            current = []
+    if current:
+        runs.append(current)
+    return runs
+
+
+def _rewrite(view: BatchView, live: list[bool]) -> list[bytes]:
+    out = []
+    for run in _runs(view.records(), live):
+        ts = run[0].timestamp_ms if run[0].timestamp_ms is not None else view.first_ts
+        out.append(build_columnar_batch(run[0].offset, ts, columns_of(run, ts)))
+    return out
+
+
+def compact_segment(seg: LogSegment, policy: QueuePolicy, now_ms: int) -> CompactResult:
+    """Rewrite sealed segment ``seg`` (all of it durable, no I/O in flight, not the
+    active one) without its dead records; returns the new, open segment (bookkeeping
+    and index files done). ``seg`` itself is left open and untouched: the caller swaps
+    and closes it. ``CompactionAbandoned`` for an ``OSError`` before the rename (the
+    tmp file is removed when possible; the old segment stands); ``OSError`` after it
+    (the old segment's open file still serves the same records: the caller should
+    reopen the log, which recovers the new one)."""
+    storage, directory, base = seg.storage, seg.directory, seg.base_offset
+    end_offset = seg.next_offset
+    limit = seg.size
+    log_path = filenames.log_file(directory, base)
+    tmp = filenames.tmp_file(log_path)
+    try:
+        fd = storage.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    except OSError as exc:
+        raise CompactionAbandoned(f"segment {base}: {exc}") from exc
+    written: list[tuple[int, int, int, int]] = []
+    summary = SegmentSummary(0)
+    dropped = split = 0
+    pending: list[bytes] = []
+    pending_bytes = 0
+    try:
+        for view in iter_segment(seg, limit):
+            figures = record_figures(view)
+            live = [not policy.dead(qid, ts, now_ms) for qid, ts, _ in figures]
+            if all(live):
+                batches = [view.raw()]
+            elif not any(live):
+                dropped += 1
+                continue
+            else:
+                split += 1
+                batches = _rewrite(view, live)
+            for qid, ts, nbytes in (f for f, ok in zip(figures, live) if ok):
+                summary.add(qid, ts, nbytes)
+            for raw in batches:
+                b = BatchView(raw, 0)
+                written.append((b.base_offset, b.next_offset, b.max_ts, b.size))
+                pending.append(raw)
+                pending_bytes += len(raw)
+            if pending_bytes >= _WRITE_CHUNK:
+                storage.write_all(fd, pending)
+                pending, pending_bytes = [], 0
+        if pending:
+            storage.write_all(fd, pending)
+        storage.fsync(fd)
+        storage.close(fd)
+        fd = -1
+        write_end_marker(storage, directory, base, end_offset)
+        seg.remove_index_files()
+        fsync_directory(storage, directory)
+    except BaseException as exc:
+        if fd >= 0:
+            try:
+                storage.close(fd)
+            except OSError:
+                pass
+        try:
+            storage.unlink(tmp)
+        except OSError:
+            pass
+        if isinstance(exc, OSError):
+            raise CompactionAbandoned(f"segment {base}: {exc}") from exc
+        raise
+    storage.replace(tmp, log_path)
+    fsync_directory(storage, directory)
+    new = LogSegment.open(directory, base, seg.index_interval_bytes, seg.created_ms, storage)
+    try:
+        new.end_marker = end_offset
+        for b, nxt, max_ts, size in written:
+            new.track_append(b, nxt, max_ts, size)
+        new.apply_end_marker()
+        new.mark_durable(new.size)
+        new.seal_time_index()
+        new.write_indexes(storage.fsync)
+        fsync_directory(storage, directory)
+    except BaseException:
+        new.close()
+        raise
+    summary.size = new.size
+    return CompactResult(new, limit, new.size, dropped, split, summary)
