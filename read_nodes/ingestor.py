@@ -29,8 +29,10 @@ when the delivery state says they have room (``refills``).
 A step loops over the streams until none moves, because one stream's progress
 can release another's held records. Records are taken from the record cache,
 or read back from the write node (``RecordSource.get``); a record that no
-longer exists there (retention) is skipped. Cursors below the log start jump to
-it (the records are gone).
+longer exists there (retention, compaction) is skipped, and so is a record older
+than ``expire_before`` (wall-clock ms, set by the host from the queue's
+``retention_ms``): both count in ``expired`` unless the group had already done
+them. Cursors below the log start jump to it (the records are gone).
 """
 
 from __future__ import annotations
@@ -99,6 +101,10 @@ class Ingestor:
         self._order = LineageOrder({})
         self._lineage_ms = 0
         self._unknown_since: dict[tuple[int, int], int] = {}
+        self.expire_before: int | None = None
+        """records with an older timestamp are never ingested (the queue's retention)"""
+        self.expired = 0
+        """records skipped as expired or vanished (the host takes and resets it)"""
 
     # ------------------------------------------------------------------- setup
     def set_lineage(self, order: LineageOrder, now_ms: int) -> None:
@@ -248,9 +254,17 @@ class Ingestor:
                     stopped = True
                     break
                 if tailed is None:
+                    if not delivery.is_done(stream, offset, key_hash):
+                        self.expired += 1
                     c = offset + 1
                     continue
             r = tailed.record
+            cutoff = self.expire_before
+            if cutoff is not None and r.timestamp_ms is not None and r.timestamp_ms < cutoff:
+                if not delivery.is_done(stream, offset, key_hash):
+                    self.expired += 1
+                c = offset + 1
+                continue
             verdict = delivery.admit(stream, offset, tailed.ctx, ctx_id, key_hash, r.key)
             if verdict == Admission.NOBODY:
                 result.nobody = True
