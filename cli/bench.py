@@ -6,6 +6,7 @@ import typer
 
 from vpq.cli.bench_assign import bench_assign
 from vpq.cli.bench_ceiling import bench_ceiling
+from vpq.cli.bench_compaction import bench_compaction
 from vpq.cli.bench_delivery import bench_catchup, bench_envflood, bench_hotkey
 from vpq.cli.bench_log import bench_log
 from vpq.cli.bench_peers import bench_peers
@@ -28,3 +29,4 @@ bench_app.command("hotkey")(bench_hotkey)
 bench_app.command("catchup")(bench_catchup)
 bench_app.command("envflood")(bench_envflood)
 bench_app.command("powerloss")(bench_powerloss)
+bench_app.command("compaction")(bench_compaction)
