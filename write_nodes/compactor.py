@@ -1,10 +1,11 @@
 """``Compactor``: the write node's periodic compaction of the partitions it serves.
 
-Every ``interval_s`` it reads a :class:`~vpq.write_nodes.retention.QueuePolicy` from
+At start and then every ``interval_s`` it reads a :class:`~vpq.write_nodes.retention.QueuePolicy` from
 the queue registry (the last queue id given, then every live queue with its
 ``retention_ms``: ids are never reused, so a smaller id missing from the list is a
 deleted queue) and runs ``PartitionLog.compact`` on each online partition, one after
-the other. The policy also drives those logs' retention from then on. A pass that
+the other. The policy also drives those logs' retention from then on (the write
+node's logs delete no segment before they have one). A pass that
 cannot read the registry is skipped (nothing is removed on a guess); an I/O error
 takes that partition offline (``PartitionOwnership.mark_offline``: it reopens and
 recovers), the others go on. ``run_once()`` runs one pass now (tests, benchmarks).
@@ -50,8 +51,11 @@ class Compactor:
             await cancel_and_wait(task)
 
     async def _run(self) -> None:
+        first = True
         while True:
-            await asyncio.sleep(self._interval_s)
+            if not first:
+                await asyncio.sleep(self._interval_s)
+            first = False
             try:
                 await self.run_once()
             except MetadataUnavailable as exc:

@@ -104,6 +104,9 @@ class PartitionLog:
         self._checkpoint_lock = asyncio.Lock()
         self._compaction_lock = asyncio.Lock()
         self._policy: QueuePolicy | None = None
+        self.retention_waits_for_policy = False
+        """when True, retention deletes nothing until ``compact`` has given a policy (a
+        write node sets it: its logs hold queues whose own retention must be known)"""
         self._summaries: dict[int, SegmentSummary] = {}
         self.compactions = CompactionTotals()
         self.report: RecoveryReport | None = None
@@ -334,6 +337,8 @@ class PartitionLog:
         active one, nor one with I/O in flight). Returns how many were deleted."""
         self._check_online()
         assert self._appender is not None
+        if self._policy is None and self.retention_waits_for_policy:
+            return 0
         now = self._clock_ms() if now_ms is None else now_ms
         active = self._segments.active
         segs = list(self._segments)

@@ -85,6 +85,9 @@ class _PartitionGauges:
             "end_offset": _gauge("vpq_partition_end_offset", "Durable end: the next offset to become durable."),
             "next_offset": _gauge("vpq_partition_next_offset", "Next offset to assign (appends in flight included)."),
             "bytes": _gauge("vpq_partition_size_bytes", "Bytes of the log's segments."),
+            "compacted_bytes": _gauge(
+                "vpq_partition_compacted_bytes", "Bytes compaction gave back (deleted and expired queues) since open."
+            ),
         }
         online = _gauge("vpq_partition_online", "1 while the partition serves appends and reads.")
         for row in self.rows:

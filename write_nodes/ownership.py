@@ -471,8 +471,9 @@ class PartitionOwnership:
             state = part.state.value if online or part.state is not State.ONLINE else State.OFFLINE.value
             if plog is not None and plog.report is not None:
                 start, end, nxt, size = plog.start_offset, plog.durable_end_offset, plog.end_offset, plog.size_bytes
+                compacted = plog.compactions.bytes_reclaimed
             else:
-                start = end = nxt = size = 0
+                start = end = nxt = size = compacted = 0
             rows.append(
                 {
                     "id": part.pp,
@@ -480,6 +481,7 @@ class PartitionOwnership:
                     "end_offset": end,
                     "next_offset": nxt,
                     "bytes": size,
+                    "compacted_bytes": compacted,
                     "online": online,
                     "state": state,
                 }

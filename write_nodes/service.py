@@ -37,7 +37,7 @@ from urllib.parse import urlparse
 from aiohttp import web
 
 from vpq.codec.columnar import TrafficKey
-from vpq.config.settings import Settings
+from vpq.config.settings import LogSettings, Settings
 from vpq.metadata.aio import cancel_and_wait
 from vpq.metadata.contexts import ContextRegistry
 from vpq.metadata.errors import MetadataUnavailable
@@ -50,6 +50,7 @@ from vpq.traffic.traffic_counter import TrafficCounter
 from vpq.write_nodes.compactor import Compactor
 from vpq.write_nodes.fence import FenceView, wire_fence
 from vpq.write_nodes.handlers import PlacementGuard, WriteNodeHandlers, build_app
+from vpq.write_nodes.log import PartitionLog
 from vpq.write_nodes.metrics import WriteNodeMetrics
 from vpq.write_nodes.ownership import WRITE_ROLE, LogFactory, PartitionOwnership
 from vpq.write_nodes.storage import OS_STORAGE, Storage
@@ -83,6 +84,17 @@ def stats_dir(settings: Settings) -> Path:
             return Path(parsed.path)
         log.warning("stats_uri %s is not local; writing statistics under %s", uri, settings.data_dir / STATS_SUBDIR)
     return settings.data_dir / STATS_SUBDIR
+
+
+def _queue_aware(factory: LogFactory) -> LogFactory:
+    """Logs whose retention waits for the queue policy (the compactor gives it)."""
+
+    def build(directory: Path, settings: LogSettings, pp: int) -> PartitionLog:
+        plog = factory(directory, settings, pp)
+        plog.retention_waits_for_policy = True
+        return plog
+
+    return build
 
 
 class TrafficExporter:
@@ -221,7 +233,7 @@ class WriteNodeService:
         self._host = host
         self._port = port
         self.metrics = WriteNodeMetrics()
-        self._log_factory = log_factory or functools.partial(self.metrics.log_factory, storage=storage)
+        self._log_factory = _queue_aware(log_factory or functools.partial(self.metrics.log_factory, storage=storage))
         self._use_pubsub = use_pubsub
         self._takeover = takeover
         self._reopen_backoff_s = reopen_backoff_s
