@@ -56,6 +56,9 @@ class LogSettings(BaseModel):
     compaction_min_dead_ratio: float = Field(
         0.5, ge=0.0, le=1.0, description="compact a sealed segment once this share of its bytes is dead"
     )
+    compaction_max_bytes_per_s: int = Field(
+        128 * MiB, ge=0, description="read rate limit of compaction per partition (0 = none)"
+    )
 
 
 class RedisClientSettings(BaseModel):

@@ -20,6 +20,8 @@ Contract:
   indexes are written (tmp, fsync, rename) and the directory fsynced. A crash at any
   point leaves either the old segment or the new one, never a mix that loses a
   record the old one served (leftover ``.tmp`` files are removed on open);
+- reads go through a :class:`Throttle` (``max_bytes_per_s``, 0 = no limit) so a pass
+  leaves the disk and the CPUs to appends and reads;
 - :func:`summarize` reads a segment once and says, per queue id, the oldest and
   newest timestamps and the bytes of its records there (what the log needs to decide
   retention and whether a compaction is worth it, without reading it again).
@@ -31,6 +33,7 @@ never touches the log's live bookkeeping (the log swaps the new segment in).
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -60,15 +63,15 @@ class SegmentSummary:
     size: int
     queues: dict[int, QueueFigures] = field(default_factory=dict)
 
-    def add(self, queue_id: int, ts: int, nbytes: int) -> None:
+    def add(self, queue_id: int, oldest: int, newest: int, nbytes: int) -> None:
         q = self.queues.get(queue_id)
         if q is None:
-            self.queues[queue_id] = QueueFigures(ts, ts, nbytes)
+            self.queues[queue_id] = QueueFigures(oldest, newest, nbytes)
             return
-        if ts < q.oldest_ms:
-            q.oldest_ms = ts
-        if ts > q.newest_ms:
-            q.newest_ms = ts
+        if oldest < q.oldest_ms:
+            q.oldest_ms = oldest
+        if newest > q.newest_ms:
+            q.newest_ms = newest
         q.nbytes += nbytes
 
     def newest_by_queue(self) -> dict[int, int]:
@@ -97,31 +100,85 @@ class CompactResult:
     summary: SegmentSummary
 
 
-def record_figures(view: BatchView) -> list[tuple[int, int, int]]:
-    """(queue id, timestamp ms, bytes) of each record of a batch; a record's bytes are
-    its share of the batch (header spread evenly)."""
-    n = view.record_count
-    if view.magic == MAGIC_COLUMNAR:
-        cols = scan(view)
-        first = view.first_ts
-        sizes = [
-            FIXED_RECORD_BYTES + max(k, 0) + v + h
-            for k, v, h in zip(cols.key_lengths, cols.value_lengths, cols.header_lengths)
-        ]
-        extra = (view.size - sum(sizes)) / n
-        return [
-            (qid, first + d, int(s + extra))
-            for qid, d, s in zip(cols.queue_ids, cols.ts_deltas, sizes)
-        ]
-    each = view.size // n
-    return [(r.queue_id, r.timestamp_ms if r.timestamp_ms is not None else view.max_ts, each) for r in view.records()]
+class Throttle:
+    """Keeps a thread's reads at or under ``bytes_per_s`` (0: no limit) by sleeping."""
+
+    def __init__(self, bytes_per_s: int) -> None:
+        self._rate = bytes_per_s
+        self._start = time.monotonic()
+        self._bytes = 0
+
+    def account(self, nbytes: int) -> None:
+        if self._rate <= 0:
+            return
+        self._bytes += nbytes
+        ahead = self._bytes / self._rate - (time.monotonic() - self._start)
+        if ahead > 0:
+            time.sleep(ahead)
 
 
-def iter_segment(seg: LogSegment, limit: int) -> Iterator[BatchView]:
+class BatchFigures:
+    """What compaction needs of one batch: its queue ids, its oldest and newest
+    timestamps, and (only when asked) each record's queue id, timestamp and bytes."""
+
+    __slots__ = ("view", "queue_ids", "oldest", "newest", "_cols")
+
+    def __init__(self, view: BatchView) -> None:
+        self.view = view
+        if view.magic == MAGIC_COLUMNAR:
+            cols = self._cols = scan(view)
+            self.queue_ids = set(cols.queue_ids)
+            self.oldest = view.first_ts + min(cols.ts_deltas)
+            self.newest = view.max_ts
+        else:
+            self._cols = None
+            recs = view.records()
+            self.queue_ids = {r.queue_id for r in recs}
+            stamps = [r.timestamp_ms for r in recs if r.timestamp_ms is not None] or [view.max_ts]
+            self.oldest, self.newest = min(stamps), max(stamps)
+
+    def verdict(self, policy: QueuePolicy, now_ms: int) -> bool | list[bool]:
+        """True: every record lives; False: every record is dead; else one bool per record."""
+        dead = policy.dead
+        if all(dead(q, self.newest, now_ms) for q in self.queue_ids):
+            return False
+        if not any(dead(q, self.oldest, now_ms) for q in self.queue_ids):
+            return True
+        return [not dead(q, ts, now_ms) for q, ts, _ in self.records()]
+
+    def records(self) -> list[tuple[int, int, int]]:
+        """(queue id, timestamp ms, bytes) of each record; a record's bytes are its share
+        of the batch (the batch header spread evenly)."""
+        view, cols = self.view, self._cols
+        n = view.record_count
+        if cols is not None:
+            first = view.first_ts
+            sizes = [
+                FIXED_RECORD_BYTES + max(k, 0) + v + h
+                for k, v, h in zip(cols.key_lengths, cols.value_lengths, cols.header_lengths)
+            ]
+            extra = (view.size - sum(sizes)) / n
+            return [(q, first + d, int(sz + extra)) for q, d, sz in zip(cols.queue_ids, cols.ts_deltas, sizes)]
+        each = view.size // n
+        return [(r.queue_id, r.timestamp_ms if r.timestamp_ms is not None else view.max_ts, each) for r in view.records()]
+
+    def add_to(self, summary: SegmentSummary, live: list[bool] | None = None) -> None:
+        """Count the batch (or, with ``live``, its live records) in ``summary``."""
+        if live is None and len(self.queue_ids) == 1:
+            summary.add(next(iter(self.queue_ids)), self.oldest, self.newest, self.view.size)
+            return
+        for i, (q, ts, nbytes) in enumerate(self.records()):
+            if live is None or live[i]:
+                summary.add(q, ts, ts, nbytes)
+
+
+def iter_segment(seg: LogSegment, limit: int, throttle: Throttle | None = None) -> Iterator[BatchView]:
     """Every batch in the first ``limit`` bytes of ``seg``, read in large chunks."""
     pos = 0
     while pos + HEADER_SIZE <= limit:
         chunk = seg.pread(pos, min(_READ_CHUNK, limit - pos))
+        if throttle is not None:
+            throttle.account(len(chunk))
         p = 0
         while p + HEADER_SIZE <= len(chunk):
             length = int.from_bytes(chunk[p + 8 : p + 12], "big", signed=True)
@@ -137,11 +194,10 @@ def iter_segment(seg: LogSegment, limit: int) -> Iterator[BatchView]:
         pos += p
 
 
-def summarize(seg: LogSegment, limit: int) -> SegmentSummary:
+def summarize(seg: LogSegment, limit: int, max_bytes_per_s: int = 0) -> SegmentSummary:
     summary = SegmentSummary(limit)
-    for view in iter_segment(seg, limit):
-        for qid, ts, nbytes in record_figures(view):
-            summary.add(qid, ts, nbytes)
+    for view in iter_segment(seg, limit, Throttle(max_bytes_per_s)):
+        BatchFigures(view).add_to(summary)
     return summary
 
 
@@ -167,7 +223,7 @@ def _rewrite(view: BatchView, live: list[bool]) -> list[bytes]:
     return out
 
 
-def compact_segment(seg: LogSegment, policy: QueuePolicy, now_ms: int) -> CompactResult:
+def compact_segment(seg: LogSegment, policy: QueuePolicy, now_ms: int, max_bytes_per_s: int = 0) -> CompactResult:
     """Rewrite sealed segment ``seg`` (all of it durable, no I/O in flight, not the
     active one) without its dead records; returns the new, open segment (bookkeeping
     and index files done). ``seg`` itself is left open and untouched: the caller swaps
@@ -190,19 +246,22 @@ def compact_segment(seg: LogSegment, policy: QueuePolicy, now_ms: int) -> Compac
     pending: list[bytes] = []
     pending_bytes = 0
     try:
-        for view in iter_segment(seg, limit):
-            figures = record_figures(view)
-            live = [not policy.dead(qid, ts, now_ms) for qid, ts, _ in figures]
-            if all(live):
+        for view in iter_segment(seg, limit, Throttle(max_bytes_per_s)):
+            figures = BatchFigures(view)
+            live = figures.verdict(policy, now_ms)
+            if live is True:
                 batches = [view.raw()]
-            elif not any(live):
+                figures.add_to(summary)
+            elif live is False or not any(live):
                 dropped += 1
                 continue
+            elif all(live):
+                batches = [view.raw()]
+                figures.add_to(summary)
             else:
                 split += 1
                 batches = _rewrite(view, live)
-            for qid, ts, nbytes in (f for f, ok in zip(figures, live) if ok):
-                summary.add(qid, ts, nbytes)
+                figures.add_to(summary, live)
             for raw in batches:
                 b = BatchView(raw, 0)
                 written.append((b.base_offset, b.next_offset, b.max_ts, b.size))

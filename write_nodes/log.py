@@ -420,7 +420,7 @@ class PartitionLog:
             return summary
         seg.pending_io += 1
         try:
-            summary = await _finish_in_thread(summarize, seg, seg.size)
+            summary = await _finish_in_thread(summarize, seg, seg.size, self.settings.compaction_max_bytes_per_s)
         except OSError as exc:
             raise self._fail(exc) from exc
         finally:
@@ -433,7 +433,9 @@ class PartitionLog:
     async def _rewrite(self, seg: LogSegment, policy: QueuePolicy, now: int) -> CompactResult | None:
         seg.pending_io += 1
         cancelled = False
-        fut = asyncio.get_running_loop().run_in_executor(None, compact_segment, seg, policy, now)
+        fut = asyncio.get_running_loop().run_in_executor(
+            None, compact_segment, seg, policy, now, self.settings.compaction_max_bytes_per_s
+        )
         try:
             try:
                 result = await asyncio.shield(fut)
