@@ -20,7 +20,7 @@ from vpq.metadata.aio import cancel_and_wait
 from vpq.metadata.errors import MetadataUnavailable
 from vpq.metadata.queues import QueueRegistry
 from vpq.write_nodes.errors import LogIOError
-from vpq.write_nodes.log import CompactionPass
+from vpq.write_nodes.log_compaction import CompactionPass
 from vpq.write_nodes.ownership import PartitionOwnership, State
 from vpq.write_nodes.retention import QueuePolicy
 

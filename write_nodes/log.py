@@ -31,38 +31,32 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
-import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
 
 from vpq.codec.columnar import build_columnar_batch, columns_of
 from vpq.codec.records import HEADER, BatchView, Record, restamp_base_offset
 from vpq.config.settings import LogSettings
 from vpq.write_nodes.appender import AppendMeta, SegmentAppender
 from vpq.write_nodes.checkpoint import write_checkpoint
-from vpq.write_nodes.compaction import CompactionAbandoned, CompactResult, SegmentSummary, compact_segment, summarize
+from vpq.write_nodes.compaction import SegmentSummary
 from vpq.write_nodes.errors import LogIOError, OffsetOutOfRangeError, PartitionOfflineError
 from vpq.write_nodes.group_commit import FsyncFn, GroupCommitter
+from vpq.write_nodes.log_compaction import CompactionTotals, LogCompaction
 from vpq.write_nodes.recovery import LogLoader, RecoveryReport
 from vpq.write_nodes.retention import QueuePolicy, SegmentInfo, segments_to_delete
-from vpq.write_nodes.segment import LogSegment
 from vpq.write_nodes.segments import LogSegments
 from vpq.write_nodes.storage import OS_STORAGE, Storage
 
 MAX_BATCH_BYTES = 1 << 30
-log = logging.getLogger(__name__)
-_T = TypeVar("_T")
 
 
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class PartitionLog:
+class PartitionLog(LogCompaction):
     """A durable, segmented, append-only log of record batches."""
 
     def __init__(
@@ -362,106 +356,6 @@ class PartitionLog:
             raise self._fail(exc) from exc
         return count
 
-    def _queues_past(self, seg: LogSegment, now_ms: int) -> bool:
-        policy = self._policy
-        if policy is None or seg.size == 0:
-            return True
-        summary = self._summaries.get(seg.base_offset)
-        if summary is None or summary.size != seg.size:
-            return False  # not read yet: keep it until the next compaction pass says
-        return policy.queues_past(summary.newest_by_queue(), now_ms)
-
-    async def compact(self, policy: QueuePolicy, now_ms: int | None = None) -> CompactionPass:
-        """Remember ``policy`` (with the log's own ``retention_ms``; retention uses it from
-        now on) and compact every sealed
-        segment below the recovery point whose dead bytes under it reach
-        ``settings.compaction_min_dead_ratio`` of its size (or that holds only dead
-        records). Appends and reads go on meanwhile. A compaction stopped by an
-        ``OSError`` before it replaced anything (a full disk) is skipped with a warning;
-        a later ``OSError`` takes the partition offline (reopening recovers)."""
-        async with self._compaction_lock:
-            self._check_online()
-            policy = dataclasses.replace(policy, log_retention_ms=self.settings.retention_ms)
-            self._policy = policy
-            now = self._clock_ms() if now_ms is None else now_ms
-            done = CompactionPass()
-            for seg in self._compactable():
-                if not self.online:
-                    break
-                summary = await self._summary(seg)
-                if summary is None:
-                    continue
-                dead = summary.dead_bytes(policy, now)
-                ratio = self.settings.compaction_min_dead_ratio
-                if seg.size == 0 or not summary.any_dead(policy, now) or (dead < ratio * seg.size and dead < seg.size):
-                    continue
-                result = await self._rewrite(seg, policy, now)
-                if result is not None:
-                    done.segments += 1
-                    done.bytes_before += result.bytes_before
-                    done.bytes_after += result.bytes_after
-            self.compactions.add(done)
-            return done
-
-    def _compactable(self) -> list[LogSegment]:
-        """Sealed segments wholly below the checkpointed recovery point, idle."""
-        assert self._appender is not None
-        point = self._checkpointed or 0
-        segs = list(self._segments)
-        out = []
-        for seg, nxt in zip(segs, segs[1:]):
-            if nxt.base_offset <= point and seg.pending_io == 0 and not self._appender.is_dirty(seg):
-                out.append(seg)
-        return out
-
-    async def _summary(self, seg: LogSegment) -> SegmentSummary | None:
-        summary = self._summaries.get(seg.base_offset)
-        if summary is not None and summary.size == seg.size:
-            return summary
-        seg.pending_io += 1
-        try:
-            summary = await _finish_in_thread(summarize, seg, seg.size, self.settings.compaction_max_bytes_per_s)
-        except OSError as exc:
-            raise self._fail(exc) from exc
-        finally:
-            seg.pending_io -= 1
-        if self._segments.get(seg.base_offset) is not seg:
-            return None
-        self._summaries[seg.base_offset] = summary
-        return summary
-
-    async def _rewrite(self, seg: LogSegment, policy: QueuePolicy, now: int) -> CompactResult | None:
-        seg.pending_io += 1
-        cancelled = False
-        fut = asyncio.get_running_loop().run_in_executor(
-            None, compact_segment, seg, policy, now, self.settings.compaction_max_bytes_per_s
-        )
-        try:
-            try:
-                result = await asyncio.shield(fut)
-            except asyncio.CancelledError:
-                cancelled = True  # the thread still uses the segment: let it finish, swap, then go
-                result = await fut
-        except CompactionAbandoned as exc:
-            log.warning("partition %d: compaction of segment %d abandoned: %s", self.partition_id, seg.base_offset, exc)
-            return None
-        except OSError as exc:
-            raise self._fail(exc) from exc
-        finally:
-            seg.pending_io -= 1
-        self._swap(seg, result)
-        if cancelled:
-            raise asyncio.CancelledError
-        return result
-
-    def _swap(self, seg: LogSegment, result: CompactResult) -> None:
-        """Serve the compacted segment instead of ``seg`` (loop thread, no await)."""
-        self._segments.remove(seg)
-        self._segments.add(result.segment)
-        self._summaries[seg.base_offset] = result.summary
-        with contextlib.suppress(OSError):
-            seg.close()  # its inode (the old data) goes with this last descriptor
-
     async def checkpoint(self) -> int:
         """Write the recovery-point checkpoint now (offsets below it are fsynced with
         their indexes). Returns the recovery point written."""
@@ -529,41 +423,6 @@ class PartitionLog:
         event = self._advanced
         self._advanced = asyncio.Event()
         event.set()
-
-
-@dataclass(slots=True)
-class CompactionPass:
-    """What one ``compact`` call did."""
-
-    segments: int = 0
-    bytes_before: int = 0
-    bytes_after: int = 0
-
-
-@dataclass(slots=True)
-class CompactionTotals:
-    """Every compaction of this log since it was created (for metrics)."""
-
-    passes: int = 0
-    segments: int = 0
-    bytes_reclaimed: int = 0
-
-    def add(self, done: CompactionPass) -> None:
-        self.passes += 1
-        self.segments += done.segments
-        self.bytes_reclaimed += done.bytes_before - done.bytes_after
-
-
-async def _finish_in_thread(fn: Callable[..., _T], *args: object) -> _T:
-    """``fn(*args)`` on an executor thread; a cancelled caller still waits for the
-    thread to finish (it may be using files the caller is about to close)."""
-    fut = asyncio.get_running_loop().run_in_executor(None, fn, *args)
-    try:
-        return await asyncio.shield(fut)
-    except asyncio.CancelledError:
-        with contextlib.suppress(BaseException):
-            await fut
-        raise
 
 
 async def _durable(fut: asyncio.Future[None], base: int, last: int) -> tuple[int, int]:
