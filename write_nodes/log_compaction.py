@@ -116,6 +116,8 @@ class LogCompaction:
             for seg in self._compactable():
                 if not self.online:
                     break
+                if self._segments.get(seg.base_offset) is not seg or seg.pending_io:
+                    continue  # deleted by retention (or busy) while an earlier one was compacted
                 summary = await self._summary(seg)
                 if summary is None:
                     continue

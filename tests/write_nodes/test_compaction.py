@@ -253,3 +253,32 @@ async def test_a_full_disk_abandons_the_compaction_and_keeps_the_partition_onlin
     assert (await log.compact(policy(), NOW)).segments >= 1
     assert _live_offsets(log) == live
     await log.stop()
+
+
+async def test_retention_deleting_segments_during_a_pass_does_not_upset_it(tmp_path: Path) -> None:
+    log = PartitionLog(tmp_path, small_settings(retention_bytes=0))
+    await log.start()
+    live = await _fill(log, 60)
+    log.retention_waits_for_policy = True  # nothing deleted before the pass starts
+    await log.compact(QueuePolicy({LIVE: -1, GONE: -1}, 10), NOW)  # summaries of every segment, nothing dead
+    log._policy = None  # noqa: SLF001 - and no deletion until the next pass starts
+
+    done = asyncio.Event()
+
+    async def retention_meanwhile() -> int:
+        deleted = 0
+        while not done.is_set():
+            await asyncio.sleep(0.0005)
+            if log._policy is not None:  # noqa: SLF001 - the pass has begun
+                deleted += log.apply_retention(NOW)
+        return deleted
+
+    task = asyncio.create_task(retention_meanwhile())
+    await log.compact(policy(), NOW)
+    done.set()
+    deleted = await task
+    assert log.online and deleted > 0
+    got = _live_offsets(log)
+    assert all(got[v] == o for v, o in live.items() if v in got)
+    assert not [o for v, o in live.items() if v not in got and o >= log.start_offset]
+    await log.stop()
