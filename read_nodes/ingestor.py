@@ -259,8 +259,7 @@ class Ingestor:
                     c = offset + 1
                     continue
             r = tailed.record
-            cutoff = self.expire_before
-            if cutoff is not None and r.timestamp_ms is not None and r.timestamp_ms < cutoff:
+            if self._expired(r.timestamp_ms):
                 if not delivery.is_done(stream, offset, key_hash):
                     self.expired += 1
                 c = offset + 1
@@ -287,6 +286,10 @@ class Ingestor:
             c = max(c, index.end_offset(pp))
         return self._save(stream, tailer, start, c)
 
+    def _expired(self, timestamp_ms: int | None) -> bool:
+        cutoff = self.expire_before
+        return cutoff is not None and timestamp_ms is not None and timestamp_ms < cutoff
+
     async def _record(self, pp: int, offset: int, result: StepResult) -> Any:
         """The record at ``(pp, offset)``; None when it vanished (retention), False when
         it cannot be read now."""
@@ -301,7 +304,7 @@ class Ingestor:
             result.blocked = True
             return False
         if tailed is None:
-            log.warning("queue %d pp %d: record %d vanished before delivery", self.queue_id, pp, offset)
+            log.debug("queue %d pp %d: record %d vanished before delivery (counted expired)", self.queue_id, pp, offset)
         return tailed
 
     def _park(self, pk: ParkKey, stream: int, offset: int) -> None:
@@ -384,7 +387,10 @@ class Ingestor:
                         delivery.park_progress(seg.stream, seg.id, from_offset=offset)
                         seg.from_offset = offset
                         return False
-                    if tailed is not None:
+                    if tailed is None or self._expired(tailed.record.timestamp_ms):
+                        if not delivery.is_done(seg.stream, offset, key_hash):
+                            self.expired += 1
+                    else:
                         r = tailed.record
                         entry = DeliveryEntry.trusted(
                             pp, offset, key_hash, r.key, tailed.ctx, r.timestamp_ms or 0, ctx_id
