@@ -33,19 +33,21 @@ never touches the log's live bookkeeping (the log swaps the new segment in).
 from __future__ import annotations
 
 import os
+import sys
 import time
+from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from vpq.codec.columnar import FIXED_RECORD_BYTES, MAGIC_COLUMNAR, build_columnar_batch, columns_of, scan
-from vpq.codec.records import HEADER_SIZE, LENGTH_END, BatchView, Record
+from vpq.codec.columnar import FIXED_RECORD_BYTES, MAGIC_COLUMNAR, build_columnar_batch, columns_of
+from vpq.codec.errors import CorruptBatchError
+from vpq.codec.records import HEADER, HEADER_SIZE, LENGTH_END, BatchView, Record, header_problem
 from vpq.write_nodes import filenames
 from vpq.write_nodes.end_marker import write_end_marker
 from vpq.write_nodes.retention import QueuePolicy
 from vpq.write_nodes.segment import LogSegment
 from vpq.write_nodes.storage import fsync_directory
 
-_READ_CHUNK = 4 * 1024 * 1024
 _WRITE_CHUNK = 1024 * 1024
 
 
@@ -87,7 +89,8 @@ class SegmentSummary:
 
 class CompactionAbandoned(Exception):
     """The compaction stopped before replacing anything (an ``OSError`` such as a full
-    disk while writing the new data): the old segment stands, the log stays online."""
+    disk while writing the new data, or a damaged batch, which is never rewritten): the
+    old segment stands, the log stays online."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,24 +121,55 @@ class Throttle:
 
 
 class BatchFigures:
-    """What compaction needs of one batch: its queue ids, its oldest and newest
-    timestamps, and (only when asked) each record's queue id, timestamp and bytes."""
+    """What compaction needs of one batch, read without its keys and values when it
+    can: its position and size, its queue ids, its oldest and newest timestamps, and
+    (only when asked) each record's queue id, timestamp and bytes. A magic-2 batch is
+    read as its header and fixed-width columns only; ``raw()`` reads the whole batch."""
 
-    __slots__ = ("view", "queue_ids", "oldest", "newest", "_cols")
+    __slots__ = ("seg", "pos", "size", "count", "first_ts", "newest", "oldest", "queue_ids", "_cols", "_raw",
+                 "_throttle")
 
-    def __init__(self, view: BatchView) -> None:
-        self.view = view
-        if view.magic == MAGIC_COLUMNAR:
-            cols = self._cols = scan(view)
-            self.queue_ids = set(cols.queue_ids)
-            self.oldest = view.first_ts + min(cols.ts_deltas)
-            self.newest = view.max_ts
+    def __init__(self, seg: LogSegment, pos: int, throttle: Throttle) -> None:
+        self.seg, self.pos, self._throttle = seg, pos, throttle
+        head = seg.pread(pos, HEADER_SIZE)
+        if len(head) < HEADER_SIZE:
+            raise CorruptBatchError(f"segment {seg.base_offset} position {pos}: torn batch header")
+        base, length, magic, _crc, attrs, last_delta, first_ts, max_ts, n = HEADER.unpack_from(head, 0)
+        problem = header_problem(base, length, magic, attrs, last_delta, n)
+        if problem is not None:
+            raise CorruptBatchError(f"segment {seg.base_offset} position {pos}: {problem}")
+        self.size, self.count, self.first_ts, self.newest = LENGTH_END + length, n, first_ts, max_ts
+        self._raw: bytes | None = None
+        if magic == MAGIC_COLUMNAR:
+            fixed = FIXED_RECORD_BYTES * n
+            data = seg.pread(pos + HEADER_SIZE, fixed)
+            throttle.account(HEADER_SIZE + len(data))
+            if len(data) != fixed or HEADER_SIZE + fixed > self.size:
+                raise CorruptBatchError(f"segment {seg.base_offset} position {pos}: columns cut short")
+            mv = memoryview(data)
+            q4 = 4 * n
+            qids = _column("I", mv[:q4])
+            deltas = _column("q", mv[4 * q4 : 6 * q4])
+            lens = (_column("i", mv[6 * q4 : 7 * q4]), _column("I", mv[7 * q4 : 8 * q4]), _column("I", mv[8 * q4 : 9 * q4]))
+            self._cols: tuple[array, array, tuple[array, array, array]] | None = (qids, deltas, lens)
+            self.queue_ids = set(qids)
+            self.oldest = first_ts + min(deltas)
         else:
             self._cols = None
-            recs = view.records()
+            recs = BatchView(self.raw(), 0).records()
             self.queue_ids = {r.queue_id for r in recs}
-            stamps = [r.timestamp_ms for r in recs if r.timestamp_ms is not None] or [view.max_ts]
+            stamps = [r.timestamp_ms for r in recs if r.timestamp_ms is not None] or [max_ts]
             self.oldest, self.newest = min(stamps), max(stamps)
+
+    def raw(self) -> bytes:
+        """The whole batch (read once)."""
+        if self._raw is None:
+            raw = self.seg.pread(self.pos, self.size)
+            self._throttle.account(len(raw))
+            if len(raw) != self.size:
+                raise CorruptBatchError(f"segment {self.seg.base_offset} position {self.pos}: torn batch")
+            self._raw = raw
+        return self._raw
 
     def verdict(self, policy: QueuePolicy, now_ms: int) -> bool | list[bool]:
         """True: every record lives; False: every record is dead; else one bool per record."""
@@ -149,55 +183,50 @@ class BatchFigures:
     def records(self) -> list[tuple[int, int, int]]:
         """(queue id, timestamp ms, bytes) of each record; a record's bytes are its share
         of the batch (the batch header spread evenly)."""
-        view, cols = self.view, self._cols
-        n = view.record_count
-        if cols is not None:
-            first = view.first_ts
-            sizes = [
-                FIXED_RECORD_BYTES + max(k, 0) + v + h
-                for k, v, h in zip(cols.key_lengths, cols.value_lengths, cols.header_lengths)
-            ]
-            extra = (view.size - sum(sizes)) / n
-            return [(q, first + d, int(sz + extra)) for q, d, sz in zip(cols.queue_ids, cols.ts_deltas, sizes)]
-        each = view.size // n
-        return [(r.queue_id, r.timestamp_ms if r.timestamp_ms is not None else view.max_ts, each) for r in view.records()]
+        n = self.count
+        if self._cols is not None:
+            qids, deltas, (kls, vls, hls) = self._cols
+            sizes = [FIXED_RECORD_BYTES + max(k, 0) + v + h for k, v, h in zip(kls, vls, hls)]
+            extra = (self.size - sum(sizes)) / n
+            first = self.first_ts
+            return [(q, first + d, int(sz + extra)) for q, d, sz in zip(qids, deltas, sizes)]
+        each = self.size // n
+        recs = BatchView(self.raw(), 0).records()
+        return [(r.queue_id, r.timestamp_ms if r.timestamp_ms is not None else self.newest, each) for r in recs]
 
     def add_to(self, summary: SegmentSummary, live: list[bool] | None = None) -> None:
         """Count the batch (or, with ``live``, its live records) in ``summary``."""
         if live is None and len(self.queue_ids) == 1:
-            summary.add(next(iter(self.queue_ids)), self.oldest, self.newest, self.view.size)
+            summary.add(next(iter(self.queue_ids)), self.oldest, self.newest, self.size)
             return
         for i, (q, ts, nbytes) in enumerate(self.records()):
             if live is None or live[i]:
                 summary.add(q, ts, ts, nbytes)
 
 
-def iter_segment(seg: LogSegment, limit: int, throttle: Throttle | None = None) -> Iterator[BatchView]:
-    """Every batch in the first ``limit`` bytes of ``seg``, read in large chunks."""
+def _column(code: str, buf: memoryview) -> array:
+    col = array(code)
+    col.frombytes(buf)
+    if sys.byteorder == "big":  # pragma: no cover - the format is little-endian
+        col.byteswap()
+    return col
+
+
+def iter_figures(seg: LogSegment, limit: int, throttle: Throttle) -> Iterator[BatchFigures]:
+    """The figures of every batch in the first ``limit`` bytes of ``seg``."""
     pos = 0
     while pos + HEADER_SIZE <= limit:
-        chunk = seg.pread(pos, min(_READ_CHUNK, limit - pos))
-        if throttle is not None:
-            throttle.account(len(chunk))
-        p = 0
-        while p + HEADER_SIZE <= len(chunk):
-            length = int.from_bytes(chunk[p + 8 : p + 12], "big", signed=True)
-            if p + LENGTH_END + length > len(chunk):
-                break
-            yield BatchView(chunk, p)
-            p += LENGTH_END + length
-        if p == 0:  # a batch larger than the chunk
-            length = int.from_bytes(chunk[8:12], "big", signed=True)
-            chunk = seg.pread(pos, LENGTH_END + length)
-            yield BatchView(chunk, 0)
-            p = len(chunk)
-        pos += p
+        figures = BatchFigures(seg, pos, throttle)
+        if pos + figures.size > limit:
+            raise CorruptBatchError(f"segment {seg.base_offset} position {pos}: batch beyond {limit}")
+        yield figures
+        pos += figures.size
 
 
 def summarize(seg: LogSegment, limit: int, max_bytes_per_s: int = 0) -> SegmentSummary:
     summary = SegmentSummary(limit)
-    for view in iter_segment(seg, limit, Throttle(max_bytes_per_s)):
-        BatchFigures(view).add_to(summary)
+    for figures in iter_figures(seg, limit, Throttle(max_bytes_per_s)):
+        figures.add_to(summary)
     return summary
 
 
@@ -246,20 +275,19 @@ def compact_segment(seg: LogSegment, policy: QueuePolicy, now_ms: int, max_bytes
     pending: list[bytes] = []
     pending_bytes = 0
     try:
-        for view in iter_segment(seg, limit, Throttle(max_bytes_per_s)):
-            figures = BatchFigures(view)
+        for figures in iter_figures(seg, limit, Throttle(max_bytes_per_s)):
             live = figures.verdict(policy, now_ms)
-            if live is True:
-                batches = [view.raw()]
+            if live is True or (live is not False and all(live)):
+                batches = [figures.raw()]
                 figures.add_to(summary)
             elif live is False or not any(live):
                 dropped += 1
                 continue
-            elif all(live):
-                batches = [view.raw()]
-                figures.add_to(summary)
             else:
                 split += 1
+                view = BatchView(figures.raw(), 0)
+                if not view.verify_crc():  # never give a damaged batch a fresh CRC
+                    raise CorruptBatchError(f"segment {base} position {figures.pos}: CRC mismatch")
                 batches = _rewrite(view, live)
                 figures.add_to(summary, live)
             for raw in batches:
@@ -288,7 +316,7 @@ def compact_segment(seg: LogSegment, policy: QueuePolicy, now_ms: int, max_bytes
             storage.unlink(tmp)
         except OSError:
             pass
-        if isinstance(exc, OSError):
+        if isinstance(exc, (OSError, CorruptBatchError)):
             raise CompactionAbandoned(f"segment {base}: {exc}") from exc
         raise
     storage.replace(tmp, log_path)

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
+from vpq.codec.errors import CorruptBatchError
 from vpq.write_nodes.compaction import CompactionAbandoned, CompactResult, SegmentSummary, compact_segment, summarize
 from vpq.write_nodes.retention import QueuePolicy
 from vpq.write_nodes.segment import LogSegment
@@ -151,6 +152,9 @@ class LogCompaction:
         seg.pending_io += 1
         try:
             summary = await _finish_in_thread(summarize, seg, seg.size, self.settings.compaction_max_bytes_per_s)
+        except CorruptBatchError as exc:
+            log.error("partition %d: segment %d not compacted: %s", self.partition_id, seg.base_offset, exc)
+            return None
         except OSError as exc:
             raise self._fail(exc) from exc
         finally:

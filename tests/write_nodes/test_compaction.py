@@ -282,3 +282,21 @@ async def test_retention_deleting_segments_during_a_pass_does_not_upset_it(tmp_p
     assert all(got[v] == o for v, o in live.items() if v in got)
     assert not [o for v, o in live.items() if v not in got and o >= log.start_offset]
     await log.stop()
+
+
+async def test_a_damaged_batch_is_never_rewritten_with_a_fresh_crc(tmp_path: Path) -> None:
+    log = PartitionLog(tmp_path, small_settings())
+    await log.start()
+    await _fill(log, 40, mixed=True)
+    first = filenames.log_file(tmp_path, 0)
+    size = first.stat().st_size
+    with open(first, "r+b") as f:  # flip a value byte of the first (mixed) batch
+        f.seek(200)
+        b = f.read(1)
+        f.seek(200)
+        f.write(bytes([b[0] ^ 0xFF]))
+    done = await log.compact(policy(), NOW)
+    assert log.online and done.segments >= 1
+    assert first.stat().st_size == size, "the damaged segment was rewritten"
+    assert not filenames.compacted_file(tmp_path, 0).exists()
+    await log.stop()
