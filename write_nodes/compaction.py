@@ -39,7 +39,14 @@ from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from vpq.codec.columnar import FIXED_RECORD_BYTES, MAGIC_COLUMNAR, build_columnar_batch, columns_of
+from vpq.codec.columnar import (
+    FIXED_RECORD_BYTES,
+    MAGIC_COLUMNAR,
+    ColumnarRecords,
+    build_columnar_batch,
+    columns_of,
+    scan,
+)
 from vpq.codec.errors import CorruptBatchError
 from vpq.codec.records import HEADER, HEADER_SIZE, LENGTH_END, BatchView, Record, header_problem
 from vpq.write_nodes import filenames
@@ -245,10 +252,60 @@ def _runs(records: list[Record], live: list[bool]) -> list[list[Record]]:
 
 
 def _rewrite(view: BatchView, live: list[bool]) -> list[bytes]:
+    """One magic-2 batch per run of consecutive live records, at the run's first offset."""
+    if view.magic == MAGIC_COLUMNAR:
+        return _rewrite_columns(view, live)
     out = []
     for run in _runs(view.records(), live):
         ts = run[0].timestamp_ms if run[0].timestamp_ms is not None else view.first_ts
         out.append(build_columnar_batch(run[0].offset, ts, columns_of(run, ts)))
+    return out
+
+
+def _rewrite_columns(view: BatchView, live: list[bool]) -> list[bytes]:
+    """``_rewrite`` of a magic-2 batch straight from its columns (no ``Record`` objects)."""
+    cols = scan(view)
+    buf = view.buf
+    keys: list[bytes | None] = []
+    values: list[bytes] = []
+    headers: list[bytes] = []
+    kp, vp, hp = cols.keys_at, cols.values_at, cols.headers_at
+    for k, v, h in zip(cols.key_lengths, cols.value_lengths, cols.header_lengths):
+        if k < 0:
+            keys.append(None)
+        else:
+            keys.append(bytes(buf[kp : kp + k]))
+            kp += k
+        values.append(bytes(buf[vp : vp + v]))
+        vp += v
+        headers.append(bytes(buf[hp : hp + h]))
+        hp += h
+    has_headers = any(cols.header_lengths)
+    out = []
+    n = len(live)
+    i = 0
+    while i < n:
+        if not live[i]:
+            i += 1
+            continue
+        j = i
+        while j < n and live[j]:
+            j += 1
+        d0 = cols.ts_deltas[i]
+        deltas = [d - d0 for d in cols.ts_deltas[i:j]]
+        run = ColumnarRecords(
+            queue_ids=cols.queue_ids[i:j],
+            vps=cols.vps[i:j],
+            key_hashes=cols.key_hashes[i:j],
+            context_ids=cols.context_ids[i:j],
+            keys=keys[i:j],
+            values=values[i:j],
+            encodings=bytes(cols.encodings[i:j]),
+            headers=headers[i:j] if has_headers else None,
+            ts_deltas=deltas if any(deltas) else None,
+        )
+        out.append(build_columnar_batch(view.base_offset + i, view.first_ts + d0, run))
+        i = j
     return out
 
 

@@ -300,3 +300,40 @@ async def test_a_damaged_batch_is_never_rewritten_with_a_fresh_crc(tmp_path: Pat
     assert first.stat().st_size == size, "the damaged segment was rewritten"
     assert not filenames.compacted_file(tmp_path, 0).exists()
     await log.stop()
+
+
+async def test_a_rewritten_batch_keeps_every_field_of_its_live_records(tmp_path: Path) -> None:
+    log = PartitionLog(tmp_path, small_settings())
+    await log.start()
+    originals: list[Record] = []
+    for b in range(30):
+        batch = [
+            Record(
+                value=f"v{b}-{i}".encode() * (1 + i % 5),
+                queue_id=LIVE if i % 3 == 1 else GONE,
+                virtual_partition=i % 7,
+                key_hash=b * 100 + i,
+                context_id=i % 4,
+                key=None if i % 4 == 0 else f"key{b}-{i}".encode(),
+                headers=(("h", f"{i}".encode()),) if i % 2 else (),
+                value_encoding=i % 2,
+                timestamp_ms=NOW - 1000 + i * 7,
+            )
+            for i in range(12)
+        ]
+        base, _ = await log.append(batch)
+        originals += [
+            Record(**{**{f: getattr(r, f) for f in ("value", "queue_id", "virtual_partition", "key_hash",
+                                                    "context_id", "key", "headers", "value_encoding",
+                                                    "timestamp_ms")}, "offset": base + i})
+            for i, r in enumerate(batch) if r.queue_id == LIVE
+        ]
+    await log.checkpoint()
+    await log.compact(policy(), NOW)
+    assert log.compactions.segments >= 1
+    got = {r.offset: r for r in read_everything(log) if r.queue_id == LIVE}
+    fields = ("value", "virtual_partition", "key_hash", "context_id", "key", "headers", "value_encoding", "timestamp_ms")
+    for want in originals:
+        have = got[want.offset]
+        assert {f: getattr(have, f) for f in fields} == {f: getattr(want, f) for f in fields}, want.offset
+    await log.stop()
