@@ -59,6 +59,9 @@ class LogSettings(BaseModel):
     compaction_max_bytes_per_s: int = Field(
         128 * MiB, ge=0, description="read rate limit of compaction per partition (0 = none)"
     )
+    compaction_duty_cycle: float = Field(
+        0.5, gt=0.0, le=1.0, description="share of the time a compaction pass may work; it sleeps the rest"
+    )
 
 
 class RedisClientSettings(BaseModel):

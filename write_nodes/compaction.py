@@ -20,8 +20,8 @@ Contract:
   indexes are written (tmp, fsync, rename) and the directory fsynced. A crash at any
   point leaves either the old segment or the new one, never a mix that loses a
   record the old one served (leftover ``.tmp`` files are removed on open);
-- reads go through a :class:`Throttle` (``max_bytes_per_s``, 0 = no limit) so a pass
-  leaves the disk and the CPUs to appends and reads;
+- reads go through a :class:`Throttle` (``max_bytes_per_s``, 0 = no limit; busy at most
+  ``duty`` of the time) so a pass leaves the disk and the CPU to appends and reads;
 - :func:`summarize` reads a segment once and says, per queue id, the oldest and
   newest timestamps and the bytes of its records there (what the log needs to decide
   retention and whether a compaction is worth it, without reading it again).
@@ -111,11 +111,16 @@ class CompactResult:
 
 
 class Throttle:
-    """Keeps a thread's reads at or under ``bytes_per_s`` (0: no limit) by sleeping."""
+    """Keeps a thread's reads at or under ``bytes_per_s`` (0: no limit) and its busy time
+    at or under ``duty`` of the wall time (1.0: no limit), by sleeping (which also leaves
+    the interpreter lock to the event loop that serves appends and reads)."""
 
-    def __init__(self, bytes_per_s: int) -> None:
+    _BURST_S = 0.005
+
+    def __init__(self, bytes_per_s: int, duty: float = 1.0) -> None:
         self._rate = bytes_per_s
-        self._start = time.monotonic()
+        self._duty = duty
+        self._start = self._burst = time.monotonic()
         self._bytes = 0
 
     def account(self, nbytes: int) -> None:
@@ -125,6 +130,16 @@ class Throttle:
         ahead = self._bytes / self._rate - (time.monotonic() - self._start)
         if ahead > 0:
             time.sleep(ahead)
+            self._burst = time.monotonic()
+
+    def pace(self) -> None:
+        """Call between units of work: rests once the current burst is long enough."""
+        if self._duty >= 1.0:
+            return
+        worked = time.monotonic() - self._burst
+        if worked >= self._BURST_S:
+            time.sleep(worked * (1.0 - self._duty) / self._duty)
+            self._burst = time.monotonic()
 
 
 class BatchFigures:
@@ -223,6 +238,7 @@ def iter_figures(seg: LogSegment, limit: int, throttle: Throttle) -> Iterator[Ba
     """The figures of every batch in the first ``limit`` bytes of ``seg``."""
     pos = 0
     while pos + HEADER_SIZE <= limit:
+        throttle.pace()
         figures = BatchFigures(seg, pos, throttle)
         if pos + figures.size > limit:
             raise CorruptBatchError(f"segment {seg.base_offset} position {pos}: batch beyond {limit}")
@@ -230,9 +246,9 @@ def iter_figures(seg: LogSegment, limit: int, throttle: Throttle) -> Iterator[Ba
         pos += figures.size
 
 
-def summarize(seg: LogSegment, limit: int, max_bytes_per_s: int = 0) -> SegmentSummary:
+def summarize(seg: LogSegment, limit: int, max_bytes_per_s: int = 0, duty: float = 1.0) -> SegmentSummary:
     summary = SegmentSummary(limit)
-    for figures in iter_figures(seg, limit, Throttle(max_bytes_per_s)):
+    for figures in iter_figures(seg, limit, Throttle(max_bytes_per_s, duty)):
         figures.add_to(summary)
     return summary
 
@@ -309,7 +325,9 @@ def _rewrite_columns(view: BatchView, live: list[bool]) -> list[bytes]:
     return out
 
 
-def compact_segment(seg: LogSegment, policy: QueuePolicy, now_ms: int, max_bytes_per_s: int = 0) -> CompactResult:
+def compact_segment(
+    seg: LogSegment, policy: QueuePolicy, now_ms: int, max_bytes_per_s: int = 0, duty: float = 1.0
+) -> CompactResult:
     """Rewrite sealed segment ``seg`` (all of it durable, no I/O in flight, not the
     active one) without its dead records; returns the new, open segment (bookkeeping
     and index files done). ``seg`` itself is left open and untouched: the caller swaps
@@ -332,7 +350,7 @@ def compact_segment(seg: LogSegment, policy: QueuePolicy, now_ms: int, max_bytes
     pending: list[bytes] = []
     pending_bytes = 0
     try:
-        for figures in iter_figures(seg, limit, Throttle(max_bytes_per_s)):
+        for figures in iter_figures(seg, limit, Throttle(max_bytes_per_s, duty)):
             live = figures.verdict(policy, now_ms)
             if live is True or (live is not False and all(live)):
                 batches = [figures.raw()]

@@ -151,7 +151,9 @@ class LogCompaction:
             return summary
         seg.pending_io += 1
         try:
-            summary = await _finish_in_thread(summarize, seg, seg.size, self.settings.compaction_max_bytes_per_s)
+            summary = await _finish_in_thread(
+                summarize, seg, seg.size, self.settings.compaction_max_bytes_per_s, self.settings.compaction_duty_cycle
+            )
         except CorruptBatchError as exc:
             log.error("partition %d: segment %d not compacted: %s", self.partition_id, seg.base_offset, exc)
             return None
@@ -168,7 +170,8 @@ class LogCompaction:
         seg.pending_io += 1
         cancelled = False
         fut = asyncio.get_running_loop().run_in_executor(
-            None, compact_segment, seg, policy, now, self.settings.compaction_max_bytes_per_s
+            None, compact_segment, seg, policy, now, self.settings.compaction_max_bytes_per_s,
+            self.settings.compaction_duty_cycle,
         )
         try:
             try:
