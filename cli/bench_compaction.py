@@ -17,7 +17,8 @@ the log is then reopened with the settings under test (fsync per group commit).
    of the whole deleted queue runs, over mixed batches, the costlier layout; the round
    lasts as long as the pass) and
    *without* (the same appenders for the same time, no compaction), each on a fresh
-   log. ``ratio = median(with) / median(without)`` (goal >= 0.8); the median of each
+   log whose filling was written back (``os.sync``) before the round; pairs alternate
+   which round goes first. ``ratio = median(with) / median(without)`` (goal >= 0.8); the median of each
    pair's own ratio is printed too (it is the steadier figure when the machine's load
    drifts between rounds).
 
@@ -76,6 +77,7 @@ async def _fill(directory: Path, settings: LogSettings, fill_bytes: int, batches
                 kept += sum(1 for r in b if r.queue_id == KEPT)
     finally:
         await log.stop()
+    os.sync()  # the fill's dirty pages are written back now, not during the measured round
     return kept
 
 
@@ -140,6 +142,7 @@ async def _produce_round(work: Path, name: str, settings: LogSettings, fill_byte
     finally:
         await log.stop()
         shutil.rmtree(directory, ignore_errors=True)
+        os.sync()
     return appended[0] / elapsed, elapsed
 
 
@@ -153,12 +156,20 @@ async def _run(work: Path, settings: LogSettings, fill_bytes: int, batch: int, r
     stages.stage(f"produce throughput: {rounds} x (with compaction, without), alternating")
     with_rates: list[float] = []
     without_rates: list[float] = []
+    seconds = 0.0
     for i in range(rounds):
-        rate, seconds = await _produce_round(work, f"with-{i}", settings, fill_bytes, batch, record_bytes,
-                                             concurrency, True, 0.0)
+        # the first pair measures a pass's length; later pairs alternate which goes first
+        if i % 2 == 0 or seconds == 0.0:
+            rate, seconds = await _produce_round(work, f"with-{i}", settings, fill_bytes, batch, record_bytes,
+                                                 concurrency, True, 0.0)
+            rate2, _ = await _produce_round(work, f"without-{i}", settings, fill_bytes, batch, record_bytes,
+                                            concurrency, False, seconds)
+        else:
+            rate2, _ = await _produce_round(work, f"without-{i}", settings, fill_bytes, batch, record_bytes,
+                                            concurrency, False, seconds)
+            rate, seconds = await _produce_round(work, f"with-{i}", settings, fill_bytes, batch, record_bytes,
+                                                 concurrency, True, 0.0)
         with_rates.append(rate)
-        rate2, _ = await _produce_round(work, f"without-{i}", settings, fill_bytes, batch, record_bytes,
-                                        concurrency, False, seconds)
         without_rates.append(rate2)
         stages.echo(f"round {i + 1}: with compaction {rate:,.0f} rec/s ({seconds:.2f} s), without {rate2:,.0f} rec/s")
     return {"disk": disk, "with": with_rates, "without": without_rates}
