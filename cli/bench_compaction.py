@@ -182,11 +182,20 @@ def bench_compaction(
     concurrency: int = typer.Option(8, help="concurrent appenders during the throughput rounds"),
     segment_mb: int = typer.Option(8, help="segment size in MiB"),
     rounds: int = typer.Option(3, help="pairs of throughput rounds (with, without)"),
+    max_bytes_per_s: int = typer.Option(
+        LogSettings().compaction_max_bytes_per_s, help="log.compaction_max_bytes_per_s under test (0 = no limit)"
+    ),
+    duty_cycle: float = typer.Option(LogSettings().compaction_duty_cycle, help="log.compaction_duty_cycle under test"),
     dir: Path | None = typer.Option(None, "--dir", help="parent directory for the data (default: current directory)"),
     use_uvloop: bool = typer.Option(True, "--uvloop/--no-uvloop", help="run on uvloop when installed"),
 ) -> None:
     """Disk given back by compaction after a queue delete, and produce throughput while it runs."""
-    settings = LogSettings(segment_bytes=segment_mb * 1024 * 1024, retention_ms=-1)
+    settings = LogSettings(
+        segment_bytes=segment_mb * 1024 * 1024,
+        retention_ms=-1,
+        compaction_max_bytes_per_s=max_bytes_per_s,
+        compaction_duty_cycle=duty_cycle,
+    )
     interval_s = LogSettings().compaction_interval_ms / 1000
     parent = dir if dir is not None else Path.cwd()
     parent.mkdir(parents=True, exist_ok=True)
@@ -234,5 +243,7 @@ def bench_compaction(
         "concurrency": concurrency,
         "segment_mb": segment_mb,
         "rounds": rounds,
+        "max_bytes_per_s": max_bytes_per_s,
+        "duty_cycle": duty_cycle,
     }
     typer.echo(orjson.dumps(summary).decode())
