@@ -5,8 +5,10 @@ from __future__ import annotations
 import typer
 
 from vpq.cli.bench_assign import bench_assign
+from vpq.cli.bench_capacity import bench_capacity
 from vpq.cli.bench_ceiling import bench_ceiling
 from vpq.cli.bench_compaction import bench_compaction
+from vpq.cli.bench_dedup import bench_dedup
 from vpq.cli.bench_delivery import bench_catchup, bench_envflood, bench_hotkey
 from vpq.cli.bench_log import bench_log
 from vpq.cli.bench_peers import bench_peers
@@ -25,6 +27,8 @@ bench_app.command("produce")(bench_produce)
 bench_app.command("latency")(bench_latency)
 bench_app.command("drain")(bench_drain)
 bench_app.command("ceiling")(bench_ceiling)
+bench_app.command("capacity")(bench_capacity)
+bench_app.command("dedup")(bench_dedup)
 bench_app.command("hotkey")(bench_hotkey)
 bench_app.command("catchup")(bench_catchup)
 bench_app.command("envflood")(bench_envflood)

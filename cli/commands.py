@@ -354,6 +354,9 @@ def create_queue(
     visibility_timeout_ms: Annotated[Optional[int], typer.Option(min=1)] = None,
     retention_ms: Annotated[Optional[int], typer.Option()] = None,
     max_message_bytes: Annotated[Optional[int], typer.Option(min=1)] = None,
+    dedup_window_ms: Annotated[
+        Optional[int], typer.Option(min=0, help="a dedup_id stored this recently is not stored again; 0 = off")
+    ] = None,
     url: UrlOpt = DEFAULT_URL,
     token: TokenOpt = None,
     json_out: JsonOpt = False,
@@ -368,6 +371,7 @@ def create_queue(
         "visibility_timeout_ms": visibility_timeout_ms,
         "retention_ms": retention_ms,
         "max_message_bytes": max_message_bytes,
+        "dedup_window_ms": dedup_window_ms,
     }
     queue = _run(url, token, lambda c: c.put_queue(name, **config))
     if json_out or output is Output.json:

@@ -62,6 +62,9 @@ class LogSettings(BaseModel):
     compaction_duty_cycle: float = Field(
         0.5, gt=0.0, le=1.0, description="share of the time a compaction pass may work; it sleeps the rest"
     )
+    dedup_max_ids: int = Field(
+        1_000_000, ge=1, description="dedup ids indexed per partition (~170 bytes each); beyond, the oldest go first"
+    )
 
 
 class RedisClientSettings(BaseModel):
@@ -134,6 +137,7 @@ class QueueDefaults(BaseModel):
     visibility_timeout_ms: int = 30000
     max_message_bytes: int = MiB
     session_timeout_ms: int = 10000
+    dedup_window_ms: int = Field(300_000, ge=0, le=3_600_000, description="a new queue's dedup window; 0 = off")
 
     @field_validator("virtual_partitions", "max_virtual_partitions")
     @classmethod

@@ -81,7 +81,8 @@ class Backend(Protocol):
         """Create or update queue ``name``. ``config`` holds only the fields the request gave,
         validated: ``virtual_partitions`` (power of two within the platform maximum),
         ``ordering`` ("key"|"none"), ``max_deliveries`` (>=1), ``visibility_timeout_ms``
-        (>=1), ``retention_ms`` (-1 or >=1), ``max_message_bytes`` (>=1). On create, missing
+        (>=1), ``retention_ms`` (-1 or >=1), ``max_message_bytes`` (>=1), ``dedup_window_ms``
+        (0 to 3600000). On create, missing
         fields take the platform defaults; on update they keep their value. Shrinking
         ``virtual_partitions`` is ``Conflict("virtual_partitions_shrink", ...)``.
         Answers ``(QueueInfo dict, created)``."""

@@ -8,12 +8,14 @@ body, and every invalid one, goes through orjson and the pydantic models, which 
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import orjson
 from aiohttp import web
 from pydantic import ValidationError
 
+from vpq.codec.system_headers import attribute_headers
 from vpq.common.errors import BadRequest, InternalError
 from vpq.gateway.backend import ResolvedMessage
 from vpq.gateway.http import (
@@ -29,6 +31,11 @@ from vpq.gateway.models import ProduceMessage, ProduceRequest
 from vpq.gateway.produce_decode import decode_plain
 from vpq.isolation.context import IsolationContext, IsolationError, PartialContext, resolve
 from vpq.produce_path.outgoing import OutgoingBatch, ProduceResults
+
+
+def time_ms() -> int:
+    """The wall clock in Unix ms (what a message's delay counts from)."""
+    return time.time_ns() // 1_000_000
 
 
 def batch_error(exc: ValidationError) -> BadRequest:
@@ -60,9 +67,13 @@ def resolve_message(
     message: ProduceMessage,
     headers: PartialContext,
     cache: dict[tuple[str | None, str | None, str | None], IsolationContext] | None = None,
+    now_ms: int | None = None,
 ) -> ResolvedMessage:
     """The backend's view of one validated message (400 ``invalid_message`` if its context
-    cannot be resolved). ``cache`` (per request) reuses contexts of identical fields."""
+    cannot be resolved or its ``deliver_at_ms`` is too far away). ``cache`` (per request)
+    reuses contexts of identical fields; ``now_ms`` is the request's receipt time (default:
+    now). The message's platform attributes (due time, priority, dedup id) become reserved
+    headers placed before its own (``codec.system_headers``)."""
     fields = (message.env, message.set_, message.lane)
     context = cache.get(fields) if cache is not None else None
     if context is None:
@@ -76,10 +87,21 @@ def resolve_message(
             cache[fields] = context
     is_json = message.is_json
     value = orjson.dumps(message.value) if is_json else message.payload()
-    return ResolvedMessage(key=message.key, value=value, value_is_json=is_json, headers=message.headers, context=context)
+    try:
+        due = message.deliver_at(time_ms() if now_ms is None else now_ms)
+    except ValueError as exc:
+        raise BadRequest(
+            "invalid_message", f"messages[{index}].deliver_at_ms: {exc}", index=index,
+            field=f"messages[{index}].deliver_at_ms",
+        ) from None
+    own: dict[str, str] = message.headers
+    reserved = attribute_headers(due, message.priority, message.dedup_id)
+    if reserved:
+        own = {name: raw.decode("utf-8") for name, raw in reserved} | own
+    return ResolvedMessage(key=message.key, value=value, value_is_json=is_json, headers=own, context=context)
 
 
-def model_batch(raw: bytes, headers: PartialContext) -> OutgoingBatch:
+def model_batch(raw: bytes, headers: PartialContext, now_ms: int | None = None) -> OutgoingBatch:
     """The columns of any produce body, validated by the pydantic models (the 400s)."""
     body = parse_json_object(raw, required=True)
     try:
@@ -87,7 +109,10 @@ def model_batch(raw: bytes, headers: PartialContext) -> OutgoingBatch:
     except ValidationError as exc:
         raise batch_error(exc) from None
     cache: dict[tuple[str | None, str | None, str | None], IsolationContext] = {}
-    return OutgoingBatch.from_messages([resolve_message(i, m, headers, cache) for i, m in enumerate(batch.messages)])
+    now = time_ms() if now_ms is None else now_ms
+    return OutgoingBatch.from_messages(
+        [resolve_message(i, m, headers, cache, now) for i, m in enumerate(batch.messages)]
+    )
 
 
 def results_body(results: ProduceResults | list[dict[str, Any]]) -> bytes:
@@ -103,9 +128,10 @@ async def produce(request: web.Request) -> web.Response:
     queue = request.match_info["queue"]
     headers = isolation_headers(request)
     raw = await read_json_body(request, app[SETTINGS_KEY].max_request_bytes)
-    batch = decode_plain(raw, headers) if raw else None
+    now = time_ms()
+    batch = decode_plain(raw, headers, now) if raw else None
     if batch is None:
-        batch = model_batch(raw, headers)
+        batch = model_batch(raw, headers, now)
     results = await app[BACKEND_KEY].produce(queue, batch)
     if len(results) != len(batch):
         raise InternalError("internal_error", f"backend answered {len(results)} results for {len(batch)} messages")

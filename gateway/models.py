@@ -33,6 +33,7 @@ from pydantic import (
     model_validator,
 )
 
+from vpq.codec import system_headers
 from vpq.codec.message_id import MAX_OFFSET, MAX_PP, check_message_id
 from vpq.metadata import queue_config
 
@@ -80,9 +81,21 @@ JSON_INT]`` so the schema shows them as ``minimum``/``maximum``."""
 MaxDeliveries = Annotated[int, Field(ge=1, le=MAX_DELIVERIES), JSON_INT]
 VisibilityTimeoutMs = Annotated[int, Field(ge=1, le=MAX_VISIBILITY_TIMEOUT_MS), JSON_INT]
 MaxMessageBytes = Annotated[int, Field(ge=1, le=MAX_MESSAGE_BYTES_HARD), JSON_INT]
+DedupWindowMs = Annotated[int, Field(ge=0, le=queue_config.MAX_DEDUP_WINDOW_MS), JSON_INT]
 PollMessages = Annotated[int, Field(ge=1, le=MAX_POLL_MESSAGES), JSON_INT]
 WaitMs = Annotated[int, Field(ge=0, le=MAX_WAIT_MS), JSON_INT]
 DelayMs = Annotated[int, Field(ge=0, le=MAX_NACK_DELAY_MS), JSON_INT]
+MAX_MESSAGE_DELAY_MS = system_headers.MAX_DELAY_MS
+MAX_DELIVER_AT_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
+MessageDelayMs = Annotated[int, Field(ge=0, le=MAX_MESSAGE_DELAY_MS), JSON_INT]
+DeliverAtMs = Annotated[int, Field(ge=0, le=MAX_DELIVER_AT_MS), JSON_INT]
+Priority = Annotated[int, Field(ge=0, le=system_headers.MAX_PRIORITY), JSON_INT]
+DEDUP_ID_PATTERN = r"^[\x20-\x7e]{1,128}$"
+DedupId = Annotated[str, Field(pattern=DEDUP_ID_PATTERN)]
+HEADER_NAME_PATTERN = r"^(?:[^:][\s\S]*)?$"
+HeaderName = Annotated[str, Field(pattern=HEADER_NAME_PATTERN)]
+"""A producer's header name: anything not beginning with ``:`` (reserved for the
+platform's own attributes, ``codec.system_headers``)."""
 
 PowerOfTwo = Annotated[
     int,
@@ -161,7 +174,7 @@ class QueueConfigRequest(BaseModel):
     """``PUT /v1/queues/{queue}``. Absent (or null) fields keep their current value on an
     update and take the platform default on a create (virtual_partitions 16, ordering
     ``key``, max_deliveries 5, visibility_timeout_ms 30000, max_message_bytes 1 MiB,
-    retention_ms the log's retention; -1 = forever)."""
+    retention_ms the log's retention; -1 = forever, dedup_window_ms 300000; 0 = off)."""
 
     model_config = ConfigDict(
         extra="forbid",
@@ -178,6 +191,9 @@ class QueueConfigRequest(BaseModel):
     retention_ms: RetentionMs | None = Field(None, description="keep messages this long (at most ten years); -1 = forever")
     max_message_bytes: MaxMessageBytes | None = Field(
         None, description="largest message (key + value + headers), default 1 MiB"
+    )
+    dedup_window_ms: DedupWindowMs | None = Field(
+        None, description="a retried message with a dedup_id stored this recently is not stored again; default 300000, 0 = off"
     )
 
     @field_validator("virtual_partitions")
@@ -199,6 +215,20 @@ class QueueConfigRequest(BaseModel):
         return self.model_dump(exclude_none=True)
 
 
+def due_time(delay_ms: int | None, deliver_at_ms: int | None, now_ms: int) -> int | None:
+    """The due time a message stores (Unix ms): ``now_ms + delay_ms`` or ``deliver_at_ms``;
+    None when it is due at once (no delay, a zero delay, or a time already past). A
+    ``deliver_at_ms`` more than ``MAX_MESSAGE_DELAY_MS`` after ``now_ms`` is a ValueError
+    (the bound depends on the clock, so no schema can state it)."""
+    if delay_ms:
+        return now_ms + delay_ms
+    if deliver_at_ms is None or deliver_at_ms <= now_ms:
+        return None
+    if deliver_at_ms - now_ms > MAX_MESSAGE_DELAY_MS:
+        raise ValueError(f"deliver_at_ms is more than 7 days ({MAX_MESSAGE_DELAY_MS} ms) away")
+    return deliver_at_ms
+
+
 class ProduceMessage(BaseModel):
     """One message of a produce request: ``value`` (any JSON) or ``value_b64`` (bytes as
     standard base64), exactly one of the two."""
@@ -211,6 +241,7 @@ class ProduceMessage(BaseModel):
                 {"key": "order-42", "value": {"any": "json"}, "headers": {"h": "v"}, "lane": "feat-a", "env": "test", "set": ""}
             ],
             "oneOf": [{"required": ["value"]}, {"required": ["value_b64"]}],
+            "not": {"required": ["delay_ms", "deliver_at_ms"]},
         },
     )
 
@@ -219,11 +250,28 @@ class ProduceMessage(BaseModel):
     value_b64: Annotated[str | None, WithJsonSchema({"type": "string", "pattern": BASE64_PATTERN})] = Field(
         None, description="bytes, standard base64 (exclusive with value; never null)", json_schema_extra=_no_default
     )
-    headers: dict[str, str] = Field(default_factory=dict, description="string headers")
+    headers: Annotated[
+        dict[HeaderName, str],
+        WithJsonSchema(
+            {"type": "object", "additionalProperties": {"type": "string"}, "propertyNames": {"pattern": HEADER_NAME_PATTERN}}
+        ),
+    ] = Field(default_factory=dict, description="string headers; names beginning with ':' are reserved")
     lane: str | None = _isolation_field("lane")
     env: str | None = _isolation_field("env")
     set_: str | None = Field(
         None, alias="set", pattern=ISOLATION_PATTERN, description="set; absent: from the X-Set header, else the default"
+    )
+    delay_ms: MessageDelayMs | None = Field(
+        None, description="no group receives the message before this many ms (exclusive with deliver_at_ms)"
+    )
+    deliver_at_ms: DeliverAtMs | None = Field(
+        None,
+        description="no group receives the message before this Unix time in ms, at most 7 days after the "
+        "request (exclusive with delay_ms)",
+    )
+    priority: Priority = Field(0, description="0-9: among ready messages, higher first; never reorders one key")
+    dedup_id: DedupId | None = Field(
+        None, description="1-128 printable ASCII characters: within the queue's dedup_window_ms, stored once"
     )
 
     @field_validator("value_b64")
@@ -244,7 +292,14 @@ class ProduceMessage(BaseModel):
             raise ValueError("give exactly one of 'value' (JSON) and 'value_b64' (base64 bytes)")
         if has_b64 and self.value_b64 is None:
             raise ValueError("value_b64 must be a base64 string, not null")
+        if self.delay_ms is not None and self.deliver_at_ms is not None:
+            raise ValueError("give at most one of 'delay_ms' and 'deliver_at_ms'")
         return self
+
+    def deliver_at(self, now_ms: int) -> int | None:
+        """The due time to store (Unix ms), None when the message is due at once; raises
+        ValueError for a ``deliver_at_ms`` more than 7 days after ``now_ms``."""
+        return due_time(self.delay_ms, self.deliver_at_ms, now_ms)
 
     @property
     def is_json(self) -> bool:

@@ -4,7 +4,8 @@ Most produce requests are *plain*::
 
     {"messages": [{"value": <any JSON>, "key": <str or null, optional>,
                    "headers": <object of strings, optional>,
-                   "lane"/"env"/"set": <isolation name or null, optional>}, ...]}   # 1..MAX_BATCH_MESSAGES
+                   "lane"/"env"/"set": <isolation name or null, optional>,
+                   "delay_ms"/"deliver_at_ms"/"priority"/"dedup_id": <optional>}, ...]}   # 1..MAX_BATCH_MESSAGES
 
 ``decode_plain`` decodes such a body with msgspec in one C pass (types checked, unknown
 fields refused) into an ``OutgoingBatch`` (``produce_path.outgoing``) without building a
@@ -12,7 +13,8 @@ model, a dict or a ``str`` per message: each value stays the exact JSON text the
 sent (``msgspec.Raw``, no copy until the batch is encoded), so nothing is parsed into
 Python objects only to be serialised again. It answers ``None`` for anything else (a
 ``value_b64``, a missing or extra field, a wrong type, an invalid isolation name, a bad
-length, malformed JSON), which then goes through orjson and the pydantic models, so every error
+length, malformed JSON, a reserved header name, both ``delay_ms`` and ``deliver_at_ms``,
+a due time too far away), which then goes through orjson and the pydantic models, so every error
 and every unusual message is handled in one place, the models. The property test in
 ``tests/gateway/test_produce_decode.py`` holds the two paths to the same messages.
 
@@ -30,13 +32,22 @@ parsed once, all together, by orjson, which refuses numbers beyond a double's ra
 
 from __future__ import annotations
 
+import time
 from typing import Annotated, Any
 
 import msgspec
 import orjson
 
 from vpq.codec.batch_common import VALUE_JSON, encode_headers
-from vpq.gateway.models import ISOLATION_PATTERN, MAX_BATCH_MESSAGES
+from vpq.codec.system_headers import DEDUP, MAX_DEDUP_ID_CHARS, MAX_PRIORITY, RESERVED_PREFIX, attribute_headers
+from vpq.codec.varint import encode_uvarint
+from vpq.gateway.models import (
+    ISOLATION_PATTERN,
+    MAX_BATCH_MESSAGES,
+    MAX_DELIVER_AT_MS,
+    MAX_MESSAGE_DELAY_MS,
+    due_time,
+)
 from vpq.isolation.context import IsolationError, PartialContext, resolve
 from vpq.produce_path.outgoing import OutgoingBatch
 
@@ -50,6 +61,12 @@ class PlainMessage(msgspec.Struct, forbid_unknown_fields=True):
     lane: IsolationName | None = None
     env: IsolationName | None = None
     set_: IsolationName | None = msgspec.field(default=None, name="set")
+    delay_ms: Annotated[int, msgspec.Meta(ge=0, le=MAX_MESSAGE_DELAY_MS)] | None = None
+    deliver_at_ms: Annotated[int, msgspec.Meta(ge=0, le=MAX_DELIVER_AT_MS)] | None = None
+    priority: Annotated[int, msgspec.Meta(ge=0, le=MAX_PRIORITY)] = 0
+    # 1-128 characters here; printable ASCII (models.DEDUP_ID_PATTERN) is checked for all
+    # the ids of a body at once (_dedup_blocks, _with_attributes): one C call, not a regex each
+    dedup_id: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_DEDUP_ID_CHARS)] | None = None
 
 
 class PlainBody(msgspec.Struct, forbid_unknown_fields=True):
@@ -60,10 +77,11 @@ _DECODER = msgspec.json.Decoder(PlainBody)
 _SAFE_FIRST_BYTES = frozenset(b'"tfn')  # strings, true, false, null: no number inside
 
 
-def decode_plain(raw: bytes, request_context: PartialContext) -> OutgoingBatch | None:
+def decode_plain(raw: bytes, request_context: PartialContext, now_ms: int | None = None) -> OutgoingBatch | None:
     """The columns of a plain body, each message's isolation context resolved from its own
     fields, else the request's isolation headers (``request_context``), else the defaults;
-    None when ``raw`` is not a plain body (see the module docstring)."""
+    None when ``raw`` is not a plain body (see the module docstring). ``now_ms`` is the
+    receipt time a ``delay_ms`` counts from (default: now)."""
     try:
         body = _DECODER.decode(raw)
         if not raw.isascii():
@@ -84,9 +102,23 @@ def decode_plain(raw: bytes, request_context: PartialContext) -> OutgoingBatch |
     else:
         key_bytes = [k.encode() for k in keys]  # type: ignore[union-attr]
     headers = [m.headers for m in messages]
+    if any(h and any(k.startswith(RESERVED_PREFIX) for k in h) for h in headers):
+        return None
+    spread_keys: list[bytes | None] | None = None
     blocks: list[bytes] | None = None
     sizes: list[int] | None = None
-    if any(headers):
+    timed = any(m.delay_ms or m.deliver_at_ms is not None or m.priority for m in messages)
+    if not timed and not any(headers) and any(m.dedup_id is not None for m in messages):
+        try:  # the SDK's usual batch: a dedup id on each message and nothing else
+            blocks, sizes, spread_keys = _dedup_blocks(messages)
+        except ValueError:
+            return None
+    elif timed or any(m.dedup_id is not None for m in messages):
+        try:
+            headers, spread_keys = _with_attributes(messages, headers, now_ms)
+        except ValueError:
+            return None
+    if blocks is None and any(headers):
         blocks, sizes = [], []
         for h in headers:
             if h:
@@ -109,7 +141,57 @@ def decode_plain(raw: bytes, request_context: PartialContext) -> OutgoingBatch |
         contexts=contexts,
         headers=blocks,
         header_bytes=sizes,
+        spread_keys=spread_keys,
     )
+
+
+_DEDUP_BLOCK = encode_uvarint(1) + encode_uvarint(len(DEDUP)) + DEDUP.encode()
+_LENGTHS = [encode_uvarint(n) for n in range(MAX_DEDUP_ID_CHARS + 1)]
+
+
+def _dedup_blocks(messages: list[PlainMessage]) -> tuple[list[bytes], list[int], list[bytes | None] | None]:
+    """The header blocks, header sizes and spread keys of messages whose only header is
+    their ``dedup_id`` (the bytes ``_with_attributes`` and ``encode_headers`` would give).
+    ValueError when an id is not printable ASCII (``models.DEDUP_ID_PATTERN``)."""
+    ids = [m.dedup_id for m in messages]
+    text = "".join([d for d in ids if d is not None])
+    if not (text.isascii() and text.isprintable()):
+        raise ValueError("dedup_id not printable ASCII")
+    raws: list[bytes | None] = [None if d is None else d.encode() for d in ids]
+    present = [r for r in raws if r is not None]
+    head, lengths, extra = _DEDUP_BLOCK, _LENGTHS, len(DEDUP)
+    if len(present) == len(raws):
+        blocks = [head + lengths[len(r)] + r for r in present]
+        sizes = [extra + len(r) for r in present]
+    else:
+        blocks = [b"" if r is None else head + lengths[len(r)] + r for r in raws]
+        sizes = [0 if r is None else extra + len(r) for r in raws]
+    spread: list[bytes | None] | None = None
+    if any(m.key is None for m in messages):
+        spread = [r if m.key is None else None for m, r in zip(messages, raws)]
+        if not any(k is not None for k in spread):
+            spread = None
+    return blocks, sizes, spread
+
+
+def _with_attributes(
+    messages: list[PlainMessage], headers: list[dict[str, str]], now_ms: int | None
+) -> tuple[list[dict[str, str]], list[bytes | None] | None]:
+    """Each message's headers with its platform attributes in front (reserved names,
+    ``codec.system_headers``), and the spread keys of keyless messages with a dedup id.
+    ValueError for both ``delay_ms`` and ``deliver_at_ms`` or a due time too far away."""
+    now = time.time_ns() // 1_000_000 if now_ms is None else now_ms
+    out: list[dict[str, str]] = []
+    spread: list[bytes | None] = []
+    for m, h in zip(messages, headers):
+        if m.delay_ms is not None and m.deliver_at_ms is not None:
+            raise ValueError("both delay_ms and deliver_at_ms")
+        if m.dedup_id is not None and not (m.dedup_id.isascii() and m.dedup_id.isprintable()):
+            raise ValueError("dedup_id not printable ASCII")  # msgspec's "$" lets a final newline in
+        reserved = attribute_headers(due_time(m.delay_ms, m.deliver_at_ms, now), m.priority, m.dedup_id)
+        out.append({k: v.decode() for k, v in reserved} | h if reserved else h)
+        spread.append(m.dedup_id.encode() if m.key is None and m.dedup_id is not None else None)
+    return out, spread if any(k is not None for k in spread) else None
 
 
 def _contexts(messages: list[PlainMessage], request_context: PartialContext) -> tuple[Any, list[Any] | None]:

@@ -37,7 +37,7 @@ from vpq.metadata.errors import QueueConflictError, QueueNotFoundError
 from vpq.metadata.events import ANNOUNCE_LUA
 from vpq.metadata.keys import Keys
 from vpq.metadata.names import check_name
-from vpq.metadata.queue_config import default_config, validate_partial
+from vpq.metadata.queue_config import dedup_window_of, default_config, validate_partial
 
 # KEYS: queues, queue_ids, queue_seq, events_version, events_log
 # ARGV: name, partial config JSON, default config JSON, channel, only this id ('' = any; then never create)
@@ -130,6 +130,7 @@ class QueueRecord:
     def from_json(cls, raw: str) -> QueueRecord:
         d = json.loads(raw)
         cfg = {k: (int(v) if isinstance(v, float) else v) for k, v in d["config"].items()}
+        cfg.setdefault("dedup_window_ms", dedup_window_of(cfg))  # a queue stored before the field
         return cls(d["name"], int(d["id"]), cfg, int(d["created_ms"]), int(d["updated_ms"]))
 
 

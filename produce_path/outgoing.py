@@ -20,6 +20,7 @@ from typing import Any, NamedTuple, Protocol
 
 from vpq.codec.batch_common import VALUE_JSON, VALUE_RAW, encode_headers
 from vpq.codec.columnar import decode_header_block
+from vpq.codec.system_headers import DEDUP
 
 BytesLike = Any
 """``bytes`` or any object with the buffer protocol and ``len`` (``msgspec.Raw``)."""
@@ -75,11 +76,15 @@ class OutgoingBatch:
       ``max_message_bytes`` counts), or None when no message has headers;
     * ``context``: the isolation context of every message, or None with ``contexts`` one
       per message;
-    * ``timestamps``: each message's own timestamp in ms (None: the append time), or None.
+    * ``timestamps``: each message's own timestamp in ms (None: the append time), or None;
+    * ``spread_keys``: for each keyless message, the bytes its route is hashed from instead
+      of the queue's spreader (its ``dedup_id``, so that a retry reaches the same
+      partition), None per message or for the whole column when there is none.
     """
 
     __slots__ = (
-        "keys", "values", "encodings", "headers", "header_bytes", "context", "contexts", "timestamps", "_value_bytes"
+        "keys", "values", "encodings", "headers", "header_bytes", "context", "contexts", "timestamps", "spread_keys",
+        "_value_bytes"
     )  # fmt: skip
 
     def __init__(
@@ -93,6 +98,7 @@ class OutgoingBatch:
         headers: list[bytes] | None = None,
         header_bytes: list[int] | None = None,
         timestamps: list[int | None] | None = None,
+        spread_keys: list[bytes | None] | None = None,
     ) -> None:
         n = len(values)
         if n == 0:
@@ -101,7 +107,11 @@ class OutgoingBatch:
             raise ValueError("every column needs one entry per message")
         if (context is None) == (contexts is None):
             raise ValueError("give either one context for all messages or one per message")
-        for name, col in (("contexts", contexts), ("headers", headers), ("header_bytes", header_bytes), ("timestamps", timestamps)):
+        columns = (
+            ("contexts", contexts), ("headers", headers), ("header_bytes", header_bytes),
+            ("timestamps", timestamps), ("spread_keys", spread_keys),
+        )  # fmt: skip
+        for name, col in columns:
             if col is not None and len(col) != n:
                 raise ValueError(f"{name} needs one entry per message")
         if (headers is None) != (header_bytes is None):
@@ -114,6 +124,7 @@ class OutgoingBatch:
         self.headers = headers
         self.header_bytes = header_bytes
         self.timestamps = timestamps
+        self.spread_keys = spread_keys
         self._value_bytes = -1
 
     def __len__(self) -> int:
@@ -122,7 +133,7 @@ class OutgoingBatch:
     @classmethod
     def from_messages(cls, messages: Sequence[OutgoingMessage]) -> OutgoingBatch:
         """The columns of message objects (header values given as ``str`` are stored as
-        UTF-8)."""
+        UTF-8; a keyless message's reserved ``:dedup`` header is its spread key)."""
         keys: list[bytes | None] = []
         values: list[bytes] = []
         encodings = bytearray()
@@ -130,8 +141,11 @@ class OutgoingBatch:
         blocks: list[bytes] = []
         sizes: list[int] = []
         stamps: list[int | None] = []
+        spread: list[bytes | None] = []
         for m in messages:
             keys.append(None if m.key is None else m.key.encode("utf-8"))
+            dedup = m.headers.get(DEDUP) if m.key is None and m.headers else None
+            spread.append(None if dedup is None else dedup.encode("utf-8") if isinstance(dedup, str) else bytes(dedup))
             values.append(m.value)
             encodings.append(VALUE_JSON if m.value_is_json else VALUE_RAW)
             contexts.append(m.context)
@@ -156,6 +170,7 @@ class OutgoingBatch:
             headers=blocks if has_headers else None,
             header_bytes=sizes if has_headers else None,
             timestamps=stamps if any(s is not None for s in stamps) else None,
+            spread_keys=spread if any(s is not None for s in spread) else None,
         )
 
     def take(self, positions: Sequence[int]) -> OutgoingBatch:
@@ -170,6 +185,7 @@ class OutgoingBatch:
             headers=None if self.headers is None else _pick(self.headers, positions),
             header_bytes=None if self.header_bytes is None else _pick(self.header_bytes, positions),
             timestamps=None if self.timestamps is None else _pick(self.timestamps, positions),
+            spread_keys=None if self.spread_keys is None else _pick(self.spread_keys, positions),
         )
 
     def sizes(self) -> list[int]:

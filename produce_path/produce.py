@@ -5,7 +5,9 @@ failover refused.
 ``Appender.append(queue, batch)`` takes an ``OutgoingBatch`` (``produce_path.outgoing``:
 the request's messages as columns; a list of message objects is adapted) and answers a
 ``ProduceResults`` (partition, offset and vp of every message, in request order) only
-once every message is durable. The message id is ``"<pp>-<offset>"``, the one read nodes
+once every message is durable. A message the write node found already stored (same
+queue and ``dedup_id`` within the queue's ``dedup_window_ms``) gets the stored copy's
+offset and vp. The message id is ``"<pp>-<offset>"``, the one read nodes
 give the message (``codec.message_id``). Used by the gateway for
 ``POST /v1/queues/{q}/messages`` and by read nodes to dead-letter into ``{q}.{g}.dlq``.
 
@@ -32,8 +34,9 @@ How (see ``docs/internals.md``):
    ``InternalError`` (``write_node_rejected``).
 
 All or nothing holds per physical partition, not across them: when a retry finally fails,
-parts already durable on other partitions stay (the producer's retry may duplicate them:
-at-least-once). Messages of one pp are never split by a failure of another.
+parts already durable on other partitions stay (the producer's retry stores them again
+unless they carry dedup ids: at-least-once otherwise). Messages of one pp are never split
+by a failure of another.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from vpq.codec.columnar import FIXED_RECORD_BYTES, ColumnarRecords
 from vpq.codec.records import HEADER_SIZE
 from vpq.common.errors import InternalError, NotFound, Unavailable, VpqError
 from vpq.metadata.errors import QueueNotFoundError
+from vpq.node_rpc.append_frames import Deduplicated
 from vpq.node_rpc.call import NODE_UNREACHABLE
 from vpq.produce_path.append_accumulator import PartitionPart, part_size
 from vpq.produce_path.outgoing import OutgoingBatch, OutgoingMessage, ProduceResults
@@ -80,7 +84,12 @@ class PlainMessage:
 
 class Router(Protocol):
     async def route_batch(
-        self, queue: str, keys: list[bytes | None], context: Any = None, contexts: list[Any] | None = None
+        self,
+        queue: str,
+        keys: list[bytes | None],
+        context: Any = None,
+        contexts: list[Any] | None = None,
+        spread_keys: list[bytes | None] | None = None,
     ) -> RoutedBatch: ...
 
 
@@ -105,7 +114,7 @@ class PartAppender(Protocol):
 
     async def append(
         self, address: str, parts: Sequence[PartitionPart], map_epoch: int
-    ) -> list[tuple[int, int] | VpqError]: ...
+    ) -> list[tuple[int, int] | Deduplicated | VpqError]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +209,7 @@ class _PartOutcome:
     positions: list[int]  # positions in this attempt
     base: int = -1
     error: VpqError | None = None
+    dedup: Deduplicated | None = None  # when some were duplicates: every record's offset and vp
 
 
 class Appender:
@@ -241,7 +251,7 @@ class Appender:
             refresh_map = False
             sub = batch if pending is None else batch.take(pending)
             try:
-                routed = await self._router.route_batch(queue, sub.keys, sub.context, sub.contexts)
+                routed = await self._router.route_batch(queue, sub.keys, sub.context, sub.contexts, sub.spread_keys)
             except QueueNotFoundError:
                 if looked_up_unknown:
                     raise NotFound("queue_not_found", f"queue {queue!r} does not exist", queue=queue) from None
@@ -260,6 +270,13 @@ class Appender:
                     if out.error is None:
                         base = out.base
                         pp = out.pp
+                        if out.dedup is not None:
+                            for k, pos in enumerate(out.positions):
+                                i = pos if pending is None else pending[pos]
+                                pps[i] = pp
+                                offsets[i] = out.dedup.offsets[k]
+                                vps[i] = out.dedup.vps[k]
+                            continue
                         for k, pos in enumerate(out.positions):
                             i = pos if pending is None else pending[pos]
                             pps[i] = pp
@@ -354,6 +371,15 @@ class Appender:
         for part, out, answer in zip(parts, outs, answers, strict=True):
             if isinstance(answer, VpqError):
                 out.error = answer
+                continue
+            if isinstance(answer, Deduplicated):
+                if len(answer.offsets) != len(part.cols.values):
+                    raise InternalError(
+                        "bad_node_answer",
+                        f"write node answered {len(answer.offsets)} offsets for {len(part.cols.values)} records",
+                    )
+                self.stats.batches += 1
+                out.dedup = answer
                 continue
             base, last = answer
             if last - base + 1 != len(part.cols.values):

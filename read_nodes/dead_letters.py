@@ -5,7 +5,8 @@ partition). It is created on first use with the default configuration through
 the gateway's own put-queue path (``queue_admin.cluster_queues.QueueAdmin.put``:
 registry, placement CAS, lineage), then written through the one produce path
 (``produce_path.produce.Appender``). Each dead letter keeps the original key,
-value (JSON stays JSON), headers and isolation context, plus the header
+value (JSON stays JSON), the producer's own headers and isolation context (not the
+platform's attributes: a dead letter is due at once, at priority 0), plus the header
 ``x-original-id`` = the original message id.
 
 Names: ``{queue}.{group}.dlq`` when that fits the 128-character limit of queue
@@ -26,6 +27,7 @@ import logging
 from collections.abc import Sequence
 
 from vpq.codec.batch_common import VALUE_JSON
+from vpq.codec.system_headers import user_headers
 from vpq.produce_path.produce import Appender, PlainMessage
 from vpq.queue_admin.cluster_queues import QueueAdmin, dead_letter_queue
 from vpq.read_nodes.delivery_types import DeadLetter
@@ -74,7 +76,7 @@ class DeadLetterProducer:
                 handled.append(letter.message_id)
                 continue
             r = tailed.record
-            headers: dict[str, str | bytes] = dict(r.headers)
+            headers: dict[str, str | bytes] = dict(user_headers(r.headers))
             headers[ORIGINAL_ID_HEADER] = letter.message_id
             ctx = tailed.ctx
             messages.append(

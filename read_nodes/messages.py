@@ -35,6 +35,7 @@ import orjson
 
 from vpq.codec.batch_common import VALUE_JSON
 from vpq.codec.records import Record
+from vpq.codec.system_headers import user_headers
 from vpq.isolation.context import IsolationContext
 
 _loads = orjson.loads
@@ -108,7 +109,7 @@ def render_message(
             msg["value_b64"] = _b64(r.value).decode("ascii")
     else:
         msg["value_b64"] = _b64(r.value).decode("ascii")
-    msg["headers"] = decode_headers(r.headers) if r.headers else {}
+    msg["headers"] = decode_headers(user_headers(r.headers)) if r.headers else {}
     msg["lane"] = ctx.lane
     msg["env"] = ctx.env
     msg["set"] = ctx.set

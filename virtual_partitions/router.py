@@ -135,11 +135,18 @@ class ProduceRouter:
         return out
 
     async def route_batch(
-        self, queue: str, keys: list[bytes | None], context: Any = None, contexts: list[Any] | None = None
+        self,
+        queue: str,
+        keys: list[bytes | None],
+        context: Any = None,
+        contexts: list[Any] | None = None,
+        spread_keys: list[bytes | None] | None = None,
     ) -> RoutedBatch:
         """Route a whole batch of one queue under one map epoch, column by column: ``keys``
         (UTF-8 bytes, None for keyless) and either one ``context`` for every message or
-        ``contexts``, one per message. Same answers as ``route`` per message."""
+        ``contexts``, one per message. Same answers as ``route`` per message, except that
+        a keyless message with a ``spread_keys`` entry (its dedup id) is hashed from it, so
+        the same message sent again takes the same route."""
         entry = self._entry(queue)
         assert entry.placement is not None
         if None in keys:
@@ -147,7 +154,13 @@ class ProduceRouter:
             if spreader is None:
                 spreader = self._spreaders[entry.record.id] = KeylessSpreader(random.getrandbits(32))
             nxt = spreader.next_hash
-            hashes = [nxt() if k is None else mmh3.hash(k, 0, False) for k in keys]
+            if spread_keys is None:
+                hashes = [nxt() if k is None else mmh3.hash(k, 0, False) for k in keys]
+            else:
+                hashes = [
+                    mmh3.hash(k, 0, False) if k is not None else nxt() if s is None else mmh3.hash(s, 0, False)
+                    for k, s in zip(keys, spread_keys)
+                ]
         else:
             hashes = [mmh3.hash(k, 0, False) for k in keys]  # type: ignore[arg-type]
         mask = entry.virtual_partitions - 1

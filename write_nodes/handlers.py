@@ -8,7 +8,10 @@
   map (refreshed first when the sender's epoch is newer, or when a queue id is
   unknown), else 503 ``stale_map`` with detail ``epoch``. One answer entry per frame,
   ``{"base_offset", "last_offset"}`` once durable or the frame's error; a chain stops
-  at its first refused frame. The final placement checks and the submissions to the
+  at its first refused frame. When a record's queue deduplicates (``dedup_window_ms``
+  > 0) and it carries a dedup id already stored in the partition, it is not appended
+  again and the frame's entry is ``{"offsets", "vps"}`` (``write_nodes.dedup_log``).
+  The final placement checks and the submissions to the
   logs run without yielding to the event loop, so every record below a partition's
   ``next_offset`` was checked against a map no newer than the one the node reports in
   ``GET /partitions``.
@@ -31,7 +34,7 @@ import asyncio
 import logging
 import shutil
 import time
-from collections.abc import Awaitable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -52,9 +55,21 @@ from vpq.common.errors import (
 )
 from vpq.metadata.errors import MetadataUnavailable
 from vpq.metadata.map_cache import MapCache
-from vpq.node_rpc.append_frames import ChainGate, Frame, FrameError, decode_frames, error_entry, ok_entry
+from vpq.metadata.queue_config import dedup_window_of
+from vpq.node_rpc.append_frames import (
+    ChainGate,
+    Deduplicated,
+    Frame,
+    FrameError,
+    decode_frames,
+    dedup_entry,
+    error_entry,
+    ok_entry,
+)
+from vpq.write_nodes import dedup_log
 from vpq.write_nodes.errors import LogIOError, OffsetOutOfRangeError
 from vpq.write_nodes.fence import FenceView
+from vpq.write_nodes.log import wall_clock_ms
 from vpq.write_nodes.metrics import WriteNodeMetrics
 from vpq.write_nodes.ownership import NOT_OWNER, PARTITION_OFFLINE, OwnedPartition, PartitionOwnership, State
 
@@ -223,6 +238,11 @@ class PlacementGuard:
                 )
         return queues
 
+    def dedup_window_ms(self, queue_id: int) -> int:
+        """The queue's ``dedup_window_ms`` in the cached registry (0 for an unknown queue)."""
+        rec = self._cache.queue_by_id(queue_id)
+        return dedup_window_of(rec.config) if rec is not None else 0
+
     def _stale(self, why: str) -> Unavailable:
         return Unavailable(STALE_MAP, f"stale map: {why}", retry_after=0.0, epoch=self._cache.epoch)
 
@@ -252,7 +272,9 @@ class WriteNodeHandlers:
         metrics: WriteNodeMetrics | None = None,
         fence: FenceView | None = None,
         data_dir: Path | None = None,
+        clock_ms: Callable[[], int] = wall_clock_ms,
     ) -> None:
+        self._clock_ms = clock_ms
         self._node_id = node_id
         self._data_dir = data_dir
         self._fence = fence
@@ -293,7 +315,7 @@ class WriteNodeHandlers:
             started = time.perf_counter()
             # from here until every frame is submitted nothing yields to the event loop
             gate = ChainGate()
-            waiters: list[Awaitable[tuple[int, int]] | VpqError] = []
+            waiters: list[Awaitable[tuple[int, int] | Deduplicated] | VpqError] = []
             for frame, f in zip(raw, frames, strict=True):
                 err = gate.refused(frame)
                 if err is None and isinstance(f, _Frame):
@@ -317,16 +339,22 @@ class WriteNodeHandlers:
                     continue
                 assert isinstance(f, _Frame) and f.part is not None
                 try:
-                    base, last = await w
+                    answer = await w
                 except LogIOError as exc:
                     err = self._log_failure(f.pp, f.part, exc)
                     entries.append(error_entry(err.to_dict()["error"], err.status))
                     continue
+                except VpqError as err:
+                    entries.append(error_entry(err.to_dict()["error"], err.status))
+                    continue
                 self._count(f, time.perf_counter() - started)
-                entries.append(ok_entry(base, last))
+                if isinstance(answer, Deduplicated):
+                    entries.append(dedup_entry(answer))
+                else:
+                    entries.append(ok_entry(*answer))
         return entries
 
-    def _admit(self, frame: _Frame) -> Awaitable[tuple[int, int]]:
+    def _admit(self, frame: _Frame) -> Awaitable[tuple[int, int] | Deduplicated]:
         """Check ``frame`` against the map and the fence and submit it to its log, without
         yielding; await the result for its offsets once durable."""
         pp, summary = frame.pp, frame.summary
@@ -337,6 +365,9 @@ class WriteNodeHandlers:
         assert part.log is not None
         frame.part, frame.queues = part, queues
         try:
+            window_of = self._guard.dedup_window_ms
+            if part.dedup is not None and any(window_of(qid) > 0 for qid in queues):
+                return dedup_log.admit(part.log, part.dedup, frame.batch, frame.view, self._clock_ms(), window_of)
             return part.log.submit_checked(frame.batch, frame.view)
         except ValueError as exc:
             raise BadRequest(CORRUPT_BATCH, f"corrupt record batch: {exc}") from None

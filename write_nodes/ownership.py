@@ -47,7 +47,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -151,6 +151,7 @@ class OwnedPartition:
     backoff_s: float = 0.0
     closed: bool = False
     busy_logged: bool = False
+    dedup: Any = None  # the partition's write_nodes.dedup.DedupIndex, set by the open hook
     mutex: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
@@ -174,7 +175,10 @@ class PartitionOwnership:
         reopen_backoff_s: float = 1.0,
         max_reopen_backoff_s: float = 60.0,
         drain_timeout_s: float = 30.0,
+        on_open: Callable[[OwnedPartition], Awaitable[None]] | None = None,
     ) -> None:
+        """``on_open`` runs once a partition's log has started, before it serves (the
+        dedup index is rebuilt there); an exception makes the partition offline."""
         if not 0 <= node_index < write_nodes:
             raise ValueError(f"node index {node_index} outside [0, {write_nodes})")
         self.node_id = node_id
@@ -193,6 +197,7 @@ class PartitionOwnership:
         self._reopen_backoff_s = reopen_backoff_s
         self._max_reopen_backoff_s = max_reopen_backoff_s
         self._drain_timeout_s = drain_timeout_s
+        self._on_open = on_open
         self._parts: dict[int, OwnedPartition] = {}
         self._unowned_rounds: dict[int, int] = {}
         self._home_rounds: dict[int, int] = {}
@@ -378,6 +383,15 @@ class PartitionOwnership:
             part.log, part.report = plog, report
             if part.closed or part.state is not State.OPENING:
                 return  # lost meanwhile: _close (waiting on the mutex) closes the log
+            if self._on_open is not None:
+                try:
+                    await self._on_open(part)
+                except Exception as exc:  # the log stays open: the reopen round stops it
+                    log.exception("partition %d: open hook failed", part.pp)
+                    self._set_offline(part, f"cannot prepare the partition: {exc!r}")
+                    return
+                if part.closed or part.state is not State.OPENING:
+                    return
             part.state = State.ONLINE
             part.error = None
             part.backoff_s = 0.0
@@ -484,6 +498,8 @@ class PartitionOwnership:
                     "compacted_bytes": compacted,
                     "online": online,
                     "state": state,
+                    "dedup_ids": len(part.dedup) if part.dedup is not None else 0,
+                    "dedup_duplicates": part.dedup.duplicates if part.dedup is not None else 0,
                 }
             )
         return rows

@@ -11,7 +11,8 @@
 5. registers the node (role ``write``, its address, meta ``{"index"}``) and keeps the
    registration and its leases alive (``LeaseKeeper``, TTL ``redis.lease_ttl_ms``);
 6. acquires and opens its home partitions (``PartitionOwnership``), then keeps
-   taking over dead siblings' partitions and handing them back;
+   taking over dead siblings' partitions and handing them back; each partition's dedup
+   index (``write_nodes.dedup``) is rebuilt from its log before it serves;
 7. compacts its partitions every ``log.compaction_interval_ms`` (``Compactor``: records
    of deleted queues and records past their queue's ``retention_ms`` go).
 
@@ -44,15 +45,18 @@ from vpq.metadata.errors import MetadataUnavailable
 from vpq.metadata.events import EventListener
 from vpq.metadata.lease_keeper import LeaseKeeper
 from vpq.metadata.map_cache import MapCache
+from vpq.metadata.queue_config import dedup_window_of
 from vpq.metadata.store import MetadataStore
 from vpq.traffic.stats_writer import StatsWriter
 from vpq.traffic.traffic_counter import TrafficCounter
 from vpq.write_nodes.compactor import Compactor
+from vpq.write_nodes.dedup import DedupIndex
+from vpq.write_nodes.dedup_log import rebuild
 from vpq.write_nodes.fence import FenceView, wire_fence
 from vpq.write_nodes.handlers import PlacementGuard, WriteNodeHandlers, build_app
 from vpq.write_nodes.log import PartitionLog
 from vpq.write_nodes.metrics import WriteNodeMetrics
-from vpq.write_nodes.ownership import WRITE_ROLE, LogFactory, PartitionOwnership
+from vpq.write_nodes.ownership import WRITE_ROLE, LogFactory, OwnedPartition, PartitionOwnership
 from vpq.write_nodes.storage import OS_STORAGE, Storage
 
 log = logging.getLogger(__name__)
@@ -60,6 +64,8 @@ log = logging.getLogger(__name__)
 STATS_SUBDIR = "stats"
 PARTITIONS_SUBDIR = "partitions"
 MIN_BODY_LIMIT = 64 << 20
+DEDUP_SKEW_MS = 10_000  # extra log scanned at open for clocks of gateways and nodes that differ
+REBUILD_RECORDS_PER_ID = 2  # the rebuild reads at most this many records per id the index may hold
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -312,6 +318,7 @@ class WriteNodeService:
                 log_factory=self._log_factory,
                 takeover=self._takeover,
                 reopen_backoff_s=self._reopen_backoff_s,
+                on_open=self._prepare_partition,
             )
             guard = PlacementGuard(self._cache)
             handlers = WriteNodeHandlers(
@@ -336,6 +343,28 @@ class WriteNodeService:
             "write node %s (index %d) serving on %s; partitions %s of %d",
             self.node_id, self.node_index, self.address, held, self.partition_count,
         )
+
+    async def _prepare_partition(self, part: OwnedPartition) -> None:
+        """Rebuild the partition's dedup index from its log: the records of the last
+        largest ``dedup_window_ms`` among the known queues (plus a clock-skew margin), at
+        most ``REBUILD_RECORDS_PER_ID * log.dedup_max_ids`` of them."""
+        cache = self._cache
+        assert cache is not None and part.log is not None
+        guard = PlacementGuard(cache)
+        index = DedupIndex(self.settings.log.dedup_max_ids)
+        scan_ms = max((dedup_window_of(q.config) for q in cache.queues()), default=0)
+        started = time.perf_counter()
+        max_ids = self.settings.log.dedup_max_ids
+        seen = await rebuild(
+            part.log, index, wall_ms(), scan_ms + DEDUP_SKEW_MS if scan_ms else 0, guard.dedup_window_ms,
+            max_records=REBUILD_RECORDS_PER_ID * max_ids,
+        )  # fmt: skip
+        part.dedup = index
+        if seen:
+            log.info(
+                "partition %d: dedup index rebuilt from %d records (%d ids) in %.3fs",
+                part.pp, seen, len(index), time.perf_counter() - started,
+            )
 
     async def _on_lost(self, resource: str, token: int) -> None:
         if self._ownership is not None:

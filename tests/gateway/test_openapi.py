@@ -124,7 +124,10 @@ def test_specific_operations(doc: dict[str, Any]) -> None:
     assert "fair share" in max_messages.pop("description")  # a poll may answer fewer
     assert max_messages == {"default": 100, "maximum": 1000, "minimum": 1, "title": "Max Messages", "type": "integer"}
     assert schemas["PollRequest"]["properties"]["wait_ms"]["maximum"] == 30000
-    assert set(schemas["ProduceMessage"]["properties"]) == {"key", "value", "value_b64", "headers", "lane", "env", "set"}
+    assert set(schemas["ProduceMessage"]["properties"]) == {
+        "key", "value", "value_b64", "headers", "lane", "env", "set", "delay_ms", "deliver_at_ms", "priority", "dedup_id"
+    }  # fmt: skip
+    assert schemas["ProduceMessage"]["not"] == {"required": ["delay_ms", "deliver_at_ms"]}
     assert "text/plain" in doc["paths"]["/metrics"]["get"]["responses"]["200"]["content"]
 
 
@@ -133,9 +136,12 @@ def test_field_names_are_the_api_md_names() -> None:
         return {f.alias or n for n, f in model.model_fields.items()}
 
     assert names(QueueConfigRequest) == {
-        "virtual_partitions", "ordering", "max_deliveries", "visibility_timeout_ms", "retention_ms", "max_message_bytes"
-    }
-    assert names(ProduceMessage) == {"key", "value", "value_b64", "headers", "lane", "env", "set"}
+        "virtual_partitions", "ordering", "max_deliveries", "visibility_timeout_ms", "retention_ms", "max_message_bytes",
+        "dedup_window_ms",
+    }  # fmt: skip
+    assert names(ProduceMessage) == {
+        "key", "value", "value_b64", "headers", "lane", "env", "set", "delay_ms", "deliver_at_ms", "priority", "dedup_id"
+    }  # fmt: skip
     assert names(ProduceResult) == {"id", "partition", "offset", "virtual_partition"}
     assert names(JoinRequest) == {"consumer_id", "lane", "env", "set", "start"}
     assert names(PollRequest) == {"max_messages", "wait_ms"}

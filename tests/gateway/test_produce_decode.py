@@ -23,7 +23,16 @@ json_values = st.recursive(
     max_leaves=6,
 )
 anything = json_values | st.just({"x": 1}) | st.integers(-(2**63), 2**63 - 1)
-fields = st.sampled_from(["key", "value", "headers", "value_b64", "lane", "env", "set", "other"])
+fields = st.sampled_from(
+    ["key", "value", "headers", "value_b64", "lane", "env", "set", "other", "delay_ms", "deliver_at_ms", "priority", "dedup_id"]
+)
+NOW_MS = 1_800_000_000_000
+attributes = {
+    "delay_ms": st.integers(-1, 604_800_001),
+    "deliver_at_ms": st.sampled_from([0, NOW_MS - 1, NOW_MS, NOW_MS + 1, NOW_MS + 604_800_000, NOW_MS + 604_800_001]),
+    "priority": st.integers(-1, 10),
+    "dedup_id": st.text(max_size=4) | st.sampled_from(["a", "x" * 128, "x" * 129, "a\n", "é"]),
+}
 messages = st.dictionaries(
     fields,
     st.one_of(
@@ -31,6 +40,7 @@ messages = st.dictionaries(
         st.dictionaries(st.text(max_size=4), st.text(max_size=4) | st.integers(-(2**63), 2**63 - 1), max_size=2),
         st.just("aGk="),
         st.just("feat-a"),
+        st.integers(-1, NOW_MS + 10**9),
     ),
     max_size=4,
 ) | st.builds(lambda k, v: {"key": k, "value": v}, st.none() | st.text(max_size=8), json_values) | anything
@@ -43,6 +53,17 @@ plain_message = st.fixed_dictionaries(
         "lane": isolation,
         "env": isolation,
         "set": isolation,
+        **attributes,
+    },
+)
+valid_plain_message = st.fixed_dictionaries(
+    {"value": json_values},
+    optional={
+        "key": st.none() | st.text(max_size=8),
+        "headers": st.dictionaries(st.text(max_size=4).filter(lambda k: not k.startswith(":")), st.text(max_size=4)),
+        "priority": st.integers(0, 9),
+        "dedup_id": st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), min_size=1, max_size=8),
+        "deliver_at_ms": st.integers(0, NOW_MS + 604_800_000),
     },
 )
 plain_bodies = st.builds(lambda ms: {"messages": ms}, st.lists(plain_message, min_size=1, max_size=4))
@@ -54,7 +75,7 @@ HEADERS = st.sampled_from([PartialContext(), PartialContext(env="test", lane="fe
 
 def by_models(raw: bytes, headers: PartialContext) -> OutgoingBatch | None:
     try:
-        return model_batch(raw, headers)
+        return model_batch(raw, headers, NOW_MS)
     except BadRequest:
         return None
 
@@ -66,14 +87,16 @@ def same_messages(a: OutgoingBatch, b: OutgoingBatch) -> bool:
         (x.key, x.headers, x.context, x.value_is_json) == (y.key, y.headers, y.context, y.value_is_json)
         and orjson.loads(x.value) == orjson.loads(y.value)
         for x, y in zip(ma, mb)
-    ) and a.sizes() == [s + (len(x.value) - len(y.value)) for s, x, y in zip(b.sizes(), ma, mb)]
+    ) and a.sizes() == [s + (len(x.value) - len(y.value)) for s, x, y in zip(b.sizes(), ma, mb)] and (
+        a.spread_keys == b.spread_keys
+    )
 
 
 @settings(max_examples=400, deadline=None)
 @given(bodies, HEADERS, st.booleans())
 def test_the_short_path_gives_what_the_models_give(body: dict[str, Any], headers: PartialContext, pretty: bool) -> None:
     raw = orjson.dumps(body, option=orjson.OPT_INDENT_2 if pretty else 0)
-    fast = decode_plain(raw, headers)
+    fast = decode_plain(raw, headers, NOW_MS)
     if fast is None:
         return
     slow = by_models(raw, headers)
@@ -82,9 +105,38 @@ def test_the_short_path_gives_what_the_models_give(body: dict[str, Any], headers
 
 
 @settings(max_examples=100, deadline=None)
-@given(plain_bodies)
+@given(st.builds(lambda ms: {"messages": ms}, st.lists(valid_plain_message, min_size=1, max_size=4)))
 def test_every_plain_body_takes_the_short_path(body: dict[str, Any]) -> None:
-    assert decode_plain(orjson.dumps(body), PartialContext()) is not None
+    assert decode_plain(orjson.dumps(body), PartialContext(), NOW_MS) is not None
+
+
+def test_attributes_become_reserved_headers_in_front() -> None:
+    raw = orjson.dumps({"messages": [
+        {"value": 1, "key": "k", "delay_ms": 500, "priority": 7, "dedup_id": "d-1", "headers": {"h": "v"}},
+        {"value": 2, "dedup_id": "d-2"},
+        {"value": 3, "deliver_at_ms": NOW_MS - 5},
+    ]})  # fmt: skip
+    for batch in (decode_plain(raw, PartialContext(), NOW_MS), model_batch(raw, PartialContext(), NOW_MS)):
+        assert batch is not None
+        assert [m.headers for m in batch.messages()] == [
+            {":deliver_at": str(NOW_MS + 500), ":priority": "7", ":dedup": "d-1", "h": "v"},
+            {":dedup": "d-2"},
+            {},  # due already: nothing to store
+        ]
+        assert batch.spread_keys == [None, b"d-2", None]  # only a keyless message is routed by its dedup id
+
+
+def test_reserved_header_names_and_clashing_delays_are_400s() -> None:
+    for message in (
+        {"value": 1, "headers": {":deliver_at": "1"}},
+        {"value": 1, "delay_ms": 5, "deliver_at_ms": NOW_MS + 5},
+        {"value": 1, "deliver_at_ms": NOW_MS + 604_800_001},
+        {"value": 1, "dedup_id": "a\n"},
+        {"value": 1, "priority": 10},
+    ):
+        raw = orjson.dumps({"messages": [message]})
+        assert decode_plain(raw, PartialContext(), NOW_MS) is None, message
+        assert by_models(raw, PartialContext()) is None, message
 
 
 def test_values_are_kept_as_sent_and_other_bodies_go_to_the_models() -> None:

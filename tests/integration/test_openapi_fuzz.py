@@ -21,6 +21,7 @@ produce, poll, ack, nack, leave and the admin calls reach the nodes instead of s
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -141,7 +142,7 @@ def delivered(platform: Any) -> list[str]:
 
 def _steer(case: Case, data: st.DataObject, delivered: list[str]) -> None:
     """Positive cases only: maybe aim at the live resources (and ack/nack ids really in
-    flight); cap long polls."""
+    flight); cap long polls; keep a ``deliver_at_ms`` within the next day."""
     if case.path_parameters and data.draw(st.booleans(), label="use live resources"):
         for name in case.path_parameters:
             if name in KNOWN:
@@ -151,6 +152,11 @@ def _steer(case: Case, data: st.DataObject, delivered: list[str]) -> None:
     wait = case.body.get("wait_ms") if isinstance(case.body, dict) else None
     if isinstance(wait, (int, float)) and not isinstance(wait, bool) and wait > WAIT_CAP_MS:
         case.body["wait_ms"] = WAIT_CAP_MS
+    messages = case.body.get("messages") if isinstance(case.body, dict) else None
+    for m in messages if isinstance(messages, list) else ():
+        # "at most 7 days after the request" depends on the clock, which no schema states
+        if isinstance(m, dict) and isinstance(m.get("deliver_at_ms"), (int, float)):
+            m["deliver_at_ms"] = min(m["deliver_at_ms"], time.time() * 1000 + 86_400_000)
 
 
 def test_served_document_lists_every_route(schema: Any) -> None:

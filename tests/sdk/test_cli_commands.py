@@ -162,6 +162,14 @@ def test_queues_list_and_detail(threaded_gateway: ThreadedGateway, q: str) -> No
     assert missing.exit_code == 1 and "does not exist" in missing.stderr and "Traceback" not in missing.output
 
 
+def test_create_queue_sets_the_dedup_window(threaded_gateway: ThreadedGateway, q: str) -> None:
+    res = vpq(threaded_gateway, "create-queue", q, "--dedup-window-ms", "0", "--json")
+    assert res.exit_code == 0, res.output
+    assert orjson.loads(res.stdout)["dedup_window_ms"] == 0
+    res = vpq(threaded_gateway, "queues", q, "--wide")
+    assert res.exit_code == 0 and "dedup window" in res.stdout and "0 ms" in res.stdout, res.stdout
+
+
 def test_create_queue_conflict_and_delete(threaded_gateway: ThreadedGateway, q: str) -> None:
     assert vpq(threaded_gateway, "create-queue", q, "--virtual-partitions", "16").exit_code == 0
     res = vpq(threaded_gateway, "create-queue", q, "--virtual-partitions", "4")
