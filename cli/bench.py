@@ -7,6 +7,7 @@ import typer
 from vpq.cli.bench_assign import bench_assign
 from vpq.cli.bench_capacity import bench_capacity
 from vpq.cli.bench_ceiling import bench_ceiling
+from vpq.cli.bench_compaction import bench_compaction
 from vpq.cli.bench_dedup import bench_dedup
 from vpq.cli.bench_delivery import bench_catchup, bench_delayed, bench_envflood, bench_hotkey
 from vpq.cli.bench_log import bench_log
@@ -33,3 +34,4 @@ bench_app.command("catchup")(bench_catchup)
 bench_app.command("envflood")(bench_envflood)
 bench_app.command("delayed")(bench_delayed)
 bench_app.command("powerloss")(bench_powerloss)
+bench_app.command("compaction")(bench_compaction)

@@ -50,6 +50,18 @@ class LogSettings(BaseModel):
     fsync_interval_ms: int = Field(50, ge=1)
     max_group_bytes: int = Field(8 * MiB, ge=4096, description="largest write gathered into one group commit")
     checkpoint_interval_ms: int = Field(5000, ge=10)
+    compaction_interval_ms: int = Field(
+        60000, ge=10, description="how often a write node compacts its partitions (deleted and expired queues)"
+    )
+    compaction_min_dead_ratio: float = Field(
+        0.5, ge=0.0, le=1.0, description="compact a sealed segment once this share of its bytes is dead"
+    )
+    compaction_max_bytes_per_s: int = Field(
+        128 * MiB, ge=0, description="read rate limit of compaction per partition (0 = none)"
+    )
+    compaction_duty_cycle: float = Field(
+        0.5, gt=0.0, le=1.0, description="share of the time a compaction pass may work; it sleeps the rest"
+    )
     dedup_max_ids: int = Field(
         1_000_000, ge=1, description="dedup ids indexed per partition (~170 bytes each); beyond, the oldest go first"
     )

@@ -235,6 +235,9 @@ class GroupInfo(BaseModel):
     group: str
     members: list[GroupMember]
     lag: GroupLag
+    expired: int = Field(
+        0, description="messages the group never got: older than the queue's retention_ms when their turn came"
+    )
 
 
 class NodeInfo(BaseModel):

@@ -205,6 +205,13 @@ class QueueRegistry:
         raw = await self._client.hgetall(self._keys.queues())
         return [QueueRecord.from_json(raw[n]) for n in sorted(raw)]
 
+    async def last_id(self) -> int:
+        """The largest queue id ever given (0 before the first queue). Ids are never
+        reused, so an id at or below it that ``list`` lacks belongs to a deleted queue
+        (read this first, then ``list``)."""
+        raw = await self._client.get(self._keys.queue_seq())
+        return int(raw) if raw is not None else 0
+
     async def delete(self, name: str) -> QueueRecord:
         """Remove ``name`` from the registry; returns its last record.
         Raises ``QueueNotFoundError`` when there is no such queue."""

@@ -27,28 +27,21 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-import mmh3
-
 from vpq.codec.batch_common import VALUE_JSON
 from vpq.codec.system_headers import user_headers
 from vpq.produce_path.produce import Appender, PlainMessage
-from vpq.queue_admin.cluster_queues import QueueAdmin
+from vpq.queue_admin.cluster_queues import QueueAdmin, dead_letter_queue
 from vpq.read_nodes.delivery_types import DeadLetter
 from vpq.read_nodes.tailer import RecordSource
 
 log = logging.getLogger(__name__)
 
 ORIGINAL_ID_HEADER = "x-original-id"
-MAX_NAME = 128
 
 
 def dlq_name(queue: str, group: str) -> str:
     """The dead-letter queue of ``group`` on ``queue`` (see the module docstring)."""
-    name = f"{queue}.{group}.dlq"
-    if len(name) <= MAX_NAME:
-        return name
-    digest = mmh3.hash(f"{queue}/{group}", 0, signed=False)
-    return f"{queue[:40]}.{group[:40]}.{digest:08x}.dlq"
+    return dead_letter_queue(queue, group)
 
 
 class DeadLetterProducer:

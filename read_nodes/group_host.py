@@ -27,6 +27,14 @@ I/O or time:
 - **close**: stops the tasks, persists a last time when asked (graceful stop),
   and wakes waiting polls, which then answer 503 ``group_moving``.
 
+Retention: with the queue's ``retention_ms`` > 0, a message older than that (by
+its record timestamp, wall clock) is never delivered: ingestion skips it, and a
+message that grew too old while it waited is acked in its place when a poll takes
+it. Both, and messages the log removed before the group read them, count in the
+group's ``expired`` (kept in the group record, ``GroupStore.add_expired``, so it
+survives a move to another read node; ``info`` answers it; metric
+``vpq_expired_messages``). A change of ``retention_ms`` applies at once.
+
 A change of the queue's delivery config (ordering, max_deliveries,
 visibility_timeout_ms) is not applied in place: ``needs_reload`` turns True and
 the service re-hosts the group (persist, then restore: messages in flight are
@@ -51,6 +59,7 @@ from vpq.metadata.queues import QueueRecord
 from vpq.read_nodes.ack_persistence import AckSnapshots, restored_states
 from vpq.read_nodes.delivery import GroupDelivery
 from vpq.read_nodes.delivery_types import DeadLetter, Delivery, DeliveryConfig, UnknownConsumer, stream_pp
+from vpq.read_nodes.expiry import GroupExpiry
 from vpq.read_nodes.group_members import GroupMembers, new_consumer_id
 from vpq.read_nodes.ingestor import Ingestor
 from vpq.read_nodes.lineage_order import LineageOrder
@@ -136,6 +145,9 @@ class GroupHost:
         self.closed = False
         self.needs_reload = False
         self.gone = False
+        self.expiry = GroupExpiry(
+            parts.md.groups, self.queue, group, int(record.config.get("retention_ms", -1)), self._counters
+        )
 
     def __repr__(self) -> str:
         return f"GroupHost({self.queue!r}, {self.group!r}, token={self.token})"
@@ -231,7 +243,10 @@ class GroupHost:
             await self._wake.wait()
             self._wake.clear()
             try:
+                self.ingestor.expire_before = self.expiry.cutoff()
                 res = await self.ingestor.step(monotonic_ms(), budget=self._opt.ingest_batch)
+                self.expiry.add(self.ingestor.expired)
+                self.ingestor.expired = 0
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -298,6 +313,7 @@ class GroupHost:
             await self.members.remove(cid, self._queue_vps(), now)
             self._notify()
         await self._check_queue()
+        await self.expiry.flush()
         await self._dead_letters()
         await self._follow_map(now)
         await self._grow()
@@ -313,6 +329,7 @@ class GroupHost:
             if rec is None or rec.id != self.record.id:
                 self.gone = True
                 return
+        self.expiry.retention_ms = int(rec.config.get("retention_ms", -1))
         if any(rec.config.get(f) != self.record.config.get(f) for f in CONFIG_FIELDS):
             self.needs_reload = True
 
@@ -404,7 +421,10 @@ class GroupHost:
                 self._require_member(consumer_id)
                 got = self.delivery.poll(consumer_id, max_messages, monotonic_ms())
                 if got:
-                    break
+                    out, skipped = await self._render(consumer_id, got)
+                    if out or skipped < len(got):
+                        break
+                    continue  # every message taken had expired or vanished: poll again
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     return []
@@ -416,7 +436,6 @@ class GroupHost:
             raise _not_found(consumer_id) from None
         finally:
             self.members.poll_ended(consumer_id)
-        out = await self._render(consumer_id, got)
         self._counters.delivered(self.queue, self.group, out)
         return out
 
@@ -433,8 +452,11 @@ class GroupHost:
             if not events:
                 del self._waiting[consumer_id]
 
-    async def _render(self, consumer_id: str, got: list[Delivery]) -> list[dict[str, Any]]:
+    async def _render(self, consumer_id: str, got: list[Delivery]) -> tuple[list[dict[str, Any]], int]:
+        """The messages of ``got`` to answer, and how many were acked in their place
+        instead (expired or vanished)."""
         source = self.parts.source
+        cutoff = self.expiry.cutoff()
         cached, queue = source.cached, self.queue
         out: list[dict[str, Any]] = []
         append = out.append
@@ -452,15 +474,19 @@ class GroupHost:
                 if tailed is None:
                     gone.append(d.message_id)
                     continue
+            ts = tailed.record.timestamp_ms
+            if cutoff is not None and ts is not None and ts < cutoff:
+                gone.append(d.message_id)
+                continue
             append(render_message(queue, tailed, d.vp, d.delivery_count))
         if gone:
-            log.warning("%s/%s: %d messages vanished (retention) before delivery", self.queue, self.group, len(gone))
             self._done_ids(gone)
             self.delivery.ack(consumer_id, gone)
             self._changes += 1
+            self.expiry.add(len(gone))
         if failed:
             self.delivery.nack(consumer_id, failed, self._opt.retry_ms * 5, monotonic_ms())
-        return out
+        return out, len(gone)
 
     def _done_ids(self, ids: list[str]) -> list[tuple[int, int]]:
         """Note, per stream, the offsets asked to be acked (the snapshots' highest done
@@ -537,10 +563,12 @@ class GroupHost:
             by_vp[vp] = by_vp.get(vp, 0) + n
         by_ctx = await self.oldest_unacked_by_context()
         oldest = min(by_ctx.values()) if by_ctx else None
+        expired = await self.expiry.total()
         return {
             "queue": self.queue,
             "group": self.group,
             "members": members,
+            "expired": expired,
             "lag": {
                 "total": total, "by_lane": by_lane, "by_env": by_env, "by_set": by_set,
                 "by_virtual_partition": {str(vp): n for vp, n in sorted(by_vp.items())},

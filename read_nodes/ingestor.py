@@ -43,8 +43,10 @@ its ``DeliveryEntry``.
 A step loops over the streams until none moves, because one stream's progress
 can release another's held records. Records are taken from the record cache,
 or read back from the write node (``RecordSource.get``); a record that no
-longer exists there (retention) is skipped. Cursors below the log start jump to
-it (the records are gone).
+longer exists there (retention, compaction) is skipped, and so is a record older
+than ``expire_before`` (wall-clock ms, set by the host from the queue's
+``retention_ms``): both count in ``expired`` unless the group had already done
+them. Cursors below the log start jump to it (the records are gone).
 """
 
 from __future__ import annotations
@@ -134,6 +136,10 @@ class Ingestor:
         self._clock = clock
         self._skip_due: set[int] = set()
         """streams whose due records no live consumer takes (retried every step)"""
+        self.expire_before: int | None = None
+        """records with an older timestamp are never ingested (the queue's retention)"""
+        self.expired = 0
+        """records skipped as expired or vanished (the host takes and resets it)"""
 
     # ------------------------------------------------------------------- setup
     def set_lineage(self, order: LineageOrder, now_ms: int) -> None:
@@ -295,10 +301,17 @@ class Ingestor:
                     stopped = True
                     break
                 if tailed is None:
+                    if not delivery.is_done(stream, offset, key_hash):
+                        self.expired += 1
                     c = offset + 1
                     continue
             r = tailed.record
             if r.headers and addressed_elsewhere(r.headers, self._group):
+                c = offset + 1
+                continue
+            if self._expired(r.timestamp_ms):
+                if not delivery.is_done(stream, offset, key_hash):
+                    self.expired += 1
                 c = offset + 1
                 continue
             ts = r.timestamp_ms or 0
@@ -340,6 +353,10 @@ class Ingestor:
             c = max(c, index.end_offset(pp))
         return self._save(stream, tailer, start, c)
 
+    def _expired(self, timestamp_ms: int | None) -> bool:
+        cutoff = self.expire_before
+        return cutoff is not None and timestamp_ms is not None and timestamp_ms < cutoff
+
     async def _record(self, pp: int, offset: int, result: StepResult) -> Any:
         """The record at ``(pp, offset)``; None when it vanished (retention), False when
         it cannot be read now."""
@@ -354,7 +371,7 @@ class Ingestor:
             result.blocked = True
             return False
         if tailed is None:
-            log.warning("queue %d pp %d: record %d vanished before delivery", self.queue_id, pp, offset)
+            log.debug("queue %d pp %d: record %d vanished before delivery (counted expired)", self.queue_id, pp, offset)
         return tailed
 
     def _park(self, pk: ParkKey, stream: int, offset: int) -> None:
@@ -437,9 +454,10 @@ class Ingestor:
                         delivery.park_progress(seg.stream, seg.id, from_offset=offset)
                         seg.from_offset = offset
                         return False
-                    if tailed is not None and not (
-                        tailed.record.headers and addressed_elsewhere(tailed.record.headers, self._group)
-                    ):
+                    if tailed is None or self._expired(tailed.record.timestamp_ms):
+                        if not delivery.is_done(seg.stream, offset, key_hash):
+                            self.expired += 1
+                    elif not (tailed.record.headers and addressed_elsewhere(tailed.record.headers, self._group)):
                         r = tailed.record
                         ts = r.timestamp_ms or 0
                         attrs = split_attributes(r.headers)[0]
@@ -488,8 +506,9 @@ class Ingestor:
                 if tailed is False:
                     delivery.defer_again(due[i:])
                     return
-                if tailed is None:
-                    delivery.drop_deferred(stream, offset)
+                if tailed is None or self._expired(tailed.record.timestamp_ms):
+                    delivery.drop_deferred(stream, offset)  # vanished, or past its queue's retention
+                    self.expired += 1
                     continue
                 r = tailed.record
                 if not delivery.routable(tailed.ctx):

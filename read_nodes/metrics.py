@@ -65,6 +65,8 @@ class DeliveryCounters(Protocol):
 
     def dead_lettered(self, queue: str, group: str, n: int) -> None: ...
 
+    def expired(self, queue: str, group: str, n: int) -> None: ...
+
 
 class HostedGroup(Protocol):
     """What a scrape reads from a hosted group (``read_nodes.group_host.GroupHost``)."""
@@ -248,6 +250,9 @@ class ReadNodeMetrics:
         self._acked = Counter("vpq_acked_messages", "Messages acknowledged.", qg, registry=r)
         self._nacked = Counter("vpq_nacked_messages", "Messages given back by a nack.", qg, registry=r)
         self._dead = Counter("vpq_dead_lettered_messages", "Messages produced to the group's DLQ.", qg, registry=r)
+        self._expired = Counter(
+            "vpq_expired_messages", "Messages the group never got: past the queue's retention_ms.", qg, registry=r
+        )
         self._sample = _SampleCollector()
         r.register(self._sample)  # type: ignore[arg-type]
 
@@ -271,6 +276,10 @@ class ReadNodeMetrics:
     def dead_lettered(self, queue: str, group: str, n: int) -> None:
         if n:
             self._dead.labels(queue, group).inc(n)
+
+    def expired(self, queue: str, group: str, n: int) -> None:
+        if n:
+            self._expired.labels(queue, group).inc(n)
 
     # ---------------------------------------------------------------- scraping
     def render(self, sample: NodeSample) -> bytes:
@@ -299,4 +308,7 @@ class NoCounters:
         return None
 
     def dead_lettered(self, queue: str, group: str, n: int) -> None:
+        return None
+
+    def expired(self, queue: str, group: str, n: int) -> None:
         return None

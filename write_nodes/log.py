@@ -19,6 +19,15 @@ Contract:
 - except a full disk (ENOSPC/EDQUOT while writing appends): those appends and every
   one queued behind them raise :class:`DiskFullError`, nothing of them stays in the
   files, the log stays online, and the next append takes the first refused offset.
+- ``await compact(policy)`` (``write_nodes.compaction``) rewrites the sealed segments
+  below the recovery point that are mostly dead under ``policy`` (deleted queues,
+  records past their queue's retention), keeping every surviving record's offset,
+  while appends and reads go on. Offsets may then have gaps: ``read`` of an offset
+  that was compacted away returns the batches from the next surviving offset on
+  (possibly in a later segment), like Kafka after compaction. ``apply_retention``
+  (run by the housekeeping task) deletes a segment only when the log's limits say so
+  and, once ``compact`` has given a policy, every queue with records in it is past
+  its own retention (``retention.QueuePolicy.queues_past``).
 """
 
 from __future__ import annotations
@@ -35,10 +44,12 @@ from vpq.config.settings import LogSettings
 from vpq.write_nodes import filenames
 from vpq.write_nodes.appender import AppendMeta, SegmentAppender
 from vpq.write_nodes.checkpoint import write_checkpoint
+from vpq.write_nodes.compaction import SegmentSummary
 from vpq.write_nodes.errors import LogIOError, OffsetOutOfRangeError, PartitionOfflineError
 from vpq.write_nodes.group_commit import FULL_ERRNOS, FsyncFn, GroupCommitter
+from vpq.write_nodes.log_compaction import CompactionTotals, LogCompaction
 from vpq.write_nodes.recovery import LogLoader, RecoveryReport
-from vpq.write_nodes.retention import SegmentInfo, segments_to_delete
+from vpq.write_nodes.retention import QueuePolicy, SegmentInfo, segments_to_delete
 from vpq.write_nodes.segments import LogSegments
 from vpq.write_nodes.storage import OS_STORAGE, Storage
 
@@ -49,7 +60,7 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class PartitionLog:
+class PartitionLog(LogCompaction):
     """A durable, segmented, append-only log of record batches."""
 
     def __init__(
@@ -90,6 +101,13 @@ class PartitionLog:
         self._housekeeping: asyncio.Task[None] | None = None
         self._checkpointed: int | None = None
         self._checkpoint_lock = asyncio.Lock()
+        self._compaction_lock = asyncio.Lock()
+        self._policy: QueuePolicy | None = None
+        self.retention_waits_for_policy = False
+        """when True, retention deletes nothing until ``compact`` has given a policy (a
+        write node sets it: its logs hold queues whose own retention must be known)"""
+        self._summaries: dict[int, SegmentSummary] = {}
+        self.compactions = CompactionTotals()
         self.report: RecoveryReport | None = None
 
     # ---------------------------------------------------------------- lifecycle
@@ -160,6 +178,8 @@ class PartitionLog:
             self._housekeeping.cancel()
             await asyncio.gather(self._housekeeping, return_exceptions=True)
             self._housekeeping = None
+        async with self._compaction_lock:  # a segment being rewritten finishes first
+            pass
         loop = asyncio.get_running_loop()
         try:
             assert self._committer is not None
@@ -276,7 +296,14 @@ class PartitionLog:
         seg = self._segments.floor(offset)
         assert seg is not None
         try:
-            return seg.read(offset, max(1, max_bytes), seg.durable_size)
+            while True:
+                data = seg.read(offset, max(1, max_bytes), seg.durable_size)
+                if data:
+                    return data
+                seg = self._segments.after(seg)  # compacted away to the segment's end
+                if seg is None or seg.base_offset >= self.durable_end_offset:
+                    return b""
+                offset = seg.base_offset
         except OSError as exc:
             raise self._fail(exc) from exc
 
@@ -319,6 +346,8 @@ class PartitionLog:
         active one, nor one with I/O in flight). Returns how many were deleted."""
         self._check_online()
         assert self._appender is not None
+        if self._policy is None and self.retention_waits_for_policy:
+            return 0
         now = self._clock_ms() if now_ms is None else now_ms
         active = self._segments.active
         segs = list(self._segments)
@@ -328,6 +357,7 @@ class PartitionLog:
                 s.size,
                 s.max_timestamp,
                 s is not active and s.pending_io == 0 and not self._appender.is_dirty(s),
+                self._queues_past(s, now),
             )
             for s in segs
         ]
@@ -335,6 +365,7 @@ class PartitionLog:
         try:
             for seg in segs[:count]:
                 self._segments.remove(seg)
+                self._summaries.pop(seg.base_offset, None)
                 seg.delete()
         except OSError as exc:
             raise self._fail(exc) from exc

@@ -87,6 +87,9 @@ class _PartitionGauges:
             "end_offset": _gauge("vpq_partition_end_offset", "Durable end: the next offset to become durable."),
             "next_offset": _gauge("vpq_partition_next_offset", "Next offset to assign (appends in flight included)."),
             "bytes": _gauge("vpq_partition_size_bytes", "Bytes of the log's segments."),
+            "compacted_bytes": _gauge(
+                "vpq_partition_compacted_bytes", "Bytes compaction gave back (deleted and expired queues) since open."
+            ),
             "dedup_ids": _gauge("vpq_partition_dedup_ids", "Dedup ids in the partition's index."),
             "dedup_duplicates": _gauge(
                 "vpq_partition_dedup_duplicates", "Messages not stored again as duplicates, since the partition opened."

@@ -491,8 +491,9 @@ class PartitionOwnership:
             state = part.state.value if online or part.state is not State.ONLINE else State.OFFLINE.value
             if plog is not None and plog.report is not None:
                 start, end, nxt, size = plog.start_offset, plog.durable_end_offset, plog.end_offset, plog.size_bytes
+                compacted = plog.compactions.bytes_reclaimed
             else:
-                start = end = nxt = size = 0
+                start = end = nxt = size = compacted = 0
             rows.append(
                 {
                     "id": part.pp,
@@ -500,6 +501,7 @@ class PartitionOwnership:
                     "end_offset": end,
                     "next_offset": nxt,
                     "bytes": size,
+                    "compacted_bytes": compacted,
                     "online": online,
                     "state": state,
                     "dedup_ids": len(part.dedup) if part.dedup is not None else 0,

@@ -12,7 +12,9 @@
    registration and its leases alive (``LeaseKeeper``, TTL ``redis.lease_ttl_ms``);
 6. acquires and opens its home partitions (``PartitionOwnership``), then keeps
    taking over dead siblings' partitions and handing them back; each partition's dedup
-   index (``write_nodes.dedup``) is rebuilt from its log before it serves.
+   index (``write_nodes.dedup``) is rebuilt from its log before it serves;
+7. compacts its partitions every ``log.compaction_interval_ms`` (``Compactor``: records
+   of deleted queues and records past their queue's ``retention_ms`` go).
 
 ``stop()`` (SIGTERM): refuses new requests (503 ``not_owner``), lets in-flight appends
 finish, closes every log (flush, fsync, checkpoint), releases the leases, deregisters,
@@ -36,7 +38,7 @@ from urllib.parse import urlparse
 from aiohttp import web
 
 from vpq.codec.columnar import TrafficKey
-from vpq.config.settings import Settings
+from vpq.config.settings import LogSettings, Settings
 from vpq.metadata.aio import cancel_and_wait
 from vpq.metadata.contexts import ContextRegistry
 from vpq.metadata.errors import MetadataUnavailable
@@ -47,11 +49,13 @@ from vpq.metadata.queue_config import dedup_window_of
 from vpq.metadata.store import MetadataStore
 from vpq.traffic.stats_writer import StatsWriter
 from vpq.traffic.traffic_counter import TrafficCounter
+from vpq.write_nodes.compactor import Compactor
 from vpq.write_nodes.dedup import DedupIndex
 from vpq.write_nodes.dedup_log import rebuild
 from vpq.write_nodes.disk_guard import DiskGuard
 from vpq.write_nodes.fence import FenceView, wire_fence
 from vpq.write_nodes.handlers import PlacementGuard, WriteNodeHandlers, build_app
+from vpq.write_nodes.log import PartitionLog
 from vpq.write_nodes.metrics import WriteNodeMetrics
 from vpq.write_nodes.ownership import WRITE_ROLE, LogFactory, OwnedPartition, PartitionOwnership
 from vpq.write_nodes.storage import OS_STORAGE, Storage
@@ -87,6 +91,17 @@ def stats_dir(settings: Settings) -> Path:
             return Path(parsed.path)
         log.warning("stats_uri %s is not local; writing statistics under %s", uri, settings.data_dir / STATS_SUBDIR)
     return settings.data_dir / STATS_SUBDIR
+
+
+def _queue_aware(factory: LogFactory) -> LogFactory:
+    """Logs whose retention waits for the queue policy (the compactor gives it)."""
+
+    def build(directory: Path, settings: LogSettings, pp: int) -> PartitionLog:
+        plog = factory(directory, settings, pp)
+        plog.retention_waits_for_policy = True
+        return plog
+
+    return build
 
 
 class TrafficExporter:
@@ -225,7 +240,7 @@ class WriteNodeService:
         self._host = host
         self._port = port
         self.metrics = WriteNodeMetrics()
-        self._log_factory = log_factory or functools.partial(self.metrics.log_factory, storage=storage)
+        self._log_factory = _queue_aware(log_factory or functools.partial(self.metrics.log_factory, storage=storage))
         self._use_pubsub = use_pubsub
         self._takeover = takeover
         self._reopen_backoff_s = reopen_backoff_s
@@ -237,6 +252,7 @@ class WriteNodeService:
         self._runner: web.AppRunner | None = None
         self._keeper: LeaseKeeper | None = None
         self._ownership: PartitionOwnership | None = None
+        self._compactor: Compactor | None = None
         self._sock: socket.socket | None = None
         self.partition_count = 0
         self.address = ""
@@ -318,6 +334,8 @@ class WriteNodeService:
             await web.SockSite(self._runner, sock).start()
             await self._keeper.start()
             await self._ownership.start()
+            self._compactor = Compactor(md.queues, self._ownership, s.log.compaction_interval_ms / 1000.0)
+            self._compactor.start()
         except BaseException:
             await self._teardown(release=True)
             raise
@@ -362,7 +380,16 @@ class WriteNodeService:
         await self._teardown(release=release)
         log.info("write node %s stopped", self.node_id)
 
+    @property
+    def compactor(self) -> Compactor:
+        if self._compactor is None:
+            raise RuntimeError("service not started")
+        return self._compactor
+
     async def _teardown(self, release: bool) -> None:
+        if self._compactor is not None:
+            await self._compactor.stop()
+            self._compactor = None
         if self._ownership is not None:
             await self._ownership.stop(release=release)
         if self._keeper is not None:

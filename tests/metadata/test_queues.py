@@ -129,3 +129,15 @@ async def test_update_existing_touches_only_the_queue_of_that_id(md: MetadataSto
     with pytest.raises(QueueNotFoundError):  # the old id does not reach the new queue
         await md.queues.update_existing("q", {"virtual_partitions": 16}, first.id)
     assert (await md.queues.require("q")).virtual_partitions == 4
+
+
+async def test_last_id_tells_deleted_ids_from_new_ones(md: MetadataStore) -> None:
+    assert await md.queues.last_id() == 0
+    a, _ = await md.queues.create_or_update("a")
+    b, _ = await md.queues.create_or_update("b")
+    await md.queues.delete("a")
+    last = await md.queues.last_id()
+    live = {r.id for r in await md.queues.list()}
+    assert last == b.id and a.id <= last and a.id not in live and b.id in live
+    c, _ = await md.queues.create_or_update("c")
+    assert c.id > last
