@@ -50,7 +50,7 @@ class MetadataStore:
         self.leases = LeaseManager(self.client, self.keys)
         self.groups = GroupStore(self.client, self.keys)
         self.acks = AckStateStore(self.client, self.keys)
-        self.fences = FenceStore(self.client, self.keys)
+        self.fences = FenceStore(self.client, self.keys, self.maps)
         self.announcer = Announcer(self.client, self.keys)
 
     async def start(self) -> None:

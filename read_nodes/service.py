@@ -128,7 +128,7 @@ class ReadNodeService:
         await md.start()
         listener = self._listener = md.event_listener()
         await listener.start()
-        cache = self._cache = MapCache(md.queues, md.maps, listener)
+        cache = self._cache = MapCache(md.queues, md.maps, listener, capacity=s.redis.map_cache_queues)
         await cache.start()
         self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1024, limit_per_host=256))
         self._partition_count = await md.read_partition_count() or s.cluster.physical_partitions
@@ -208,11 +208,7 @@ class ReadNodeService:
         self.parts = None
 
     def _placeable_partitions(self) -> list[int]:
-        pps = set(range(self._partition_count))
-        if self._cache is not None and self._cache.map is not None:
-            for q in self._cache.map["queues"].values():
-                pps.update(q["placement"])
-        return sorted(pps)
+        return list(range(self._partition_count))  # the admin adds the pps the map already uses
 
     async def _resolve_context(self, context_id: int) -> IsolationContext:
         ctx = self._contexts.get(context_id)

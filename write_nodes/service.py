@@ -263,7 +263,7 @@ class WriteNodeService:
                 )
             self._listener = md.event_listener(use_pubsub=self._use_pubsub)
             await self._listener.start()
-            self._cache = MapCache(md.queues, md.maps, self._listener)
+            self._cache = MapCache(md.queues, md.maps, self._listener, capacity=s.redis.map_cache_queues)
             await self._cache.start()
             self._fence = FenceView(md.fences, self._listener)
             await self._fence.start()
