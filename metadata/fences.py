@@ -40,7 +40,7 @@ import redis.asyncio as aioredis
 
 from vpq.metadata.events import ANNOUNCE_LUA
 from vpq.metadata.keys import Keys
-from vpq.metadata.map_entries import CHANGES_LUA, change_args
+from vpq.metadata.map_entries import CHANGES_LUA, change_args, map_token
 from vpq.metadata.map_history import HISTORY_LUA, encode_note
 from vpq.metadata.maps import MapStore, check_map
 
@@ -50,20 +50,20 @@ BUSY = -1
 GONE = -1
 
 # KEYS: map, fence, events_version, events_log, history, map queues, map changes, map load
-# ARGV: expected, new epoch, channel, fence id, fence body, note, then (name, entry or '') pairs
+# ARGV: expected, new epoch, channel, fence id, fence body, note, token, then (name, entry or '') pairs
 _PUBLISH_FENCED = ANNOUNCE_LUA + HISTORY_LUA + CHANGES_LUA + """
 local cur = tonumber(redis.call('HGET', KEYS[1], 'epoch') or '0')
 local new = tonumber(ARGV[2])
 local fid = redis.call('HGET', KEYS[2], 'id')
 if fid then
-  if fid == ARGV[4] and cur == new and vpq_same_changes(KEYS[6], ARGV, 7) then return 1 end
+  if fid == ARGV[4] and cur == new and redis.call('HGET', KEYS[1], 'token') == ARGV[7] then return 1 end
   return -1
 end
 if cur ~= tonumber(ARGV[1]) or new ~= cur + 1 then return 0 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-vpq_apply_changes(KEYS[6], KEYS[7], KEYS[8], ARGV[2], ARGV, 7)
-redis.call('HSET', KEYS[1], 'epoch', ARGV[2])
+vpq_apply_changes(KEYS[6], KEYS[7], KEYS[8], ARGV[2], ARGV, 8)
+redis.call('HSET', KEYS[1], 'epoch', ARGV[2], 'token', ARGV[7])
 redis.call('HSET', KEYS[2], 'id', ARGV[4], 'epoch', ARGV[2], 'body', ARGV[5], 'created_ms', tostring(now))
 vpq_record_epoch(KEYS[5], ARGV[2], ARGV[6])
 vpq_announce(KEYS[3], KEYS[4], ARGV[3], {type='map', epoch=new})
@@ -71,18 +71,18 @@ return 1
 """
 
 # KEYS: map, fence, events_version, events_log, history, map queues, map changes, map load
-# ARGV: expected, new epoch, channel, fence id, note, then (name, entry or '') pairs
+# ARGV: expected, new epoch, channel, fence id, note, token, then (name, entry or '') pairs
 _PUBLISH_UNFENCED = ANNOUNCE_LUA + HISTORY_LUA + CHANGES_LUA + """
 local cur = tonumber(redis.call('HGET', KEYS[1], 'epoch') or '0')
 local new = tonumber(ARGV[2])
 local fid = redis.call('HGET', KEYS[2], 'id')
 if fid ~= ARGV[4] then
-  if not fid and cur == new and vpq_same_changes(KEYS[6], ARGV, 6) then return 1 end
+  if not fid and cur == new and redis.call('HGET', KEYS[1], 'token') == ARGV[6] then return 1 end
   return -1
 end
 if cur ~= tonumber(ARGV[1]) or new ~= cur + 1 then return 0 end
-vpq_apply_changes(KEYS[6], KEYS[7], KEYS[8], ARGV[2], ARGV, 6)
-redis.call('HSET', KEYS[1], 'epoch', ARGV[2])
+vpq_apply_changes(KEYS[6], KEYS[7], KEYS[8], ARGV[2], ARGV, 7)
+redis.call('HSET', KEYS[1], 'epoch', ARGV[2], 'token', ARGV[6])
 redis.call('DEL', KEYS[2])
 vpq_record_epoch(KEYS[5], ARGV[2], ARGV[5])
 vpq_announce(KEYS[3], KEYS[4], ARGV[3], {type='map', epoch=new})
@@ -235,7 +235,7 @@ class FenceStore:
             return BUSY if (await self.snapshot()).fence is not None else CONFLICT
         args = [
             expected_epoch, new_map["epoch"], self._keys.events(), fence.id, fence.to_json(), encode_note(note),
-            *change_args(changes),
+            map_token(new_map), *change_args(changes),
         ]
         return int(await self._fenced(keys=self._map_keys(), args=args))
 
@@ -249,7 +249,10 @@ class FenceStore:
         if changes is None:
             fence = (await self.snapshot()).fence
             return GONE if fence is None or fence.id != fence_id else CONFLICT
-        args = [expected_epoch, new_map["epoch"], self._keys.events(), fence_id, encode_note(note), *change_args(changes)]
+        args = [
+            expected_epoch, new_map["epoch"], self._keys.events(), fence_id, encode_note(note), map_token(new_map),
+            *change_args(changes),
+        ]
         return int(await self._unfenced(keys=self._map_keys(), args=args))
 
 

@@ -16,8 +16,10 @@ The map at epoch E is the set of entries after the publish of E. Contract:
   fence's scripts); it costs time in proportion to the changes, never to the map, and
   keeps ``p:map:changes`` and ``p:map:load`` exact in the same step. A change equal to
   what is stored is no change (not indexed).
-- A retry of a publish that already took effect (stored epoch is the new one and every
-  change is already stored) answers success again (``vpq_same_changes``).
+- Each publish stores a token with the epoch (``p:map`` field ``token``: a digest of the
+  whole map for whole-map publishes, ``map_token``, else of the changes, ``publish_token``),
+  so a retry of a publish that already took effect (stored epoch is the new one and the
+  token is the same) answers success again, and any other publish at that epoch does not.
 - ``changes_between(base, new)`` turns two whole maps' ``queues`` into the changes that
   lead from one to the other (what whole-map publishers send; O(map), pure).
 - Readers (``MapStore``): ``entries(names)``/``load_queues(names, ids)`` read the epoch
@@ -29,7 +31,8 @@ The map at epoch E is the set of entries after the publish of E. Contract:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import hashlib
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -43,15 +46,6 @@ local function vpq_pps(entry)
   local pl = string.match(entry, '"placement":%[([%d,]*)%]')
   if pl then for pp in string.gmatch(pl, '%d+') do out[#out + 1] = pp end end
   return out
-end
-local function vpq_same_changes(entries_key, argv, first)
-  for i = first, #argv, 2 do
-    local cur = redis.call('HGET', entries_key, argv[i])
-    if argv[i + 1] == '' then
-      if cur then return false end
-    elseif cur ~= argv[i + 1] then return false end
-  end
-  return true
 end
 local function vpq_apply_changes(entries_key, changes_key, load_key, epoch, argv, first)
   for i = first, #argv, 2 do
@@ -74,9 +68,8 @@ local function vpq_apply_changes(entries_key, changes_key, load_key, epoch, argv
   end
 end
 """
-"""Lua prelude: ``vpq_same_changes(entries_key, ARGV, first)`` and
-``vpq_apply_changes(entries_key, changes_key, load_key, epoch, ARGV, first)`` over the
-(name, entry or '') pairs of ARGV from index ``first`` on."""
+"""Lua prelude: ``vpq_apply_changes(entries_key, changes_key, load_key, epoch, ARGV,
+first)`` over the (name, entry or '') pairs of ARGV from index ``first`` on."""
 
 DELTA_LUA = """
 local epoch = redis.call('HGET', KEYS[1], 'epoch') or '0'
@@ -135,3 +128,16 @@ def change_args(changes: Changes) -> list[str]:
         q = changes[name]
         out += [name, "" if q is None else encode_entry(q)]
     return out
+
+
+def publish_token(pairs: Sequence[str]) -> str:
+    """The token of a publish of these (name, entry) ARGV pairs."""
+    return "c:" + hashlib.sha1("\n".join(pairs).encode()).hexdigest()
+
+
+def map_token(m: Mapping[str, Any]) -> str:
+    """The token of a publish of the whole map ``m`` (its ``queues``, canonically)."""
+    h = hashlib.sha1()
+    for name in sorted(m["queues"]):
+        h.update(name.encode() + b"=" + encode_entry(m["queues"][name]).encode() + b"\n")
+    return "m:" + h.hexdigest()

@@ -65,21 +65,32 @@ from vpq.metadata.map_entries import (
     change_args,
     changes_between,
     decode_entry,
+    map_token,
+    publish_token,
 )
 from vpq.metadata.map_history import HISTORY_LUA, encode_note, entries
 
 # KEYS: map, events_version, events_log, history, map queues, map changes, map load
-# ARGV: expected, new epoch, channel, note, then (name, entry or '') pairs
+# ARGV: expected, new epoch, channel, note, token, then (name, entry or '') pairs
 _PUBLISH = ANNOUNCE_LUA + HISTORY_LUA + CHANGES_LUA + """
 local cur = tonumber(redis.call('HGET', KEYS[1], 'epoch') or '0')
 local expected = tonumber(ARGV[1])
 local new = tonumber(ARGV[2])
-if cur == new and vpq_same_changes(KEYS[5], ARGV, 5) then return 1 end
+if cur == new and redis.call('HGET', KEYS[1], 'token') == ARGV[5] then return 1 end
 if cur ~= expected or new ~= expected + 1 then return 0 end
-vpq_apply_changes(KEYS[5], KEYS[6], KEYS[7], ARGV[2], ARGV, 5)
-redis.call('HSET', KEYS[1], 'epoch', ARGV[2])
+vpq_apply_changes(KEYS[5], KEYS[6], KEYS[7], ARGV[2], ARGV, 6)
+redis.call('HSET', KEYS[1], 'epoch', ARGV[2], 'token', ARGV[5])
 vpq_record_epoch(KEYS[4], ARGV[2], ARGV[4])
 vpq_announce(KEYS[2], KEYS[3], ARGV[3], {type='map', epoch=new})
+return 1
+"""
+
+# KEYS: map, map queues, map changes, map load ; ARGV: epoch the body was read at, then (name, entry) pairs
+_MIGRATE = CHANGES_LUA + """
+if not redis.call('HEXISTS', KEYS[1], 'body') then return 0 end
+if (redis.call('HGET', KEYS[1], 'epoch') or '0') ~= ARGV[1] then return -1 end
+vpq_apply_changes(KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV, 2)
+redis.call('HDEL', KEYS[1], 'body')
 return 1
 """
 
@@ -239,6 +250,7 @@ class MapStore:
         self._split = client.register_script(_SPLIT)
         self._open_new = client.register_script(_OPEN_NEW)
         self._delta = client.register_script(DELTA_LUA)
+        self._migrate = client.register_script(_MIGRATE)
         self._load = client.register_script(LOAD_LUA)
 
     async def current(self) -> dict[str, Any] | None:
@@ -251,6 +263,24 @@ class MapStore:
         if epoch is None:
             return None
         return {"epoch": int(epoch), "queues": {name: decode_entry(v) for name, v in sorted(raw.items())}}
+
+    async def migrate_whole_map(self) -> bool:
+        """Store a map kept in the earlier one-document form (``p:map`` field ``body``) per
+        queue, at its epoch, and drop the document; False when there is none. Safe to run
+        from several processes at once (the first one does it)."""
+        for _ in range(8):
+            async with self._client.pipeline(transaction=True) as pipe:
+                pipe.hget(self._keys.map(), "epoch")
+                pipe.hget(self._keys.map(), "body")
+                epoch, body = await pipe.execute()
+            if body is None:
+                return False
+            queues = orjson.loads(body)["queues"]
+            k = self._keys
+            done = await self._migrate(keys=[k.map(), *self.map_keys()], args=[epoch or "0", *change_args(queues)])
+            if int(done) >= 0:
+                return bool(done)
+        raise MapConflictError("the stored map kept changing while it was being migrated")
 
     async def epoch(self) -> int:
         """The stored map's epoch (0 before the first publish)."""
@@ -320,16 +350,23 @@ class MapStore:
         return [k.map_queues(), k.map_changes(), k.map_load()]
 
     async def publish_changes(
-        self, changes: Changes, expected_epoch: int, *, note: Mapping[str, Any] | None = None, checked: bool = False
+        self, changes: Changes, expected_epoch: int, *, note: Mapping[str, Any] | None = None, checked: bool = False,
+        token: str | None = None,
     ) -> bool:
         """Compare-and-swap of ``changes`` at ``expected_epoch + 1``; see the module
-        docstring. ``checked``: the caller vouches that every entry is well-formed."""
+        docstring. ``checked``: the caller vouches that every entry is well-formed.
+        ``token`` names what is published (default: a digest of ``changes``); a retry of a
+        publish that took effect is recognised by it."""
         if not checked:
             check_map({"epoch": expected_epoch + 1, "queues": {n: q for n, q in changes.items() if q is not None}})
         k = self._keys
+        pairs = change_args(changes)
         ok = await self._publish(
             keys=[k.map(), k.events_version(), k.events_log(), k.map_history(), *self.map_keys()],
-            args=[_nonneg(expected_epoch, "epoch"), expected_epoch + 1, k.events(), encode_note(note), *change_args(changes)],
+            args=[
+                _nonneg(expected_epoch, "epoch"), expected_epoch + 1, k.events(), encode_note(note),
+                token if token is not None else publish_token(pairs), *pairs,
+            ],
         )
         return bool(ok)
 
@@ -350,7 +387,7 @@ class MapStore:
         changes = await self.changes_to(new_map, expected_epoch, base)
         if changes is None:
             return False
-        return await self.publish_changes(changes, expected_epoch, note=note, checked=True)
+        return await self.publish_changes(changes, expected_epoch, note=note, checked=True, token=map_token(new_map))
 
     async def changes_to(
         self, new_map: Mapping[str, Any], expected_epoch: int, base: Mapping[str, Any] | None = None

@@ -214,3 +214,19 @@ async def test_every_publish_is_recorded_once_in_the_history(md: MetadataStore) 
     assert [e["epoch"] for e in await md.maps.history(1)] == [2]
     with pytest.raises(ValueError):
         await md.maps.history(0)
+
+
+async def test_a_map_kept_as_one_document_is_migrated_per_queue(md: MetadataStore) -> None:
+    import json
+
+    old = {"epoch": 3, "queues": {"a": {"virtual_partitions": 2, "placement": [0, 1]}, "b": {"virtual_partitions": 1,
+                                                                                          "placement": [1]}}}
+    await md.client.hset(md.keys.map(), mapping={"epoch": 3, "body": json.dumps(old)})
+    assert await md.maps.migrate_whole_map()
+    assert await md.client.hget(md.keys.map(), "body") is None
+    assert await md.maps.current() == old
+    assert await md.maps.delta(0) == (3, [("a", 3), ("b", 3)])
+    assert await md.maps.load() == {0: 1, 1: 2}
+    assert not await md.maps.migrate_whole_map()  # done once
+    assert await md.maps.publish_changes({"a": None}, 3)
+    assert await md.maps.load() == {1: 1}
