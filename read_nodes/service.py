@@ -252,6 +252,8 @@ class ReadNodeService:
     async def _open_host(self, queue: str, group: str, create_start: str | None) -> GroupHost:
         parts = self._parts()
         md = parts.md
+        if parts.map_cache.entry(queue) is None:
+            await parts.map_cache.refresh([queue], sync=False)  # held from now on, while the group uses it
         rec = parts.map_cache.queue(queue) or await md.queues.get(queue)
         if rec is None:
             raise NotFound("queue_not_found", f"queue {queue!r} does not exist", queue=queue)
