@@ -26,10 +26,11 @@ _MB = 2**20
 def _step_line(s: dict[str, Any]) -> str:
     rss = s["rss"]
     return (
-        f"{s['queues']:>9,} queues  create {s['create_ms_per_queue']:7.3f} ms/queue  "
+        f"{s['queues']:>9,} queues  create {s['create_ms_per_queue']:7.3f} ms/queue "
+        f"({s['create_cpu_ms_per_queue']:6.3f} CPU ms)  "
         f"first produce p99 {s['first_produce_p99_ms']:7.2f} ms  RSS gateway/write/read "
         f"{rss.get('gateway', 0) / _MB:6.1f} / {rss.get('write', 0) / _MB:6.1f} / {rss.get('read', 0) / _MB:6.1f} MB  "
-        f"redis {s['redis_used'] / _MB:7.1f} MB"
+        f"redis {s['redis_used'] / _MB:7.1f} MB  load {s['load1']:5.2f}"
     )
 
 
@@ -77,11 +78,15 @@ def bench_queues(
     typer.echo("")
     typer.echo(f"create ms/queue: first 10 % {s['create_ms_per_queue_first_10pct']}, last 10 % "
                f"{s['create_ms_per_queue_last_10pct']}, ratio {s['create_ratio']} (goal <= 1.2)")
+    typer.echo(f"create CPU ms/queue (platform processes): first 10 % {s['create_cpu_ms_per_queue_first_10pct']}, "
+               f"last 10 % {s['create_cpu_ms_per_queue_last_10pct']}, ratio {s['create_cpu_ratio']}; "
+               f"load average {s['load1_min_max'][0]} to {s['load1_min_max'][1]}")
     typer.echo(f"first produce to a new queue: p50 {s['first_produce_p50_ms']} ms, p99 {s['first_produce_p99_ms']} ms "
                f"over {s['first_produce_samples']} queues (goal p99 < 50 ms)")
     kb = s["kb_per_queue"]
     typer.echo("RSS per queue: " + ", ".join(f"{r} {kb[r]} KB" for r in ("gateway", "write", "read") if r in kb)
                + " (goal < 0.5 KB)")
     typer.echo(f"redis: {s['redis_bytes_per_queue']} bytes per queue, used_memory {s['redis_used_mb']} MB")
+    typer.echo(f"GET /v1/maps/current: {s['map_read']['queues']:,} queues in {s['map_read']['seconds']} s")
     typer.echo(f"results: {path}")
     typer.echo(json.dumps({"bench": "queues", **s}))

@@ -17,7 +17,8 @@ MB = 2**20
 
 
 def _step(queues: int, ms: float, lat: list[float], rss: dict[str, int], redis: int) -> dict:
-    return {"queues": queues, "create_ms_per_queue": ms, "first_produce_ms": lat, "rss": rss, "redis_used": redis}
+    return {"queues": queues, "create_ms_per_queue": ms, "create_cpu_ms_per_queue": ms / 2, "load1": ms,
+            "first_produce_ms": lat, "rss": rss, "redis_used": redis}
 
 
 def test_summary_compares_the_last_tenth_with_the_first_and_divides_growth_by_queues() -> None:
@@ -29,7 +30,8 @@ def test_summary_compares_the_last_tenth_with_the_first_and_divides_growth_by_qu
     assert s["queues"] == 20_000
     assert s["create_ms_per_queue_first_10pct"] == 1.0  # steps 0 and 1
     assert s["create_ms_per_queue_last_10pct"] == 1.25  # steps 18 and 19
-    assert s["create_ratio"] == 1.25
+    assert s["create_ratio"] == 1.25 and s["create_cpu_ratio"] == 1.25
+    assert s["create_cpu_ms_per_queue_first_10pct"] == 0.5 and s["load1_min_max"] == [1.0, 1.5]
     assert s["first_produce_p99_ms"] == 19.0 and s["first_produce_p50_ms"] == 9.0 and s["first_produce_samples"] == 20
     assert s["kb_per_queue"] == {"gateway": round(19 * 100 / 20_000, 3), "write": 0.0}
     assert s["redis_bytes_per_queue"] == round(19 * 100_000 / 20_000, 1)
@@ -43,9 +45,10 @@ def test_bench_queues_runs_on_its_own_platform(tmp_path: Path) -> None:
                                       "--concurrency", "16", "--data-dir", str(tmp_path)])
     assert result.exit_code == 0, result.output
     last = last_json(result.output)
-    assert last["bench"] == "queues" and last["queues"] == 600
+    assert last["bench"] == "queues" and last["queues"] == 600 and last["map_read"]["queues"] == 600
     assert last["first_produce_samples"] == 9 and last["first_produce_p99_ms"] > 0
     assert set(last["kb_per_queue"]) == {"gateway", "write", "read"} and last["redis_bytes_per_queue"] > 0
+    assert last["create_cpu_ms_per_queue_first_10pct"] > 0
     assert last["create_ratio"] == pytest.approx(
         last["create_ms_per_queue_last_10pct"] / last["create_ms_per_queue_first_10pct"], rel=0.01)
     assert list(tmp_path.glob("queues-*.json"))
