@@ -1,6 +1,7 @@
 """``vpq bench queues``: control-plane scale, creating queues up to ``--queues``
 (:mod:`load.queue_scale`) on a platform of its own (``vpq up`` with
-``--physical-partitions``, fresh data dir, removed afterwards).
+``--physical-partitions``, fresh data dir, removed afterwards; ``--vpq`` starts another
+checkout's ``vpq`` instead, to compare).
 
 Prints one line per step (queues so far, create ms per queue, first-produce p99, RSS of
 gateway / write node / read node, Redis ``used_memory``), then the summary, then one JSON
@@ -35,7 +36,8 @@ def _step_line(s: dict[str, Any]) -> str:
 
 
 async def _run(
-    queues: int, step: int, concurrency: int, vps: int, probes: int, partitions: int, data_root: Path
+    queues: int, step: int, concurrency: int, vps: int, probes: int, partitions: int, data_root: Path,
+    binary: Path | None,
 ) -> dict[str, Any]:
     from vpq.common.runfiles import read_redis_url
     from vpq.load.peers.vpq_process import VpqProcess
@@ -43,7 +45,7 @@ async def _run(
 
     data_root.mkdir(parents=True, exist_ok=True)
     data_dir = Path(tempfile.mkdtemp(prefix="vpq-bench-queues-", dir=data_root))
-    proc = VpqProcess(data_dir, physical_partitions=partitions)
+    proc = VpqProcess(data_dir, physical_partitions=partitions, binary=binary)
     try:
         await proc.start(timeout_s=90.0)
         redis_url = read_redis_url(data_dir)
@@ -65,12 +67,14 @@ def bench_queues(
     probes: int = typer.Option(20, min=0, help="queues per step created and produced to at once (first-produce latency)"),
     partitions: int = typer.Option(8, min=1, help="physical partitions of the platform"),
     data_dir: Path = typer.Option(Path(".vpq/bench"), help="where the results file and the platform's data go"),
+    vpq: Path | None = typer.Option(None, help="the `vpq` command to start (another checkout's, to compare); "
+                                    "default: this one's"),
 ) -> None:
     """Create queues up to --queues: create time per step, first produce, memory per queue."""
     step = step or max(1_000, queues // 50)
     typer.echo(f"vpq bench queues: {queues:,} queues of {vps} vps in steps of {step:,}, {concurrency} PUTs in flight, "
                f"{probes} first-produce probes per step, {partitions} physical partitions")
-    result = event_loop.run(_run(queues, step, concurrency, vps, probes, partitions, data_dir))
+    result = event_loop.run(_run(queues, step, concurrency, vps, probes, partitions, data_dir, vpq))
     s = result["summary"]
     data_dir.mkdir(parents=True, exist_ok=True)
     path = data_dir / f"queues-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
