@@ -167,3 +167,50 @@ async def test_after_change_rereads_only_a_cached_queue(md: MetadataStore) -> No
         assert cache.entry("a") is None and cache.queue_by_id(rec.id) is None
     finally:
         await cache.stop()
+
+
+async def test_no_cached_entry_is_older_than_the_cache_epoch_under_concurrent_changes(
+    md: MetadataStore, make_store
+) -> None:
+    """The rule the write nodes' remap fencing relies on, while another process publishes:
+    epoch E even moves queue a to pp E, odd epochs change only b, so the entry of a held at
+    cache epoch C must come from the last even epoch at or before C, or later."""
+    writer = make_store()
+    await md.queues.create_or_update("a")
+    listener = md.event_listener()
+    cache = MapCache(md.queues, md.maps, listener)
+    await listener.start()
+    await cache.start()
+    done = asyncio.Event()
+
+    async def publish() -> None:
+        for epoch in range(1, 301):
+            name = "a" if epoch % 2 == 0 else "b"
+            await writer.maps.publish_changes(_placed(**{name: [epoch]}), epoch - 1)
+            if epoch % 7 == 0:
+                await asyncio.sleep(0)
+        done.set()
+
+    def check() -> None:
+        e = cache.entry("a")
+        c = cache.epoch
+        if e is not None and e.placement is not None:
+            assert e.placement[0] >= c - c % 2, (c, e.placement)
+            assert e.epoch >= c
+
+    try:
+        task = asyncio.create_task(publish())
+        i = 0
+        while not done.is_set():
+            i += 1
+            await (cache.refresh(["a"], sync=False) if i % 3 else cache.refresh_map())
+            check()
+            await asyncio.sleep(0)
+            check()
+        await task
+        await cache.refresh_map()
+        check()
+        assert cache.epoch == 300 and cache.entry("a").placement == (300,)
+    finally:
+        await cache.stop()
+        await listener.stop()
