@@ -14,6 +14,7 @@ from vpq.cli.bench_log import bench_log
 from vpq.cli.bench_peers import bench_peers
 from vpq.cli.bench_platform import bench_drain, bench_latency, bench_produce
 from vpq.cli.bench_powerloss import bench_powerloss
+from vpq.cli.bench_queues import bench_queues
 from vpq.cli.bench_rebalance import bench_rebalance
 
 bench_app = typer.Typer(help="Benchmarks: print figures and ratios; the last line is JSON.", no_args_is_help=True)
@@ -35,3 +36,4 @@ bench_app.command("envflood")(bench_envflood)
 bench_app.command("delayed")(bench_delayed)
 bench_app.command("powerloss")(bench_powerloss)
 bench_app.command("compaction")(bench_compaction)
+bench_app.command("queues")(bench_queues)
