@@ -70,6 +70,10 @@ from vpq.read_nodes.tailer_pool import TailerPool
 log = logging.getLogger(__name__)
 
 
+UNCACHE_AFTER_MS = 30_000
+"""a record deferred longer than this is dropped from the record cache (read again when due)"""
+
+
 @dataclass(slots=True)
 class StepResult:
     ingested: int = 0
@@ -323,6 +327,7 @@ class Ingestor:
                     entry = DeliveryEntry.trusted(pp, offset, key_hash, r.key, tailed.ctx, ts, ctx_id, priority)
                     if delivery.defer(entry, attrs.deliver_at_ms):
                         result.deferred += 1
+                        self._uncache_if_far(pp, offset, attrs.deliver_at_ms, wall)
                         if next_due is None or attrs.deliver_at_ms < next_due:
                             next_due = attrs.deliver_at_ms
                     c = offset + 1
@@ -468,6 +473,7 @@ class Ingestor:
                             if attrs.deliver_at_ms is not None and attrs.deliver_at_ms > ts:
                                 if delivery.defer(entry, attrs.deliver_at_ms):
                                     result.deferred += 1
+                                    self._uncache_if_far(pp, offset, attrs.deliver_at_ms, self._clock())
                             elif delivery.ingest(entry):
                                 result.ingested += 1
                         except DeliveryFull:
@@ -528,6 +534,15 @@ class Ingestor:
                     result.held = True
                     delivery.defer_again(due[i:])
                     return
+
+    def _uncache_if_far(self, pp: int, offset: int, due_ms: int, now_ms: int) -> None:
+        """A record deferred for longer than ``UNCACHE_AFTER_MS`` leaves the record cache:
+        it is read again when due, and a cache full of records waiting for hours would
+        cost memory per pending message and push out records wanted now."""
+        if due_ms - now_ms > UNCACHE_AFTER_MS:
+            forget = getattr(self._pool.source, "forget", None)
+            if forget is not None:
+                forget(pp, offset)
 
     def _blocked_budget_full(self) -> bool:
         return self.delivery.stats()["blocked"] >= self.delivery.config.blocked_read_ahead

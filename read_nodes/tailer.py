@@ -125,6 +125,10 @@ class RecordSource:
     def cached(self, pp: int, offset: int) -> TailedRecord | None:
         return self.cache.get((pp, offset))
 
+    def forget(self, pp: int, offset: int) -> None:
+        """Drop the cached record at ``(pp, offset)`` (it is read again when wanted)."""
+        self.cache.pop((pp, offset))
+
     def context(self, context_id: int) -> IsolationContext | None:
         """The isolation context of an id already met in a decoded record (no I/O)."""
         return self._contexts.get(context_id)

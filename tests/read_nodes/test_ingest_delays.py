@@ -86,3 +86,31 @@ async def test_priority_reaches_the_delivery_state() -> None:
         add(pool, offset, key, 1000, priority=priority)
     await ing.step(0)
     assert offsets(delivery, 1) == [1, 2, 0]
+
+
+async def test_a_record_deferred_for_long_leaves_the_record_cache_and_is_read_again() -> None:
+    pool, delivery, ing, clock = setup(1000)
+    stored = pool.source.records  # what the write node holds
+
+    class CachingSource:
+        def __init__(self) -> None:
+            self.cache = dict(stored)
+
+        def cached(self, pp: int, offset: int) -> TailedRecord | None:
+            return self.cache.get((pp, offset))
+
+        async def get(self, pp: int, offset: int) -> TailedRecord | None:
+            return stored.get((pp, offset))
+
+        def forget(self, pp: int, offset: int) -> None:
+            self.cache.pop((pp, offset), None)
+
+    add(pool, 0, b"a", 1000, due=1000 + 3_600_000)  # an hour away
+    add(pool, 1, b"b", 1000, due=6000)  # five seconds away: stays cached
+    source = pool.source = CachingSource()  # type: ignore[assignment]
+    res = await ing.step(0)
+    assert res.deferred == 2
+    assert set(source.cache) == {(0, 1)}
+    clock.now = 1000 + 3_600_000
+    await ing.step(1)
+    assert sorted(offsets(delivery, 2)) == [0, 1]  # the far one was read again from the write node
