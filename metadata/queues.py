@@ -26,7 +26,7 @@ Contract:
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -204,6 +204,13 @@ class QueueRegistry:
         """Every queue, sorted by name."""
         raw = await self._client.hgetall(self._keys.queues())
         return [QueueRecord.from_json(raw[n]) for n in sorted(raw)]
+
+    async def scan_retention(self, count: int = 1000) -> AsyncIterator[tuple[int, int]]:
+        """``(queue id, retention_ms)`` of every queue, read ``count`` at a time (HSCAN:
+        the registry is never copied whole into memory, whatever its size)."""
+        async for _name, raw in self._client.hscan_iter(self._keys.queues(), count=count):
+            d = json.loads(raw)
+            yield int(d["id"]), int(d["config"].get("retention_ms", -1))
 
     async def last_id(self) -> int:
         """The largest queue id ever given (0 before the first queue). Ids are never

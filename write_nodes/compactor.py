@@ -22,16 +22,19 @@ from vpq.metadata.queues import QueueRegistry
 from vpq.write_nodes.errors import LogIOError
 from vpq.write_nodes.log_compaction import CompactionPass
 from vpq.write_nodes.ownership import PartitionOwnership, State
-from vpq.write_nodes.retention import QueuePolicy
+from vpq.write_nodes.retention import QueuePolicy, RetentionTable
 
 log = logging.getLogger(__name__)
 
 
 async def read_policy(queues: QueueRegistry) -> QueuePolicy:
-    """The queue policy as the registry has it now (``MetadataUnavailable`` when it cannot)."""
+    """The queue policy as the registry has it now (``MetadataUnavailable`` when it
+    cannot), read in chunks into a :class:`RetentionTable` (a bit per queue id)."""
     known_below = await queues.last_id()  # first: any id up to here existed before the list
-    retention = {rec.id: int(rec.config.get("retention_ms", -1)) for rec in await queues.list()}
-    return QueuePolicy(retention, known_below)
+    table = RetentionTable(known_below)
+    async for queue_id, retention_ms in queues.scan_retention():
+        table.add(queue_id, retention_ms)
+    return QueuePolicy(table, known_below)
 
 
 class Compactor:

@@ -18,7 +18,7 @@ without one, than the log's ``retention_ms``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 
@@ -53,6 +53,45 @@ def segments_to_delete(
 DELETED = -2
 """``QueuePolicy.retention_of`` of a queue that no longer exists."""
 FOREVER = -1
+
+
+class RetentionTable(Mapping[int, int]):
+    """Live queue id -> ``retention_ms`` in little memory: one bit per queue id for the
+    live ones (``-1``: no retention of its own) and a dict only for queues that have a
+    retention, so a million queues cost about 125 KB plus the few with a limit."""
+
+    def __init__(self, known_below: int) -> None:
+        self._live = bytearray(known_below // 8 + 1)
+        self._limits: dict[int, int] = {}
+        self._count = 0
+
+    def add(self, queue_id: int, retention_ms: int) -> None:
+        byte, bit = divmod(queue_id, 8)
+        if byte >= len(self._live):
+            self._live.extend(bytes(byte + 1 - len(self._live)))
+        if not self._live[byte] >> bit & 1:
+            self._live[byte] |= 1 << bit
+            self._count += 1
+        if retention_ms > 0:
+            self._limits[queue_id] = retention_ms
+        else:
+            self._limits.pop(queue_id, None)
+
+    def __getitem__(self, queue_id: int) -> int:
+        byte, bit = divmod(queue_id, 8)
+        if queue_id < 0 or byte >= len(self._live) or not self._live[byte] >> bit & 1:
+            raise KeyError(queue_id)
+        return self._limits.get(queue_id, -1)
+
+    def __iter__(self) -> Iterator[int]:
+        for byte, bits in enumerate(self._live):
+            if bits:
+                for bit in range(8):
+                    if bits >> bit & 1:
+                        yield byte * 8 + bit
+
+    def __len__(self) -> int:
+        return self._count
 
 
 @dataclass(frozen=True, slots=True)

@@ -141,3 +141,11 @@ async def test_last_id_tells_deleted_ids_from_new_ones(md: MetadataStore) -> Non
     assert last == b.id and a.id <= last and a.id not in live and b.id in live
     c, _ = await md.queues.create_or_update("c")
     assert c.id > last
+
+
+async def test_scan_retention_reads_every_queue_in_chunks(md) -> None:
+    for i in range(25):
+        await md.queues.create_or_update(f"scan-{i}", {"retention_ms": 1000 + i} if i % 5 == 0 else {})
+    got = dict([pair async for pair in md.queues.scan_retention(count=4)])
+    recs = {r.name: r for r in await md.queues.list()}
+    assert got == {recs[f"scan-{i}"].id: (1000 + i if i % 5 == 0 else -1) for i in range(25)}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from vpq.write_nodes.retention import SegmentInfo, segments_to_delete
+from vpq.write_nodes.retention import DELETED, FOREVER, QueuePolicy, RetentionTable, SegmentInfo, segments_to_delete
 
 
 def _segs(*specs: tuple[int, int, bool]) -> list[SegmentInfo]:
@@ -55,3 +55,17 @@ def test_queue_past_keeps_an_otherwise_deletable_segment() -> None:
     assert segments_to_delete(segs, 10**9, retention_bytes=0, retention_ms=1) == 0
     segs = [SegmentInfo(0, 0, -(1 << 63), True), SegmentInfo(100, 100, 10**9, False)]
     assert segments_to_delete(segs, 10**9, retention_bytes=-1, retention_ms=-1) == 1  # empty: compacted away
+
+
+def test_retention_table_holds_live_ids_in_bits_and_only_real_limits() -> None:
+    t = RetentionTable(known_below=20)
+    t.add(3, -1)
+    t.add(7, 60_000)
+    t.add(25, -1)  # created after the snapshot's last id: the table grows
+    t.add(3, -1)  # twice: counted once
+    assert len(t) == 3 and sorted(t) == [3, 7, 25]
+    assert (t.get(3), t.get(7), t.get(25), t.get(4), t.get(10_000)) == (-1, 60_000, -1, None, None)
+    t.add(7, -1)  # its limit removed
+    assert t[7] == -1
+    policy = QueuePolicy(t, known_below=20)
+    assert policy.retention_of(4) == DELETED and policy.retention_of(3) == FOREVER
