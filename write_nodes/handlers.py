@@ -55,8 +55,12 @@ from vpq.metadata.map_cache import MapCache
 from vpq.node_rpc.append_frames import ChainGate, Frame, FrameError, decode_frames, error_entry, ok_entry
 from vpq.write_nodes.errors import LogIOError, OffsetOutOfRangeError
 from vpq.write_nodes.fence import FenceView
+from vpq.write_nodes.log import PartitionLog
 from vpq.write_nodes.metrics import WriteNodeMetrics
 from vpq.write_nodes.ownership import NOT_OWNER, PARTITION_OFFLINE, OwnedPartition, PartitionOwnership, State
+from vpq.write_nodes.replica_leader import LeaderState
+from vpq.write_nodes.replica_log import trim_batches
+from vpq.write_nodes.replication import ReplicaManager
 
 log = logging.getLogger(__name__)
 
@@ -252,8 +256,10 @@ class WriteNodeHandlers:
         metrics: WriteNodeMetrics | None = None,
         fence: FenceView | None = None,
         data_dir: Path | None = None,
+        replication: ReplicaManager | None = None,
     ) -> None:
         self._node_id = node_id
+        self._replication = replication
         self._data_dir = data_dir
         self._fence = fence
         self._ownership = ownership
@@ -322,6 +328,9 @@ class WriteNodeHandlers:
                     err = self._log_failure(f.pp, f.part, exc)
                     entries.append(error_entry(err.to_dict()["error"], err.status))
                     continue
+                except VpqError as exc:  # replication: leadership lost before the in-sync replicas had it
+                    entries.append(error_entry(exc.to_dict()["error"], exc.status))
+                    continue
                 self._count(f, time.perf_counter() - started)
                 entries.append(ok_entry(base, last))
         return entries
@@ -335,11 +344,15 @@ class WriteNodeHandlers:
             self._fence.check(self._guard.epoch, ((queues[k[0]][0], k[1]) for k in summary))
         part = self._ownership.serving(pp)
         assert part.log is not None
+        state = self._replication.state(pp) if self._replication is not None else None
+        if state is not None:
+            state.check_insync()
         frame.part, frame.queues = part, queues
         try:
-            return part.log.submit_checked(frame.batch, frame.view)
+            durable = part.log.submit_checked(frame.batch, frame.view)
         except ValueError as exc:
             raise BadRequest(CORRUPT_BATCH, f"corrupt record batch: {exc}") from None
+        return durable if state is None else _replicated(durable, state)
 
     def _count(self, frame: _Frame, elapsed_s: float) -> None:
         if self._traffic is not None:
@@ -355,17 +368,24 @@ class WriteNodeHandlers:
         part = self._ownership.serving(pp)
         plog = part.log
         assert plog is not None
-        if wait_ms > 0 and plog.durable_end_offset <= max(offset, plog.start_offset):
-            await plog.wait_for(max(offset, plog.start_offset), wait_ms / 1000.0)
+        state = self._replication.state(pp) if self._replication is not None else None
+        if wait_ms > 0 and _visible_end(plog, state) <= max(offset, plog.start_offset):
+            if state is None:
+                await plog.wait_for(max(offset, plog.start_offset), wait_ms / 1000.0)
+            else:
+                await state.wait_past(max(offset, plog.start_offset) + 1, wait_ms / 1000.0)
             part = self._ownership.serving(pp)  # lost, closed or offline while waiting?
             plog = part.log
             assert plog is not None
+            state = self._replication.state(pp) if self._replication is not None else None
         pos = max(offset, plog.start_offset)
-        end = plog.durable_end_offset
+        end = _visible_end(plog, state)
         data = b""
         if pos < end:
             try:
                 data = plog.read(pos, max_bytes)
+                if state is not None:
+                    data = trim_batches(data, end)
             except OffsetOutOfRangeError:
                 data = b""
             except LogIOError as exc:
@@ -377,9 +397,12 @@ class WriteNodeHandlers:
         )
 
     async def partitions(self, request: web.Request) -> web.Response:
-        body: dict[str, Any] = {
-            "node_id": self._node_id, "map_epoch": self._guard.epoch, "partitions": self._ownership.snapshot()
-        }
+        rows = self._ownership.snapshot()
+        body: dict[str, Any] = {"node_id": self._node_id, "map_epoch": self._guard.epoch, "partitions": rows}
+        if self._replication is not None:
+            for row in rows:
+                row.update(self._replication.leader_row(row["id"]))
+            body["followers"] = self._replication.follower_rows()
         if self._data_dir is not None:
             try:
                 usage = shutil.disk_usage(self._data_dir)
@@ -397,6 +420,18 @@ class WriteNodeHandlers:
             return Unavailable(NOT_OWNER, f"write node {self._node_id} is giving partition {pp} up", partition=pp, node=self._node_id)
         self._ownership.mark_offline(part, exc)
         return Unavailable(PARTITION_OFFLINE, f"partition {pp} is offline: {exc}", partition=pp, state="offline")
+
+
+def _visible_end(plog: PartitionLog, state: LeaderState | None) -> int:
+    """What readers may see: the durable end, or the high watermark when replicated."""
+    return plog.durable_end_offset if state is None else min(plog.durable_end_offset, state.high_watermark)
+
+
+async def _replicated(durable: Awaitable[tuple[int, int]], state: LeaderState) -> tuple[int, int]:
+    """The offsets once every in-sync replica has fsynced them."""
+    base, last = await durable
+    await state.wait_past(last + 1)
+    return base, last
 
 
 def build_app(handlers: WriteNodeHandlers, *, client_max_size: int) -> web.Application:

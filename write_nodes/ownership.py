@@ -50,7 +50,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from vpq.common.errors import Unavailable
 from vpq.config.settings import LogSettings
@@ -79,6 +79,22 @@ def default_log_factory(directory: Path, settings: LogSettings, pp: int) -> Part
 def partition_dir(partitions_dir: Path, pp: int) -> Path:
     """The log directory of ``pp``: ``<data_dir>/partitions/pp-00003``."""
     return partitions_dir / f"pp-{pp:05d}"
+
+
+class ReplicationHooks(Protocol):
+    """What ownership asks the replica manager (``write_nodes.replication``) when
+    partitions are replicated: leadership is taken only by an eligible replica and won
+    by epoch compare-and-swap; the manager learns when a log opens and closes."""
+
+    def is_replica(self, pp: int) -> bool: ...
+
+    async def eligible(self, pp: int) -> bool: ...
+
+    async def claim(self, pp: int) -> bool: ...
+
+    async def opened(self, pp: int, plog: PartitionLog) -> None: ...
+
+    def closed(self, pp: int) -> None: ...
 
 
 class PartitionBusyError(RuntimeError):
@@ -174,6 +190,7 @@ class PartitionOwnership:
         reopen_backoff_s: float = 1.0,
         max_reopen_backoff_s: float = 60.0,
         drain_timeout_s: float = 30.0,
+        replication: ReplicationHooks | None = None,
     ) -> None:
         if not 0 <= node_index < write_nodes:
             raise ValueError(f"node index {node_index} outside [0, {write_nodes})")
@@ -193,6 +210,7 @@ class PartitionOwnership:
         self._reopen_backoff_s = reopen_backoff_s
         self._max_reopen_backoff_s = max_reopen_backoff_s
         self._drain_timeout_s = drain_timeout_s
+        self._replication = replication
         self._parts: dict[int, OwnedPartition] = {}
         self._unowned_rounds: dict[int, int] = {}
         self._home_rounds: dict[int, int] = {}
@@ -304,6 +322,10 @@ class PartitionOwnership:
             if owner is not None and owner.node_id != self.node_id:
                 self._unowned_rounds.pop(pp, None)
                 continue
+            if self._replication is not None:  # any in-sync replica may lead; the epoch CAS decides
+                if self._replication.is_replica(pp) and await self._replication.eligible(pp):
+                    await self._take(pp)
+                continue
             if self.is_home(pp):
                 await self._take(pp)
                 continue
@@ -315,7 +337,7 @@ class PartitionOwnership:
                 await self._take(pp)
         for part in list(self._parts.values()):
             pp = part.pp
-            if self.is_home(pp) or part.state is State.CLOSING:
+            if self._replication is not None or self.is_home(pp) or part.state is State.CLOSING:
                 continue
             if (pp % self.write_nodes) in homes:
                 rounds = self._home_rounds.get(pp, 0) + 1
@@ -342,6 +364,10 @@ class PartitionOwnership:
             return
         self._unowned_rounds.pop(pp, None)
         self._home_rounds.pop(pp, None)
+        if self._replication is not None and not await self._replication.claim(pp):
+            with contextlib.suppress(MetadataUnavailable, OSError):
+                await self._keeper.release(resource)
+            return
         part = OwnedPartition(pp, token, resource)
         self._parts[pp] = part
         log.info("acquired the lease of partition %d (token %d)", pp, token)
@@ -368,6 +394,8 @@ class PartitionOwnership:
             plog = self._log_factory(partition_dir(self.partitions_dir, part.pp), self._log_settings, part.pp)
             try:
                 report = await plog.start()
+                if self._replication is not None:
+                    await self._replication.opened(part.pp, plog)
             except LogIOError as exc:
                 self._set_offline(part, str(exc))
                 return
@@ -437,8 +465,21 @@ class PartitionOwnership:
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
 
+    async def give_up(self, pp: int, why: str) -> None:
+        """Stop serving ``pp`` at once, close its log and release its lease (a newer
+        leader epoch exists)."""
+        part = self._parts.get(pp)
+        if part is None or part.state is State.CLOSING:
+            return
+        part.state = State.CLOSING
+        task = asyncio.create_task(self._close(part, release=True, why=why), name=f"give-up-pp-{pp}")
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
     async def _close(self, part: OwnedPartition, *, release: bool, why: str) -> None:
         part.state = State.CLOSING
+        if self._replication is not None:
+            self._replication.closed(part.pp)
         async with part.mutex:
             if part.closed:
                 return

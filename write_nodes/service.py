@@ -11,7 +11,11 @@
 5. registers the node (role ``write``, its address, meta ``{"index"}``) and keeps the
    registration and its leases alive (``LeaseKeeper``, TTL ``redis.lease_ttl_ms``);
 6. acquires and opens its home partitions (``PartitionOwnership``), then keeps
-   taking over dead siblings' partitions and handing them back.
+   taking over dead siblings' partitions and handing them back; with
+   ``cluster.replication_factor`` >= 2 every node keeps its own copies under
+   ``<data_dir>/write-node-<i>/`` instead, leads the partitions it wins the leader
+   epoch of and follows the others it holds a replica of (``write_nodes.replication``),
+   serving ``POST /internal/v1/replica/fetch`` to its followers.
 
 ``stop()`` (SIGTERM): refuses new requests (503 ``not_owner``), lets in-flight appends
 finish, closes every log (flush, fsync, checkpoint), releases the leases, deregisters,
@@ -49,12 +53,21 @@ from vpq.write_nodes.fence import FenceView, wire_fence
 from vpq.write_nodes.handlers import PlacementGuard, WriteNodeHandlers, build_app
 from vpq.write_nodes.metrics import WriteNodeMetrics
 from vpq.write_nodes.ownership import WRITE_ROLE, LogFactory, PartitionOwnership
+from vpq.write_nodes.replica_follower import FETCH_PATH
+from vpq.write_nodes.replica_handlers import ReplicaFetchHandler
+from vpq.write_nodes.replication import ReplicaManager
 from vpq.write_nodes.storage import OS_STORAGE, Storage
 
 log = logging.getLogger(__name__)
 
 STATS_SUBDIR = "stats"
 PARTITIONS_SUBDIR = "partitions"
+
+
+def replica_partitions_dir(data_dir: Path, node_index: int) -> Path:
+    """Where write node ``node_index`` keeps its replicas when partitions are
+    replicated: ``<data_dir>/write-node-<i>/partitions`` (no directory is shared)."""
+    return data_dir / f"write-node-{node_index}" / PARTITIONS_SUBDIR
 MIN_BODY_LIMIT = 64 << 20
 
 
@@ -230,6 +243,7 @@ class WriteNodeService:
         self._runner: web.AppRunner | None = None
         self._keeper: LeaseKeeper | None = None
         self._ownership: PartitionOwnership | None = None
+        self._replication: ReplicaManager | None = None
         self._sock: socket.socket | None = None
         self.partition_count = 0
         self.address = ""
@@ -282,12 +296,27 @@ class WriteNodeService:
                 address=self.address,
                 meta={"index": self.node_index, "pid": os.getpid()},
             )
+            partitions_dir = s.data_dir.resolve() / PARTITIONS_SUBDIR
+            if s.cluster.replication_factor >= 2:  # each replica has its own copy
+                partitions_dir = replica_partitions_dir(s.data_dir.resolve(), self.node_index)
+                self._replication = ReplicaManager(
+                    node_id=self.node_id,
+                    node_index=self.node_index,
+                    cluster=s.cluster,
+                    partition_count=self.partition_count,
+                    partitions_dir=partitions_dir,
+                    log_settings=s.log,
+                    log_factory=self._log_factory,
+                    leaders=md.leaders,
+                    nodes=md.nodes,
+                )
             self._ownership = PartitionOwnership(
                 node_id=self.node_id,
                 node_index=self.node_index,
                 write_nodes=s.cluster.write_nodes,
                 partition_count=self.partition_count,
-                partitions_dir=s.data_dir.resolve() / PARTITIONS_SUBDIR,
+                partitions_dir=partitions_dir,
+                replication=self._replication,
                 log_settings=s.log,
                 keeper=self._keeper,
                 leases=md.leases,
@@ -300,16 +329,22 @@ class WriteNodeService:
             guard = PlacementGuard(self._cache)
             handlers = WriteNodeHandlers(
                 self.node_id, self._ownership, guard, self._traffic, self.metrics, fence=self._fence,
-                data_dir=s.data_dir,
+                data_dir=s.data_dir, replication=self._replication,
             )
             body_limit = max(MIN_BODY_LIMIT, 2 * s.gateway.max_request_bytes)
             app = build_app(handlers, client_max_size=body_limit)
+            if self._replication is not None:
+                fetcher = ReplicaFetchHandler(self._ownership, self._replication)
+                app.router.add_post(FETCH_PATH, fetcher.fetch)
+                self._replication.on_fenced = self._ownership.give_up
             wire_fence(app, self._fence, self._ownership, lambda epoch: guard.refresh_if_needed(epoch, ()))
             self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=5.0)
             await self._runner.setup()
             await web.SockSite(self._runner, sock).start()
             await self._keeper.start()
             await self._ownership.start()
+            if self._replication is not None:
+                await self._replication.start()
         except BaseException:
             await self._teardown(release=True)
             raise
@@ -332,6 +367,8 @@ class WriteNodeService:
         log.info("write node %s stopped", self.node_id)
 
     async def _teardown(self, release: bool) -> None:
+        if self._replication is not None:
+            await self._replication.stop()
         if self._ownership is not None:
             await self._ownership.stop(release=release)
         if self._keeper is not None:
@@ -351,5 +388,5 @@ class WriteNodeService:
             await self._listener.stop()
         if self._md is not None:
             await self._md.stop()
-        self._ownership = self._keeper = self._runner = self._traffic = self._sock = None
+        self._ownership = self._keeper = self._runner = self._traffic = self._sock = self._replication = None
         self._cache = self._listener = self._md = self._fence = None
