@@ -84,7 +84,13 @@ class ReplicaFetchHandler:
             if e != last_epoch or offset > end:
                 headers[DIVERGING_HEADER] = f"{e} {end}"
                 return web.Response(body=b"", headers=headers, content_type="application/octet-stream")
-        if state.fetched(replica, offset, time.monotonic()):
+        action = state.fetched(replica, offset, time.monotonic())
+        if action == "shrink":
+            await self._manager.drop(state, replica, "it asks for less than it had fsynced")
+            if replica in state.isr:
+                raise Unavailable(NOT_LEADER, f"partition {pp}: cannot take replica {replica} out of the in-sync set now")
+            action = state.fetched(replica, offset, time.monotonic())
+        if action == "expand":
             self._manager.expand(state, replica)
         if wait_ms > 0 and plog.durable_end_offset <= offset:
             await plog.wait_for(offset, wait_ms / 1000.0)

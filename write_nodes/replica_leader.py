@@ -7,12 +7,14 @@ changes in Redis and calls back):
   leader's own ``durable_end_offset`` and, for each in-sync follower, the offset it
   asked for in its last fetch (a follower only asks for offset X once everything below
   X is fsynced in its own log). Acknowledgements and read nodes use it.
-- ``fetched(replica, offset, leader_end, now)`` records a follower's fetch. A follower
+- ``fetched(replica, offset, now)`` records a follower's fetch. A follower
   is *caught up* at the time of a fetch reaching the leader's end as it was at the
   previous answer (or the current end); ``lagging(now)`` lists the in-sync followers
   not caught up for ``lag_max_s``. It answers a follower out of the in-sync set that is
   caught up now, which the manager adds (in memory first, then in Redis: the set used
-  for the watermark is never smaller than the stored one).
+  for the watermark is never smaller than the stored one), and an in-sync follower
+  asking for less than it reported before (it lost data), which the manager removes
+  before counting anything of it.
 - ``wait_past(offset)`` (through ``wait_durable``, the log's ``wait_for``, while the
   leader is alone in sync) waits until ``high_watermark >= offset`` and raises the state's
   close reason (``Unavailable``) when the state is closed first (leadership lost).
@@ -87,19 +89,23 @@ class LeaderState:
         return sorted(r for r in self.isr if r != self.me and now - self.caught_up_at.get(r, now) > self._lag_max_s)
 
     # ---------------------------------------------------------------- updates
-    def fetched(self, replica: int, offset: int, now: float) -> bool:
-        """Record a fetch at ``offset`` (everything below it durable on ``replica``);
-        True when the follower is out of the in-sync set and caught up now."""
+    def fetched(self, replica: int, offset: int, now: float) -> str | None:
+        """Record a fetch at ``offset`` (everything below it durable on ``replica``).
+        Answers ``"expand"`` for a follower out of the in-sync set that is caught up now,
+        ``"shrink"`` for an in-sync follower that asks for less than it had reported
+        (it lost data: a wiped or damaged disk), else None."""
         end = self._durable_end()
-        if offset > self.follower_end.get(replica, 0):
-            self.follower_end[replica] = offset
+        before = self.follower_end.get(replica, 0)
+        if offset < before and replica in self.isr:
+            return "shrink"
+        self.follower_end[replica] = offset
         sent = self._sent.get(replica)
         if offset >= end:
             self.caught_up_at[replica] = now
         elif sent is not None and offset >= sent[0]:
             self.caught_up_at[replica] = max(self.caught_up_at.get(replica, 0.0), sent[1])
         self._wake()
-        return replica not in self.isr and offset >= end
+        return "expand" if replica not in self.isr and offset >= end else None
 
     def answered(self, replica: int, end: int, now: float) -> None:
         """The fetch answer sent to ``replica`` brings it to ``end``."""

@@ -97,11 +97,12 @@ class EpochHistory:
         return True
 
     def adopt(self, leader_entries: Iterable[tuple[int, int]], end: int) -> bool:
-        """Take the leader's entries that start below ``end`` (what this replica copied)
-        after the last one it has; True when something changed (then ``save``)."""
+        """Take the leader's entries that start at or below ``end`` (this replica's log
+        is a prefix of the leader's up to ``end``) after the last one it has; True when
+        something changed (then ``save``)."""
         changed = False
         for e, s in leader_entries:
-            if s < end or (s == end and not self.entries):
+            if s <= end:
                 changed = self.changed_by_assign(e, s) or changed
         return changed
 

@@ -5,8 +5,9 @@ node first; each keeps its own copy in its own data directory. Contract of
 :class:`ReplicaManager` (one per write node; ``start``/``stop``):
 
 - Leadership: ``PartitionOwnership`` takes the lease ``pp:{pp}`` only when
-  ``eligible(pp)`` (this node is an in-sync replica in the record, or the record does
-  not exist yet and this is the home node); right after acquiring it, ``claim(pp)``
+  ``eligible(pp)`` (this node is an in-sync replica in the record and its copy has an
+  epoch history, i.e. was not lost with its disk; or the record does not exist yet and
+  this is the home node); right after acquiring it, ``claim(pp)``
   stops this node's follower of pp and wins the leader epoch by compare-and-swap
   (``PartitionLeaders.elect``); when that fails the lease is given back. ``opened``
   (the log is open, before any append) appends (epoch, log end) to the durable epoch
@@ -45,7 +46,7 @@ from vpq.write_nodes.log import PartitionLog
 from vpq.write_nodes.ownership import WRITE_ROLE, LogFactory, partition_dir
 from vpq.write_nodes.replica_follower import Follower
 from vpq.write_nodes.replica_leader import LeaderState
-from vpq.write_nodes.replica_log import EpochHistory
+from vpq.write_nodes.replica_log import HISTORY_FILE, EpochHistory
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +141,8 @@ class ReplicaManager:
         rec = await self.leaders.get(pp)
         if rec is None:
             return self.replicas(pp)[0] == self.me
+        if rec.epoch > 0 and not (partition_dir(self.partitions_dir, pp) / HISTORY_FILE).exists():
+            return False  # in sync by the record, yet without the history of its copy: its disk was lost
         return self.me in rec.isr
 
     async def claim(self, pp: int) -> bool:
@@ -207,12 +210,16 @@ class ReplicaManager:
                 await self.on_fenced(state.pp, why)
         return ok
 
-    async def _shrink(self, state: LeaderState, lagging: list[int]) -> None:
-        new = set(state.isr) - set(lagging)
+    async def drop(self, state: LeaderState, replica: int, why: str) -> None:
+        await self._shrink(state, [replica], why)
+
+    async def _shrink(self, state: LeaderState, out: list[int], why: str = "lagging") -> None:
+        new = set(state.isr) - set(out)
         if await self._store_isr(state, new) and state.closed is None:
             state.set_isr(new)
+            state.follower_end.update((r, 0) for r in out)
             self.isr_shrinks += 1
-            log.warning("partition %d: replicas %s left the in-sync set (lagging), in sync %s", state.pp, lagging, sorted(new))
+            log.warning("partition %d: replicas %s left the in-sync set (%s), in sync %s", state.pp, out, why, sorted(new))
 
     # ------------------------------------------------------------------ rounds
     async def _run(self) -> None:
