@@ -125,7 +125,8 @@ class PartitionLeaders:
     async def create(self, pp: int, replicas: Sequence[int]) -> LeaderRecord:
         if not replicas:
             raise ValueError("a partition needs at least one replica")
-        rec = _record(pp, await self._create(keys=[self._keys.pp_leader(pp)], args=[_list(replicas)]))
+        ordered = json.dumps(list(dict.fromkeys(int(r) for r in replicas)))  # home node first
+        rec = _record(pp, await self._create(keys=[self._keys.pp_leader(pp)], args=[ordered]))
         assert rec is not None
         return rec
 
