@@ -13,6 +13,7 @@ from vpq.cli.bench_peers import bench_peers
 from vpq.cli.bench_platform import bench_drain, bench_latency, bench_produce
 from vpq.cli.bench_powerloss import bench_powerloss
 from vpq.cli.bench_rebalance import bench_rebalance
+from vpq.cli.bench_replication import bench_replication, bench_replication_faults
 
 bench_app = typer.Typer(help="Benchmarks: print figures and ratios; the last line is JSON.", no_args_is_help=True)
 
@@ -30,3 +31,5 @@ bench_app.command("hotkey")(bench_hotkey)
 bench_app.command("catchup")(bench_catchup)
 bench_app.command("envflood")(bench_envflood)
 bench_app.command("powerloss")(bench_powerloss)
+bench_app.command("replication")(bench_replication)
+bench_app.command("replication-faults")(bench_replication_faults)

@@ -72,6 +72,7 @@ class KeyedProducer:
     keys: int
     acked: dict[str, list[int]] = field(default_factory=dict)
     acked_end: dict[int, int] = field(default_factory=dict)
+    where: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
     requests: int = 0
     failures: int = 0
 
@@ -107,6 +108,7 @@ class KeyedProducer:
                             for r, m in zip((await resp.json())["results"], body["messages"], strict=True):
                                 self.acked.setdefault(m["key"], []).append(seq)
                                 pp, off = int(r["partition"]), int(r["offset"])
+                                self.where[(m["key"], seq)] = (pp, off)
                                 self.acked_end[pp] = max(self.acked_end.get(pp, 0), off + 1)
                             break
                         await resp.read()
@@ -207,6 +209,7 @@ async def inject(
         return f"SIGKILL follower {follower}, bit flipped at byte {where} of {name}", [(follower, pid)]
     if fault == "power_loss":
         plat.kill_all()
+        await asyncio.sleep(1.0)  # answers sent before the kill may still be in the socket buffers: count them
         cut = 0
         for i in range(cfg.write_nodes):
             for p in range(cfg.physical_partitions):
@@ -257,6 +260,11 @@ async def run_fault_campaign(cfg: FaultConfig, work: Path, echo: Callable[[str],
                 await task
             delivered = await consume_all(session, plat.url, QUEUE, sum(len(v) for v in producer.acked.values()))
             results.update(check_delivery(producer.acked, delivered))
+            if results["lost"]:
+                got = {(m["value"]["k"], int(m["value"]["s"])) for m in delivered}
+                missing = sorted(producer.where[(k, s)] for k, seqs in producer.acked.items() for s in seqs
+                                 if (k, s) not in got and (k, s) in producer.where)
+                results["lost_at"] = missing[:20]
             results["requests"] = producer.requests
             results["failed_requests"] = producer.failures
     finally:
