@@ -412,7 +412,13 @@ class WriteNodeHandlers:
         return json_response(body)
 
     async def metrics(self, request: web.Request) -> web.Response:
-        text = self._metrics.render(self._ownership.snapshot(), self._guard.epoch)
+        rows = self._ownership.snapshot()
+        counters = None
+        if self._replication is not None:
+            for row in rows:
+                row.update(self._replication.leader_row(row["id"]))
+            counters = self._replication.counters()
+        text = self._metrics.render(rows, self._guard.epoch, counters)
         return web.Response(body=text, headers={"Content-Type": self._metrics.content_type})
 
     def _log_failure(self, pp: int, part: OwnedPartition, exc: LogIOError) -> Unavailable:

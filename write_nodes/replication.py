@@ -100,6 +100,7 @@ class ReplicaManager:
         self.on_fenced: Callable[[int, str], Awaitable[None]] | None = None
         self.isr_shrinks = 0
         self.isr_expands = 0
+        self.truncations = 0  # of followers stopped since (the running ones count their own)
 
     # ---------------------------------------------------------------- queries
     def replicas(self, pp: int) -> tuple[int, ...]:
@@ -151,6 +152,7 @@ class ReplicaManager:
         follower = self._followers.pop(pp, None)
         if follower is not None:
             await follower.stop()
+            self.truncations += follower.truncations
         try:
             rec = await self.leaders.get(pp) or await self.leaders.create(pp, self.replicas(pp))
             new = await self.leaders.elect(pp, self.me, self.node_id, rec.epoch)
@@ -274,6 +276,13 @@ class ReplicaManager:
         task.add_done_callback(self._bg.discard)
 
     # ---------------------------------------------------------------- listing
+    def counters(self) -> dict[str, int]:
+        return {
+            "isr_shrinks": self.isr_shrinks,
+            "isr_expands": self.isr_expands,
+            "truncations": self.truncations + sum(f.truncations for f in self._followers.values()),
+        }
+
     def follower_rows(self) -> list[dict[str, Any]]:
         return [f.snapshot() for _, f in sorted(self._followers.items())]
 

@@ -51,6 +51,11 @@ def test_cluster_shows_leaders_replicas_isr_and_epochs(tmp_path):
             assert x["replicas"] == [f"w{x['id']}", f"w{1 - x['id']}"]
             assert sorted(x["in_sync_replicas"]) == ["w0", "w1"]
             assert x["leader_epoch"] >= 1
+        for node in api.cluster()["write_nodes"]:  # replication metrics of each leader
+            text = requests.get(f"http://{node['address']}/internal/v1/metrics", timeout=10).text
+            assert 'vpq_partition_leader_epoch{partition="' in text
+            assert 'vpq_replica_lag_records{partition="' in text
+            assert "vpq_partition_in_sync_replicas" in text and "vpq_replication_isr_shrinks_total" in text
         for i in range(2):  # no shared directory: each node has its own copy of each pp
             for pp in range(2):
                 assert (tmp_path / "vpq" / f"write-node-{i}" / "partitions" / f"pp-{pp:05d}").is_dir()
