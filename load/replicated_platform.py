@@ -6,7 +6,8 @@ short leases, and controls its real processes: ``cluster()`` (``GET /v1/cluster`
 ``leader_of(pp)`` / ``follower_of(pp)`` (node ids), ``pid_of(node_id)``, ``signal``
 (SIGKILL, SIGSTOP, SIGCONT to one write node; ``vpq up`` restarts a killed one),
 ``kill_all`` (SIGKILL of the whole process group: a power loss of every node),
-``restart`` (a new ``vpq up`` on the same directory and port) and
+``restart`` (a new ``vpq up`` on the same directory and port; with ``redis_url`` the
+platform uses that Redis, e.g. through a ``load.tcp_proxy.CuttingProxy``) and
 ``wait_healthy`` (every partition led, online, with every replica in sync).
 
 The files of replica ``i`` of pp are under ``<data>/write-node-<i>/partitions/pp-NNNNN``
@@ -46,6 +47,7 @@ class ReplicatedPlatform:
         lease_ttl_ms: int = 1500,
         replica_lag_max_ms: int = 1000,
         extra_args: list[str] | None = None,
+        redis_url: str | None = None,
     ) -> None:
         self.data_dir = data_dir
         self.write_nodes = write_nodes
@@ -59,6 +61,7 @@ class ReplicatedPlatform:
             "--set", f"cluster.replica_lag_max_ms={replica_lag_max_ms}",
             "--set", "queues.session_timeout_ms=3000",
             *(extra_args or []),
+            *(["--redis-url", redis_url] if redis_url else []),
         ]
         self.port = 0
         self.process: VpqProcess | None = None

@@ -15,9 +15,12 @@ Faults (``FAULTS``), each on the leader or a follower of partition ``pp``:
 
 - ``kill_leader``: SIGKILL of the leader (``vpq up`` restarts it);
 - ``zombie``: SIGSTOP of the leader for 2.5 lease TTLs, then SIGCONT;
+- ``redis_cut``: the leader cut off from Redis for 2.5 lease TTLs (the platform reaches
+  Redis through a ``load.tcp_proxy.CuttingProxy`` that closes the leader's connections
+  and refuses its new ones), while it keeps running and reaching its followers;
 - ``wipe_follower``: SIGKILL of a follower and removal of its whole data directory
   before it restarts;
-- ``power_loss``: SIGKILL of every process, then each replica's segment cut at a random
+- ``power_loss``: SIGKILL of every vpq process (Redis keeps running), then each replica's segment cut at a random
   point past the acknowledged end (its unsynced tail, torn writes included), restart;
 - ``bitflip``: SIGKILL of a follower, one random bit of its segment flipped, restart.
 
@@ -40,9 +43,11 @@ from typing import Any
 
 import aiohttp
 
+from vpq.common.redis_server import RedisServer
 from vpq.load.replicated_platform import ReplicatedPlatform, cut_unsynced_tail, flip_bit
+from vpq.load.tcp_proxy import CuttingProxy
 
-FAULTS = ("kill_leader", "zombie", "wipe_follower", "power_loss", "bitflip")
+FAULTS = ("kill_leader", "zombie", "redis_cut", "wipe_follower", "power_loss", "bitflip")
 QUEUE = "faults"
 
 
@@ -182,7 +187,7 @@ def check_delivery(acked: dict[str, list[int]], delivered: list[dict[str, Any]])
 
 async def inject(
     fault: str, plat: ReplicatedPlatform, session: aiohttp.ClientSession, cfg: FaultConfig,
-    producer: KeyedProducer, rng: random.Random,
+    producer: KeyedProducer, rng: random.Random, proxy: CuttingProxy | None = None,
 ) -> tuple[str, list[tuple[str, int]]]:
     """One fault on partition ``cfg.pp``: a line saying what was done, and the (node id,
     pid) of each write node killed (``vpq up`` restarts them)."""
@@ -197,6 +202,14 @@ async def inject(
         await asyncio.sleep(2.5 * cfg.lease_ttl_ms / 1000.0)
         plat.signal(leader, signal.SIGCONT)
         return f"SIGSTOP leader {leader} for {2.5 * cfg.lease_ttl_ms / 1000.0:.1f}s, SIGCONT", []
+    if fault == "redis_cut":
+        leader = await plat.leader_of(session, pp)
+        pid = plat.pid_of(leader)
+        assert proxy is not None and pid is not None
+        cut = proxy.block(pid)
+        await asyncio.sleep(2.5 * cfg.lease_ttl_ms / 1000.0)
+        proxy.unblock(pid)
+        return f"leader {leader} cut off from Redis ({cut} connections) for {2.5 * cfg.lease_ttl_ms / 1000.0:.1f}s", []
     if fault in ("wipe_follower", "bitflip"):
         follower = await plat.follower_of(session, pp)
         pid = plat.signal(follower, signal.SIGKILL)
@@ -223,13 +236,18 @@ async def inject(
 
 async def run_fault_campaign(cfg: FaultConfig, work: Path, echo: Callable[[str], None]) -> dict[str, Any]:
     rng = random.Random(cfg.seed)
+    redis = RedisServer(data_dir=work / "redis-server", appendonly=True)
+    redis.start()
+    proxy = CuttingProxy("127.0.0.1", redis.port)
+    await proxy.start()
     plat = ReplicatedPlatform(
-        work, write_nodes=cfg.write_nodes, replication_factor=cfg.replication_factor, min_insync=cfg.min_insync,
-        physical_partitions=cfg.physical_partitions, lease_ttl_ms=cfg.lease_ttl_ms,
+        work / "vpq", write_nodes=cfg.write_nodes, replication_factor=cfg.replication_factor,
+        min_insync=cfg.min_insync, physical_partitions=cfg.physical_partitions, lease_ttl_ms=cfg.lease_ttl_ms,
+        redis_url=f"redis://127.0.0.1:{proxy.port}/0",
     )
-    await plat.start()
     results: dict[str, Any] = {"faults": {}}
     try:
+        await plat.start()
         async with aiohttp.ClientSession() as session:
             async with session.put(f"{plat.url}/v1/queues/{QUEUE}", json={}) as resp:
                 assert resp.status in (200, 201), await resp.text()
@@ -244,7 +262,7 @@ async def run_fault_campaign(cfg: FaultConfig, work: Path, echo: Callable[[str],
                         await asyncio.sleep(cfg.settle_s)
                         before = producer.acked_count
                         started = time.monotonic()
-                        what, killed = await inject(fault, plat, session, cfg, producer, rng)
+                        what, killed = await inject(fault, plat, session, cfg, producer, rng, proxy)
                         for node, pid in killed:
                             await plat.wait_restarted(node, pid)
                         await plat.wait_healthy(session)
@@ -269,4 +287,6 @@ async def run_fault_campaign(cfg: FaultConfig, work: Path, echo: Callable[[str],
             results["failed_requests"] = producer.failures
     finally:
         plat.stop()
+        await proxy.stop()
+        redis.stop()
     return results
