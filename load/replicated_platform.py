@@ -30,7 +30,7 @@ import aiohttp
 import psutil
 
 from vpq.codec.batch_common import HEADER, HEADER_SIZE, LENGTH_END
-from vpq.load.peers.vpq_process import VpqProcess
+from vpq.load.peers.vpq_process import LOG_NAME, VpqProcess
 
 WRITE_MODULE = "vpq.write_nodes.main"
 
@@ -98,6 +98,12 @@ class ReplicatedPlatform:
         self.process = None
 
     async def restart(self, timeout_s: float = 90.0) -> None:
+        """A new ``vpq up`` on the same directory; the old one's log is set aside first
+        (its node exits would read as a crash loop of the new one)."""
+        log = self.data_dir / LOG_NAME
+        if log.exists():
+            n = len(list(self.data_dir.glob(LOG_NAME + ".*")))
+            log.rename(self.data_dir / f"{LOG_NAME}.{n + 1}")
         await self.start(timeout_s)
 
     # ------------------------------------------------------------- inspection

@@ -26,7 +26,8 @@ Faults (``FAULTS``), each on the leader or a follower of partition ``pp``:
 
 The producer: ``producers`` workers each own ``keys`` keys; a request carries one
 message per key with the next sequence number, and is retried unchanged until it is
-answered 200, so per key the acknowledged order is the send order.
+answered 200 (then the worker pauses ``pause_s``), so per key the acknowledged order is
+the send order.
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ class FaultConfig:
     min_insync: int = 1
     lease_ttl_ms: int = 1500
     settle_s: float = 0.5
+    pause_s: float = 0.05  # each producer's pause after an acknowledged request
     seed: int = 0
 
 
@@ -75,6 +77,7 @@ class KeyedProducer:
     queue: str
     producers: int
     keys: int
+    pause_s: float = 0.0
     acked: dict[str, list[int]] = field(default_factory=dict)
     acked_end: dict[int, int] = field(default_factory=dict)
     where: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
@@ -115,6 +118,7 @@ class KeyedProducer:
                                 pp, off = int(r["partition"]), int(r["offset"])
                                 self.where[(m["key"], seq)] = (pp, off)
                                 self.acked_end[pp] = max(self.acked_end.get(pp, 0), off + 1)
+                            await asyncio.sleep(self.pause_s)
                             break
                         await resp.read()
                 except (aiohttp.ClientError, asyncio.TimeoutError):
@@ -252,7 +256,7 @@ async def run_fault_campaign(cfg: FaultConfig, work: Path, echo: Callable[[str],
             async with session.put(f"{plat.url}/v1/queues/{QUEUE}", json={}) as resp:
                 assert resp.status in (200, 201), await resp.text()
             await plat.wait_healthy(session)
-            producer = KeyedProducer(plat.url, QUEUE, cfg.producers, cfg.keys)
+            producer = KeyedProducer(plat.url, QUEUE, cfg.producers, cfg.keys, cfg.pause_s)
             stop = asyncio.Event()
             task = asyncio.create_task(producer.run(session, stop))
             try:

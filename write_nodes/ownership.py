@@ -394,8 +394,6 @@ class PartitionOwnership:
             plog = self._log_factory(partition_dir(self.partitions_dir, part.pp), self._log_settings, part.pp)
             try:
                 report = await plog.start()
-                if self._replication is not None:
-                    await self._replication.opened(part.pp, plog)
             except LogIOError as exc:
                 self._set_offline(part, str(exc))
                 return
@@ -403,6 +401,15 @@ class PartitionOwnership:
                 log.exception("partition %d failed to open", part.pp)
                 self._set_offline(part, f"cannot open the log: {exc!r}")
                 return
+            if self._replication is not None:  # the leader epoch's history entry, before any append
+                try:
+                    await self._replication.opened(part.pp, plog)
+                except Exception as exc:
+                    log.exception("partition %d: cannot start leading", part.pp)
+                    with contextlib.suppress(LogIOError):
+                        await plog.stop()
+                    self._set_offline(part, f"cannot start leading: {exc!r}")
+                    return
             part.log, part.report = plog, report
             if part.closed or part.state is not State.OPENING:
                 return  # lost meanwhile: _close (waiting on the mutex) closes the log
