@@ -7,7 +7,9 @@ import typer
 from vpq.cli.bench_assign import bench_assign
 from vpq.cli.bench_capacity import bench_capacity
 from vpq.cli.bench_ceiling import bench_ceiling
-from vpq.cli.bench_delivery import bench_catchup, bench_envflood, bench_hotkey
+from vpq.cli.bench_compaction import bench_compaction
+from vpq.cli.bench_dedup import bench_dedup
+from vpq.cli.bench_delivery import bench_catchup, bench_delayed, bench_envflood, bench_hotkey
 from vpq.cli.bench_log import bench_log
 from vpq.cli.bench_peers import bench_peers
 from vpq.cli.bench_platform import bench_drain, bench_latency, bench_produce
@@ -27,9 +29,12 @@ bench_app.command("latency")(bench_latency)
 bench_app.command("drain")(bench_drain)
 bench_app.command("ceiling")(bench_ceiling)
 bench_app.command("capacity")(bench_capacity)
+bench_app.command("dedup")(bench_dedup)
 bench_app.command("hotkey")(bench_hotkey)
 bench_app.command("catchup")(bench_catchup)
 bench_app.command("envflood")(bench_envflood)
+bench_app.command("delayed")(bench_delayed)
 bench_app.command("powerloss")(bench_powerloss)
 bench_app.command("replication")(bench_replication)
 bench_app.command("replication-faults")(bench_replication_faults)
+bench_app.command("compaction")(bench_compaction)

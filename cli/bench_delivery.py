@@ -1,11 +1,11 @@
-"""``vpq bench hotkey|catchup|envflood``: the delivery engine measured through the gateway.
+"""``vpq bench hotkey|catchup|envflood|delayed``: the delivery engine measured through the gateway.
 
 Like ``vpq bench produce|latency|drain`` (:mod:`cli.bench_platform`): each measures
 the platform at ``--url`` or starts its own ``vpq up`` on a fresh temporary data
 directory, prints readable figures and, as the LAST line, one JSON object. ``--quick``
 runs a small form in seconds (options given explicitly still win). The logic lives in
 :mod:`load.platform_bench.hotkey`, :mod:`~load.platform_bench.catchup` and
-:mod:`~load.platform_bench.envflood`; these benchmarks repeat themselves internally
+:mod:`~load.platform_bench.envflood` and :mod:`~load.platform_bench.delayed`; these benchmarks repeat themselves internally
 (``--rounds``, alternating what goes first) and report medians and ratios.
 
 Exit status: 2 when there is no platform to measure; 1 when the run found lost,
@@ -25,6 +25,7 @@ import typer
 
 from vpq.cli.bench_platform import DATA_HELP, PP_HELP, URL_HELP, execute, fmt_ms
 from vpq.load.platform_bench.catchup import CatchupConfig, run_catchup
+from vpq.load.platform_bench.delayed import DelayedConfig, run_delayed
 from vpq.load.platform_bench.envflood import EnvfloodConfig, run_envflood
 from vpq.load.platform_bench.hotkey import HotkeyConfig, run_hotkey
 from vpq.load.platform_bench.proc_cpu import platform_root, rss_by_role
@@ -179,3 +180,53 @@ def bench_envflood(
     execute("envflood", url, physical_partitions, data_dir, 1, runner,
             ("prod_p50_ms", "prod_p99_ms", "rss_before_mb", "rss_after_mb", "rss_growth_mb", "rss_peak_growth_mb",
              "flood_produce_per_s"), ("lost", "duplicates", "crossed", "send_errors"), _show_envflood, _failed)
+
+
+# ---------------------------------------------------------------------------- delayed
+def _show_delayed(r: dict[str, Any]) -> list[str]:
+    lines = [
+        f"delayed messages         {r['produced']:,} at {r['produce_per_s']:,.0f} msg/s, delays "
+        f"{r['config']['delay_min_ms']:,}-{r['config']['delay_max_ms']:,} ms",
+        f"lateness p50 / p99 / max {fmt_ms(r['lateness_p50_ms'])} / {fmt_ms(r['lateness_p99_ms'])} / "
+        f"{fmt_ms(r['lateness_max_ms'])}  (goal p99 < 100 ms)",
+        f"lost / dup / early       {r['lost']} / {r['duplicates']} / {r['early']}",
+    ]
+    if "pending" in r:
+        lines += [
+            f"pending delayed          {r['pending']:,} (produced at {r['pending_produce_per_s']:,.0f} msg/s)",
+            f"read-node RSS            none pending {r['rss_before_mb']} MB, {r['pending']:,} pending "
+            f"{r['rss_after_mb']} MB: growth {r['rss_growth_mb']} MB, {r['bytes_per_pending']} bytes each "
+            "(goal growth < 150 MB for 1,000,000)",
+            f"record cache             {r['cache_before_mb']} MB before, {r['cache_after_mb']} MB after",
+        ]
+    return lines
+
+
+def _delayed_failed(r: dict[str, Any]) -> bool:
+    return bool(r.get("timed_out")) or any(r.get(c, 0) for c in ("lost", "early"))
+
+
+def bench_delayed(
+    url: Optional[str] = typer.Option(None, "--url", help=URL_HELP),
+    quick: bool = typer.Option(False, "--quick", help=_QUICK_HELP),
+    rate: Optional[float] = typer.Option(None, help="delayed messages per second [1000; quick 200]"),
+    seconds: Optional[float] = typer.Option(None, help="seconds of delayed traffic [20; quick 3]"),
+    delay_min_ms: Optional[int] = typer.Option(None, help="shortest delay [1000; quick 300]"),
+    delay_max_ms: Optional[int] = typer.Option(None, help="longest delay [5000; quick 1000]"),
+    pending: Optional[int] = typer.Option(None, help="pending delayed messages for the RSS figure, 0: skip "
+                                          "[1000000; quick 20000]"),
+    warmup: Optional[int] = typer.Option(None, help="immediate messages consumed before the RSS baseline "
+                                         "[300000; quick 5000]"),
+    physical_partitions: int = typer.Option(4, help=PP_HELP),
+    data_dir: Optional[Path] = typer.Option(None, help=DATA_HELP),
+) -> None:
+    """Delayed messages: lateness at a steady rate, and read-node RSS with many pending."""
+    cfg = build_config(DelayedConfig, quick, rate=rate, seconds=seconds, delay_min_ms=delay_min_ms,
+                       delay_max_ms=delay_max_ms, pending=pending, warmup=warmup)
+
+    async def runner(client: AsyncClient, echo: Echo, _cpu: Any) -> dict[str, Any]:
+        return await run_delayed(client, cfg, echo, _read_node_rss(client.base_url))
+
+    execute("delayed", url, physical_partitions, data_dir, 1, runner,
+            ("lateness_p50_ms", "lateness_p99_ms", "lateness_max_ms", "rss_before_mb", "rss_after_mb",
+             "rss_growth_mb", "bytes_per_pending"), ("lost", "duplicates", "early"), _show_delayed, _delayed_failed)

@@ -1,5 +1,5 @@
 """Human sub-commands of ``vpq`` built on the SDK: produce, consume, queues, groups,
-cluster, create-queue, delete-queue.
+cluster, create-queue, delete-queue, delete-group, redrive.
 
 Every command takes ``--url`` (env ``VPQ_URL``, default ``http://127.0.0.1:8080``),
 ``--token`` (env ``VPQ_TOKEN``) and ``--output/-o table|json`` (``--json`` is
@@ -354,6 +354,9 @@ def create_queue(
     visibility_timeout_ms: Annotated[Optional[int], typer.Option(min=1)] = None,
     retention_ms: Annotated[Optional[int], typer.Option()] = None,
     max_message_bytes: Annotated[Optional[int], typer.Option(min=1)] = None,
+    dedup_window_ms: Annotated[
+        Optional[int], typer.Option(min=0, help="a dedup_id stored this recently is not stored again; 0 = off")
+    ] = None,
     url: UrlOpt = DEFAULT_URL,
     token: TokenOpt = None,
     json_out: JsonOpt = False,
@@ -368,6 +371,7 @@ def create_queue(
         "visibility_timeout_ms": visibility_timeout_ms,
         "retention_ms": retention_ms,
         "max_message_bytes": max_message_bytes,
+        "dedup_window_ms": dedup_window_ms,
     }
     queue = _run(url, token, lambda c: c.put_queue(name, **config))
     if json_out or output is Output.json:
@@ -389,6 +393,36 @@ def delete_queue(
     typer.echo(f"deleted {name}")
 
 
+def delete_group(
+    queue: Annotated[str, typer.Argument(help="queue name")],
+    group: Annotated[str, typer.Argument(help="consumer group")],
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="do not ask for confirmation")] = False,
+    url: UrlOpt = DEFAULT_URL,
+    token: TokenOpt = None,
+) -> None:
+    """Delete a consumer group with its members, delivery and ack state."""
+    if not yes and not typer.confirm(f"delete group {group!r} of queue {queue!r} and its state?"):
+        raise typer.Exit(1)
+    _run(url, token, lambda c: c.delete_group(queue, group))
+    typer.echo(f"deleted group {group} of {queue}")
+
+
+def redrive(
+    queue: Annotated[str, typer.Argument(help="queue name")],
+    group: Annotated[str, typer.Argument(help="consumer group")],
+    max_messages: Annotated[Optional[int], typer.Option(min=1, help="at most this many (default: all)")] = None,
+    url: UrlOpt = DEFAULT_URL,
+    token: TokenOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Deliver a group's dead letters to it again (they leave its dead-letter queue)."""
+    n = _run(url, token, lambda c: c.redrive(queue, group, max_messages))
+    if json_out:
+        _print_json({"redriven": n})
+    else:
+        typer.echo(f"redrove {n} message(s) to {queue} / {group}")
+
+
 def register_commands(app: typer.Typer) -> None:
     """Add the human commands to the ``vpq`` app."""
     app.command("produce")(produce)
@@ -398,3 +432,5 @@ def register_commands(app: typer.Typer) -> None:
     app.command("cluster")(cluster)
     app.command("create-queue")(create_queue)
     app.command("delete-queue")(delete_queue)
+    app.command("delete-group")(delete_group)
+    app.command("redrive")(redrive)

@@ -151,6 +151,7 @@ def queue_fields(view: View) -> list[Field]:
         (Column("vis", "visibility", 7, right=True), _get("visibility_timeout_ms", fmt=h.duration_ms)),
         (Column("ret", "retention", 7, right=True), _get("retention_ms", fmt=h.duration_ms)),
         (Column("maxb", "max msg", 7, right=True), _get("max_message_bytes", fmt=h.size)),
+        (Column("dedup", "dedup window", 7, right=True), _get("dedup_window_ms", fmt=lambda v: "off" if v == 0 else h.duration_ms(v))),
         (Column("updated", "updated", 8, right=True), _get("updated_ms", fmt=lambda v: h.age(v, view.now_ms))),
         (Column("since", "traffic since", 9, right=True), _get(t, "since_ms", fmt=lambda v: h.age(v, view.now_ms))),
         (Column("scope", "scope", 9), _get(t, "scope")),
@@ -159,7 +160,7 @@ def queue_fields(view: View) -> list[Field]:
 
 QUEUE_KNOWN = (
     "name", "virtual_partitions", "placement", "traffic", "ordering", "created_ms", "max_deliveries",
-    "visibility_timeout_ms", "retention_ms", "max_message_bytes", "updated_ms",
+    "visibility_timeout_ms", "retention_ms", "max_message_bytes", "dedup_window_ms", "updated_ms",
 )
 
 

@@ -274,12 +274,39 @@ def scan(view: BatchFields) -> _Columns:
     return cols
 
 
-def _check_headers(buf: object, cols: _Columns) -> None:
+def _check_headers(buf: Any, cols: _Columns) -> None:
     pos = cols.headers_at
     for i, hl in enumerate(cols.header_lengths):
         if hl:
-            decode_header_block(buf, pos, pos + hl, i)
+            if not _plain_block(buf, pos, pos + hl):
+                decode_header_block(buf, pos, pos + hl, i)  # the full decoder judges (and says why)
             pos += hl
+
+
+def _plain_block(buf: Any, p: int, end: int) -> bool:
+    """True when ``buf[p:end]`` is a valid header block whose varints are all one byte
+    (the usual case), checked without building the headers; False when it is not, or
+    not that simple: :func:`decode_header_block` then decides."""
+    count = buf[p]
+    if count == 0 or count >= 0x80:
+        return False
+    p += 1
+    for _ in range(count):
+        if p >= end:
+            return False
+        kl = buf[p]
+        ke = p + 1 + kl
+        if kl >= 0x80 or ke >= end:
+            return False
+        try:
+            str(buf[p + 1 : ke], "utf-8")
+        except UnicodeDecodeError:
+            return False
+        vl = buf[ke]
+        p = ke + 1 + vl
+        if vl >= 0x80 or p > end:
+            return False
+    return p == end
 
 
 def decode_header_block(buf: object, pos: int, end: int, index: int = 0) -> Headers:

@@ -13,7 +13,11 @@ header name         value (ASCII bytes)                        read by
 ``:deliver_at``     Unix ms as a decimal integer               read nodes (timers)
 ``:priority``       one digit ``1``-``9`` (0 is never stored)  read nodes (delivery)
 ``:dedup``          the producer's ``dedup_id``, 1-128 chars   write nodes (dedup)
+``:group``          a group name (UTF-8)                       read nodes (ingestion)
 ==================  =========================================  =====================
+
+``:group`` addresses a record to one consumer group of its queue: every other group
+skips it (a dead-letter redrive, ``read_nodes.redrive``, writes it).
 
 Contract:
 
@@ -36,6 +40,7 @@ RESERVED_PREFIX = ":"
 DELIVER_AT = ":deliver_at"
 PRIORITY = ":priority"
 DEDUP = ":dedup"
+GROUP = ":group"
 
 MAX_DELAY_MS = 604_800_000  # 7 days
 MAX_PRIORITY = 9
@@ -105,3 +110,11 @@ def user_headers(headers: Headers) -> Headers:
     if not headers or not any(name.startswith(RESERVED_PREFIX) for name, _ in headers):
         return headers
     return tuple((name, value) for name, value in headers if not name.startswith(RESERVED_PREFIX))
+
+
+def addressed_elsewhere(headers: Headers, group: bytes) -> bool:
+    """True when the record is addressed (``:group``) to a group other than ``group``."""
+    for name, value in headers:
+        if name == GROUP:
+            return value != group
+    return False

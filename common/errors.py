@@ -40,6 +40,7 @@ unsupported_media_type      415    a body that is not ``application/json``
 overloaded                  429    slow down (or 503 when the whole service is saturated)
 unavailable                 503    temporarily unavailable (failover, stale map, ...)
 not_ready                   503    the platform has not finished starting
+insufficient_storage        507    a write node is short of disk; nothing was appended
 internal_error              500    a bug
 =========================== ====== ==============================================
 """
@@ -263,6 +264,15 @@ class Unavailable(_RetryAfter):
     default_code = "unavailable"
 
 
+class InsufficientStorage(_RetryAfter):
+    """507: a write node is short of disk (``write_nodes.disk_guard``); nothing was
+    appended. ``retry_after`` says when to try again; the platform does not retry it
+    itself."""
+
+    default_status = 507
+    default_code = "insufficient_storage"
+
+
 class InternalError(VpqError):
     """500: a bug. The message given to clients never includes internals."""
 
@@ -281,6 +291,7 @@ _BY_STATUS: dict[int, type[VpqError]] = {
     415: UnsupportedMediaType,
     429: Overloaded,
     500: InternalError,
+    507: InsufficientStorage,
 }
 
 _BY_CODE: dict[str, type[VpqError]] = {
@@ -296,6 +307,7 @@ _BY_CODE: dict[str, type[VpqError]] = {
         UnsupportedMediaType,
         Overloaded,
         Unavailable,
+        InsufficientStorage,
         InternalError,
     )
 }

@@ -47,13 +47,20 @@ def find_redis_server() -> str | None:
 
 @dataclass
 class RedisServer:
-    """One redis-server child process bound to 127.0.0.1:port, data under ``data_dir``."""
+    """One redis-server child process bound to 127.0.0.1:port, data under ``data_dir``.
+
+    With ``appendonly`` the AOF is rewritten once it is ``aof_rewrite_min_size`` and
+    twice its size after the last rewrite (Redis's default minimum is 64mb): vpq's
+    metadata is small but its ack-state saves are frequent (about 190 KiB/s with four
+    busy groups), so a 64 MB floor let the AOF grow by tens of megabytes, eating the
+    headroom a write node keeps on a shared disk (``write_nodes.disk_guard``)."""
 
     data_dir: Path
     port: int = 0
     appendonly: bool = True
     appendfsync: str = "everysec"
     host: str = "127.0.0.1"
+    aof_rewrite_min_size: str = "1mb"
     proc: subprocess.Popen | None = field(default=None, repr=False)
 
     @property
@@ -79,6 +86,7 @@ class RedisServer:
             "--save", "",
             "--appendonly", "yes" if self.appendonly else "no",
             "--appendfsync", self.appendfsync,
+            "--auto-aof-rewrite-min-size", self.aof_rewrite_min_size,
             "--daemonize", "no",
             "--protected-mode", "no",
             "--logfile", "redis.log",

@@ -50,6 +50,25 @@ class LogSettings(BaseModel):
     fsync_interval_ms: int = Field(50, ge=1)
     max_group_bytes: int = Field(8 * MiB, ge=4096, description="largest write gathered into one group commit")
     checkpoint_interval_ms: int = Field(5000, ge=10)
+    compaction_interval_ms: int = Field(
+        60000, ge=10, description="how often a write node compacts its partitions (deleted and expired queues)"
+    )
+    compaction_min_dead_ratio: float = Field(
+        0.5, ge=0.0, le=1.0, description="compact a sealed segment once this share of its bytes is dead"
+    )
+    compaction_max_bytes_per_s: int = Field(
+        128 * MiB, ge=0, description="read rate limit of compaction per partition (0 = none)"
+    )
+    compaction_duty_cycle: float = Field(
+        0.5, gt=0.0, le=1.0, description="share of the time a compaction pass may work; it sleeps the rest"
+    )
+    dedup_max_ids: int = Field(
+        1_000_000, ge=1, description="dedup ids indexed per partition (~170 bytes each); beyond, the oldest go first"
+    )
+    min_free_bytes: int = Field(
+        -1, ge=-1, description="a write node refuses produce (507) when its data directory's file system "
+        "would have less free; -1 = 1 GiB or 5 % of the file system, whichever is smaller",
+    )
 
 
 class RedisClientSettings(BaseModel):
@@ -146,6 +165,7 @@ class QueueDefaults(BaseModel):
     visibility_timeout_ms: int = 30000
     max_message_bytes: int = MiB
     session_timeout_ms: int = 10000
+    dedup_window_ms: int = Field(300_000, ge=0, le=3_600_000, description="a new queue's dedup window; 0 = off")
 
     @field_validator("virtual_partitions", "max_virtual_partitions")
     @classmethod

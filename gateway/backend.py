@@ -81,7 +81,8 @@ class Backend(Protocol):
         """Create or update queue ``name``. ``config`` holds only the fields the request gave,
         validated: ``virtual_partitions`` (power of two within the platform maximum),
         ``ordering`` ("key"|"none"), ``max_deliveries`` (>=1), ``visibility_timeout_ms``
-        (>=1), ``retention_ms`` (-1 or >=1), ``max_message_bytes`` (>=1). On create, missing
+        (>=1), ``retention_ms`` (-1 or >=1), ``max_message_bytes`` (>=1), ``dedup_window_ms``
+        (0 to 3600000). On create, missing
         fields take the platform defaults; on update they keep their value. Shrinking
         ``virtual_partitions`` is ``Conflict("virtual_partitions_shrink", ...)``.
         Answers ``(QueueInfo dict, created)``."""
@@ -147,6 +148,18 @@ class Backend(Protocol):
     async def group_info(self, queue: str, group: str) -> dict[str, Any]:
         """``GroupInfo``: members (consumer_id, lane, env, set, virtual_partitions, in_flight)
         and lag (total, by_lane, by_env, by_set). NotFound for unknown queue or group."""
+        ...
+
+    async def delete_group(self, queue: str, group: str) -> None:
+        """Delete the group: its record, members, delivery and ack state. A later join
+        starts a new group. NotFound for an unknown queue or group."""
+        ...
+
+    async def redrive(self, queue: str, group: str, max_messages: int | None) -> int:
+        """Deliver messages of the group's dead-letter queue to that group only, again
+        (at most ``max_messages``; None: all), each with ``delivery_count`` 1 and header
+        ``x-redriven-from``; they leave the dead-letter queue. Answers how many.
+        NotFound for an unknown queue or group."""
         ...
 
     async def cluster(self) -> dict[str, Any]:

@@ -279,6 +279,12 @@ class ClusterBackend:
     async def group_info(self, queue: str, group: str) -> dict[str, Any]:
         return await self._group_call(queue, group, lambda c, a: c.group_info(a, queue, group))
 
+    async def delete_group(self, queue: str, group: str) -> None:
+        await self._group_call(queue, group, lambda c, a: c.delete_group(a, queue, group))
+
+    async def redrive(self, queue: str, group: str, max_messages: int | None) -> int:
+        return await self._group_call(queue, group, lambda c, a: c.redrive(a, queue, group, max_messages))
+
     # ---------------------------------------------------------------- cluster
     async def cluster(self) -> dict[str, Any]:
         md = self._require(self._md)

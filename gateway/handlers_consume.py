@@ -1,5 +1,5 @@
-"""Consumer handlers: join, poll (the heartbeat), ack, nack, leave, group info. Thin:
-validate, call the backend, count, answer."""
+"""Consumer handlers: join, poll (the heartbeat), ack, nack, leave, group info, group
+delete, dead-letter redrive. Thin: validate, call the backend, count, answer."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from vpq.common.poll_body import PolledBody
 from vpq.gateway.backend import JoinSpec
 from vpq.gateway.http import JSON_CONTENT_TYPE, isolation_headers, json_response, read_json_object, validate
 from vpq.gateway.keys import BACKEND_KEY, METRICS_KEY, SETTINGS_KEY
-from vpq.gateway.models import AckRequest, JoinRequest, NackRequest, PollRequest
+from vpq.gateway.models import AckRequest, JoinRequest, NackRequest, PollRequest, RedriveRequest
 from vpq.isolation.context import IsolationError, PartialContext, resolve
 
 
@@ -83,3 +83,19 @@ async def group_info(request: web.Request) -> web.Response:
     """``GET /v1/queues/{queue}/groups/{group}``: members and lag."""
     mi = request.match_info
     return json_response(await request.app[BACKEND_KEY].group_info(mi["queue"], mi["group"]))
+
+
+async def delete_group(request: web.Request) -> web.Response:
+    """``DELETE /v1/queues/{queue}/groups/{group}``: 204 once the group and its state are gone."""
+    mi = request.match_info
+    await request.app[BACKEND_KEY].delete_group(mi["queue"], mi["group"])
+    return web.Response(status=204)
+
+
+async def redrive(request: web.Request) -> web.Response:
+    """``POST /v1/queues/{queue}/groups/{group}/dlq/redrive`` -> ``{"redriven": n}``."""
+    app = request.app
+    mi = request.match_info
+    body = await read_json_object(request, app[SETTINGS_KEY].max_request_bytes, required=False)
+    req = validate(RedriveRequest, body)
+    return json_response({"redriven": await app[BACKEND_KEY].redrive(mi["queue"], mi["group"], req.max_messages)})

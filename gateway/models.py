@@ -81,6 +81,7 @@ JSON_INT]`` so the schema shows them as ``minimum``/``maximum``."""
 MaxDeliveries = Annotated[int, Field(ge=1, le=MAX_DELIVERIES), JSON_INT]
 VisibilityTimeoutMs = Annotated[int, Field(ge=1, le=MAX_VISIBILITY_TIMEOUT_MS), JSON_INT]
 MaxMessageBytes = Annotated[int, Field(ge=1, le=MAX_MESSAGE_BYTES_HARD), JSON_INT]
+DedupWindowMs = Annotated[int, Field(ge=0, le=queue_config.MAX_DEDUP_WINDOW_MS), JSON_INT]
 PollMessages = Annotated[int, Field(ge=1, le=MAX_POLL_MESSAGES), JSON_INT]
 WaitMs = Annotated[int, Field(ge=0, le=MAX_WAIT_MS), JSON_INT]
 DelayMs = Annotated[int, Field(ge=0, le=MAX_NACK_DELAY_MS), JSON_INT]
@@ -173,7 +174,7 @@ class QueueConfigRequest(BaseModel):
     """``PUT /v1/queues/{queue}``. Absent (or null) fields keep their current value on an
     update and take the platform default on a create (virtual_partitions 16, ordering
     ``key``, max_deliveries 5, visibility_timeout_ms 30000, max_message_bytes 1 MiB,
-    retention_ms the log's retention; -1 = forever)."""
+    retention_ms the log's retention; -1 = forever, dedup_window_ms 300000; 0 = off)."""
 
     model_config = ConfigDict(
         extra="forbid",
@@ -190,6 +191,9 @@ class QueueConfigRequest(BaseModel):
     retention_ms: RetentionMs | None = Field(None, description="keep messages this long (at most ten years); -1 = forever")
     max_message_bytes: MaxMessageBytes | None = Field(
         None, description="largest message (key + value + headers), default 1 MiB"
+    )
+    dedup_window_ms: DedupWindowMs | None = Field(
+        None, description="a retried message with a dedup_id stored this recently is not stored again; default 300000, 0 = off"
     )
 
     @field_validator("virtual_partitions")
@@ -372,3 +376,16 @@ class NackRequest(BaseModel):
 
     ids: list[MessageId] = Field(..., max_length=MAX_IDS, description="ids of delivered messages")
     delay_ms: DelayMs = Field(0)
+
+
+MAX_REDRIVE_MESSAGES = 1_000_000
+
+
+class RedriveRequest(BaseModel):
+    """``POST .../groups/{group}/dlq/redrive``: the group's dead letters delivered to it again."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"examples": [{"max_messages": 100}]})
+
+    max_messages: Annotated[int, Field(ge=1, le=MAX_REDRIVE_MESSAGES), JSON_INT] | None = Field(
+        None, description="redrive at most this many (the oldest first); absent: all of them"
+    )

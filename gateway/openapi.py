@@ -42,6 +42,7 @@ STATUS_TEXT = {
     415: "The body must be application/json",
     429: "Overloaded: retry after Retry-After seconds",
     503: "Unavailable: retry after Retry-After seconds",
+    507: "Insufficient storage: nothing was appended; retry after Retry-After seconds",
 }
 
 ACCESS_TEXT = {
@@ -81,7 +82,7 @@ def _error_response(status: int) -> dict[str, Any]:
         "description": STATUS_TEXT.get(status, "Error"),
         "content": {"application/json": {"schema": {"$ref": REF_PREFIX + "ErrorResponse"}}},
     }
-    if status in (429, 503):
+    if status in (429, 503, 507):
         out["headers"] = {"Retry-After": {"description": "seconds to wait", "schema": {"type": "integer", "minimum": 0}}}
     if status == 401:
         out["headers"] = {"WWW-Authenticate": {"schema": {"type": "string"}, "description": "Bearer"}}

@@ -65,6 +65,7 @@ class QueueInfo(BaseModel):
                     "visibility_timeout_ms": 30000,
                     "retention_ms": 604800000,
                     "max_message_bytes": 1048576,
+                    "dedup_window_ms": 300000,
                     "epoch": 7,
                     "placement": [0, 1, 0, 1],
                     "traffic": {"messages_total": 120, "bytes_total": 4096, "messages_per_s": 2.5, "bytes_per_s": 80.0},
@@ -80,6 +81,7 @@ class QueueInfo(BaseModel):
     visibility_timeout_ms: int
     retention_ms: int
     max_message_bytes: int
+    dedup_window_ms: int = Field(300_000, description="dedup_id window in ms (0: no deduplication)")
     epoch: int = Field(..., description="map epoch the placement belongs to")
     placement: list[int] = Field(..., description="physical partition of vp 0, vp 1, ...")
     traffic: QueueTraffic
@@ -185,6 +187,12 @@ class AckResponse(BaseModel):
     acked: int
 
 
+class RedriveResponse(BaseModel):
+    model_config = _OPEN
+
+    redriven: int
+
+
 class NackResponse(BaseModel):
     model_config = _OPEN
 
@@ -227,6 +235,9 @@ class GroupInfo(BaseModel):
     group: str
     members: list[GroupMember]
     lag: GroupLag
+    expired: int = Field(
+        0, description="messages the group never got: older than the queue's retention_ms when their turn came"
+    )
 
 
 class NodeInfo(BaseModel):

@@ -9,7 +9,15 @@ from vpq.gateway import handlers_consume as consume
 from vpq.gateway import handlers_meta as meta
 from vpq.gateway import handlers_produce as produce
 from vpq.gateway import handlers_queues as queues
-from vpq.gateway.models import AckRequest, JoinRequest, NackRequest, PollRequest, ProduceRequest, QueueConfigRequest
+from vpq.gateway.models import (
+    AckRequest,
+    JoinRequest,
+    NackRequest,
+    PollRequest,
+    ProduceRequest,
+    QueueConfigRequest,
+    RedriveRequest,
+)
 from vpq.gateway.responses import (
     AckResponse,
     ClusterInfo,
@@ -23,6 +31,7 @@ from vpq.gateway.responses import (
     ProduceResponse,
     QueueInfo,
     QueueList,
+    RedriveResponse,
 )
 from vpq.gateway.routes_spec import Access, RouteSpec
 
@@ -58,11 +67,12 @@ ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec(
         "POST", Q + "/messages", produce.produce, "produce", "Produce messages", "produce", Access.PRODUCE,
         request_model=ProduceRequest, response_model=ProduceResponse, request_required=True,
-        errors=(404, 429, 503), isolation_headers=True,
+        errors=(404, 429, 503, 507), isolation_headers=True,
         description="Answered 200 only once every message is durable; results in request order. "
         "All or nothing: one invalid message rejects the batch (400 invalid_message with the index "
         "of the first bad message) and nothing is appended. A message's own lane/env/set win over "
-        "the X-Lane/X-Env/X-Set headers, which win over the defaults (prod, \"\", \"\").",
+        "the X-Lane/X-Env/X-Set headers, which win over the defaults (prod, \"\", \"\"). 507 "
+        "insufficient_storage (with Retry-After) when a write node is short of disk: nothing appended.",
     ),
     # -- consume --------------------------------------------------------------------------
     RouteSpec(
@@ -97,6 +107,22 @@ ROUTES: tuple[RouteSpec, ...] = (
         Access.CONSUME, response_model=GroupInfo, errors=(404, 503),
         description="Members (consumer_id, lane, env, set, assigned virtual partitions, in-flight "
         "count) and lag: total, by lane, by env, by set.",
+    ),
+    RouteSpec(
+        "DELETE", Q + "/groups/{group}", consume.delete_group, "deleteGroup", "Delete a consumer group", "consume",
+        Access.ADMIN, status=204, errors=(404, 409, 503),
+        description="The group, its members, delivery state and ack state are gone; joining again "
+        "starts a new group (from its join's start position). Its dead-letter queue stays.",
+    ),
+    RouteSpec(
+        "POST", Q + "/groups/{group}/dlq/redrive", consume.redrive, "redriveDeadLetters",
+        "Redeliver a group's dead letters", "consume", Access.ADMIN, request_model=RedriveRequest,
+        response_model=RedriveResponse, errors=(404, 429, 503, 507),
+        description="Messages of the group's dead-letter queue ({queue}.{group}.dlq), oldest first, up "
+        "to max_messages (absent: all), are delivered again to this group only (delivery_count "
+        "restarts at 1, header x-redriven-from names the dead-letter queue) and leave the "
+        "dead-letter queue. At-least-once: a redrive interrupted by a failure may deliver some "
+        "of them twice, never lose one. The order of each key among them is kept.",
     ),
     # -- cluster and maps -----------------------------------------------------------------
     RouteSpec(

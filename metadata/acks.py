@@ -6,12 +6,14 @@ compact form the read node keeps (``read_nodes.ack_tracker.PartitionAckState``: 
 offsets still OUTSTANDING below a scan position, the done ones above it, the parked
 key segments), so its size is bounded by what the group holds, never by what it acked.
 
-Encoding of one state: ``"2|queue_id|token|scanned_to|pending|acked|parked"``
+Encoding of one state: ``"3|queue_id|token|scanned_to|pending|acked|parked|delayed"``
 (``pending``: first offset, ``:``, then the differences from it, each offset from the
 previous; ``acked``: differences from ``scanned_to``; both comma separated, possibly
 empty; ``parked``: segments ``key_hash:from_offset:until`` separated by commas,
-``until`` empty when open). Format ``1`` (field a pp, no ``parked`` part) is still read:
-such a state holds for every context of its pp. ``decode_state`` checks the syntax
+``until`` empty when open; ``delayed``: ``floor:due_ms:offset`` or empty, the delayed
+messages waiting for their due time, see ``PartitionAckState``). Formats ``2`` (no
+``delayed`` part) and ``1`` (field a pp, no ``parked`` part either) are still read:
+a format-1 state holds for every context of its pp. ``decode_state`` checks the syntax
 only; the read node checks the offsets' invariants when it builds its state.
 
 Contract:
@@ -38,10 +40,12 @@ import redis.asyncio as aioredis
 from vpq.metadata.keys import Keys
 from vpq.metadata.leases import group_resource
 
-FORMAT_VERSION = "2"
+FORMAT_VERSION = "3"
+PARKED_VERSION = "2"  # no delayed part: still read
 LEGACY_VERSION = "1"  # per pp, no parked keys: still read
 
 Parked = tuple[tuple[int, int, int | None], ...]
+Delayed = tuple[int, int, int] | None
 
 # KEYS: state hash, group lease ; ARGV: token, stream, blob, stream, blob, ...
 _SAVE = """
@@ -62,6 +66,8 @@ class AckFields(Protocol):
     def acked_above(self) -> tuple[int, ...]: ...
     @property
     def parked(self) -> Parked: ...
+    @property
+    def delayed(self) -> Delayed: ...
 
 
 class StoredAckState(NamedTuple):
@@ -72,6 +78,7 @@ class StoredAckState(NamedTuple):
     pending_below: tuple[int, ...] = ()
     acked_above: tuple[int, ...] = ()
     parked: Parked = ()
+    delayed: Delayed = None
 
 
 def _deltas(values: Iterable[int], base: int) -> str:
@@ -100,20 +107,24 @@ def encode_state(queue_id: int, token: int, state: AckFields) -> str:
     pending_s = f"{pending[0]}:{_deltas(pending, pending[0])}" if pending else ""
     fields = (str(int(queue_id)), str(int(token)), str(state.scanned_to), pending_s)
     parked = ",".join(f"{h}:{start}:{'' if until is None else until}" for h, start, until in state.parked)
-    return "|".join((FORMAT_VERSION, *fields, _deltas(state.acked_above, state.scanned_to), parked))
+    delayed = "" if state.delayed is None else ":".join(str(int(v)) for v in state.delayed)
+    return "|".join((FORMAT_VERSION, *fields, _deltas(state.acked_above, state.scanned_to), parked, delayed))
 
 
 def decode_state(raw: str) -> tuple[int, int, StoredAckState]:
-    """``(queue_id, token, state)`` of a stored text in format 2 or 1; ValueError on
+    """``(queue_id, token, state)`` of a stored text in format 3, 2 or 1; ValueError on
     anything malformed."""
     try:
         parts = raw.split("|")
         version = parts[0]
+        delayed_s = ""
         if version == LEGACY_VERSION and len(parts) == 6:
             parked_s = ""
             _, qid, token, scanned, pending_s, acked_s = parts
-        elif version == FORMAT_VERSION and len(parts) == 7:
+        elif version == PARKED_VERSION and len(parts) == 7:
             _, qid, token, scanned, pending_s, acked_s, parked_s = parts
+        elif version == FORMAT_VERSION and len(parts) == 8:
+            _, qid, token, scanned, pending_s, acked_s, parked_s, delayed_s = parts
         else:
             raise ValueError(f"unknown ack state format {version!r}")
         parked: list[tuple[int, int, int | None]] = []
@@ -125,7 +136,13 @@ def decode_state(raw: str) -> tuple[int, int, StoredAckState]:
         if pending_s:
             first_s, rest = pending_s.split(":", 1)
             pending = _undeltas(rest, int(first_s))
-        state = StoredAckState(scanned_to, tuple(pending), tuple(_undeltas(acked_s, scanned_to)), tuple(parked))
+        delayed: Delayed = None
+        if delayed_s:
+            floor, due, offset = (int(v) for v in delayed_s.split(":"))
+            delayed = (floor, due, offset)
+        state = StoredAckState(
+            scanned_to, tuple(pending), tuple(_undeltas(acked_s, scanned_to)), tuple(parked), delayed
+        )
         return int(qid), int(token), state
     except (ValueError, TypeError) as exc:
         raise ValueError(f"malformed ack state {raw[:80]!r}: {exc}") from None

@@ -18,6 +18,9 @@ Contract:
 - ``now_ms`` defaults to the Redis server clock (one clock for every node); tests
   may pass their own. All operations are single Lua scripts.
 - ``delete_group`` removes every key the group owns, its ack state included.
+- ``add_expired`` adds to the group's count of messages it never got because they
+  were past the queue's retention (field ``expired`` of the group record; nothing
+  when the group does not exist).
 """
 
 from __future__ import annotations
@@ -127,6 +130,13 @@ return 1
 """
 
 
+# KEYS: group hash ; ARGV: n
+_ADD_EXPIRED = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+return redis.call('HINCRBY', KEYS[1], 'expired', tonumber(ARGV[1]))
+"""
+
+
 @dataclass(frozen=True, slots=True)
 class Member:
     consumer_id: str
@@ -149,6 +159,7 @@ class GroupRecord:
     generation: int
     created_ms: int
     start_offsets: Mapping[int, int]
+    expired: int = 0
 
 
 def _ctx(ctx: Any) -> tuple[str, str, str]:
@@ -176,6 +187,7 @@ class GroupStore:
         self._expire = client.register_script(_EXPIRE)
         self._set_start = client.register_script(_SET_START)
         self._delete = client.register_script(_DELETE)
+        self._add_expired = client.register_script(_ADD_EXPIRED)
 
     def _member_keys(self, queue: str, group: str) -> list[str]:
         k = self._keys
@@ -266,7 +278,14 @@ class GroupStore:
             int(rec["generation"]),
             int(rec["created_ms"]),
             {int(pp): int(off) for pp, off in starts.items()},
+            int(rec.get("expired", 0)),
         )
+
+    async def add_expired(self, queue: str, group: str, n: int) -> int | None:
+        """Add ``n`` to the group's ``expired`` count; the new count, None when there is
+        no such group."""
+        total = int(await self._add_expired(keys=[self._keys.group(queue, group)], args=[int(n)]))
+        return None if total < 0 else total
 
     async def groups(self, queue: str) -> list[str]:
         return sorted(await self._client.smembers(self._keys.groups(queue)))

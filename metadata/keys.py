@@ -29,6 +29,7 @@ key                                       type    content
 ``p:group:{queue}:{group}:members``       hash    consumer id -> JSON member info
 ``p:group:{queue}:{group}:start``         hash    pp -> start offset (set once)
 ``p:ackstate:{queue}:{group}``            hash    stream -> encoded ack state (``metadata.acks``)
+``p:redrive:{dlq}``                       hash    ``queue_id:pp`` -> redrive cursor (``metadata.redrive``)
 ``p:cluster:physical_partitions``         string  the cluster's pp count (``metadata.partition_count``)
 ``p:remap:fence``                         hash    the remap fence (``metadata.fences``)
 ``p:pp_leader:{pp}``                      hash    leader, leader_id, epoch, replicas, isr of a
@@ -127,6 +128,10 @@ class Keys:
     # replicated partitions
     def pp_leader(self, pp: int) -> str:
         return f"{self.prefix}:pp_leader:{int(pp)}"
+
+    # dead-letter redrive
+    def redrive(self, dlq: str) -> str:
+        return f"{self.prefix}:redrive:{dlq}"
 
     # change announcements
     def events(self) -> str:

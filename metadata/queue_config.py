@@ -9,7 +9,10 @@ A configuration is a flat JSON object with exactly these fields:
 - ``visibility_timeout_ms``: ``[1, 12 h]``;
 - ``retention_ms``: ``-1`` (no per-queue limit: the log's retention applies) or
   ``[1, 10 years]``;
-- ``max_message_bytes``: ``[1, 64 MiB]``.
+- ``max_message_bytes``: ``[1, 64 MiB]``;
+- ``dedup_window_ms``: ``[0, 1 h]``, how long a stored message's ``dedup_id`` keeps a
+  producer's retry from being stored again (0: no deduplication). A record stored before
+  the field existed reads as the default (``dedup_window_of``).
 
 All values are small enough to survive Lua's cjson (exact below 1e14).
 """
@@ -29,12 +32,15 @@ FIELDS: tuple[str, ...] = (
     "visibility_timeout_ms",
     "retention_ms",
     "max_message_bytes",
+    "dedup_window_ms",
 )
 ORDERINGS = ("key", "none")
 MAX_VISIBILITY_TIMEOUT_MS = 12 * 3600 * 1000
 MAX_RETENTION_MS = 10 * 365 * 24 * 3600 * 1000
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 MAX_DELIVERIES = 1000
+DEFAULT_DEDUP_WINDOW_MS = 300_000
+MAX_DEDUP_WINDOW_MS = 3600 * 1000
 
 
 def _int(field: str, value: Any, lo: int, hi: int) -> int:
@@ -76,6 +82,8 @@ def validate_partial(config: Mapping[str, Any], max_virtual_partitions: int = 40
             if r == 0:
                 raise QueueConfigError(field, "must be -1 (no limit) or positive")
             out[field] = r
+        elif field == "dedup_window_ms":
+            out[field] = _int(field, value, 0, MAX_DEDUP_WINDOW_MS)
         else:
             out[field] = _int(field, value, 1, MAX_MESSAGE_BYTES)
     return out
@@ -91,6 +99,14 @@ def default_config(defaults: QueueDefaults) -> dict[str, Any]:
             "visibility_timeout_ms": defaults.visibility_timeout_ms,
             "retention_ms": -1,
             "max_message_bytes": min(defaults.max_message_bytes, MAX_MESSAGE_BYTES),
+            "dedup_window_ms": defaults.dedup_window_ms,
         },
         defaults.max_virtual_partitions,
     )
+
+
+def dedup_window_of(config: Mapping[str, Any]) -> int:
+    """The ``dedup_window_ms`` of a stored configuration (the default when it predates
+    the field)."""
+    value = config.get("dedup_window_ms")
+    return DEFAULT_DEDUP_WINDOW_MS if value is None else int(value)

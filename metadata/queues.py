@@ -37,7 +37,7 @@ from vpq.metadata.errors import QueueConflictError, QueueNotFoundError
 from vpq.metadata.events import ANNOUNCE_LUA
 from vpq.metadata.keys import Keys
 from vpq.metadata.names import check_name
-from vpq.metadata.queue_config import default_config, validate_partial
+from vpq.metadata.queue_config import dedup_window_of, default_config, validate_partial
 
 # KEYS: queues, queue_ids, queue_seq, events_version, events_log
 # ARGV: name, partial config JSON, default config JSON, channel, only this id ('' = any; then never create)
@@ -130,6 +130,7 @@ class QueueRecord:
     def from_json(cls, raw: str) -> QueueRecord:
         d = json.loads(raw)
         cfg = {k: (int(v) if isinstance(v, float) else v) for k, v in d["config"].items()}
+        cfg.setdefault("dedup_window_ms", dedup_window_of(cfg))  # a queue stored before the field
         return cls(d["name"], int(d["id"]), cfg, int(d["created_ms"]), int(d["updated_ms"]))
 
 
@@ -203,6 +204,13 @@ class QueueRegistry:
         """Every queue, sorted by name."""
         raw = await self._client.hgetall(self._keys.queues())
         return [QueueRecord.from_json(raw[n]) for n in sorted(raw)]
+
+    async def last_id(self) -> int:
+        """The largest queue id ever given (0 before the first queue). Ids are never
+        reused, so an id at or below it that ``list`` lacks belongs to a deleted queue
+        (read this first, then ``list``)."""
+        raw = await self._client.get(self._keys.queue_seq())
+        return int(raw) if raw is not None else 0
 
     async def delete(self, name: str) -> QueueRecord:
         """Remove ``name`` from the registry; returns its last record.

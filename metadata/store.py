@@ -30,6 +30,7 @@ from vpq.metadata.maps import MapStore
 from vpq.metadata.partition_count import get_or_init_partition_count, read_partition_count
 from vpq.metadata.partition_leaders import PartitionLeaders
 from vpq.metadata.queues import QueueRegistry
+from vpq.metadata.redrive import RedriveStore
 
 
 class MetadataStore:
@@ -53,6 +54,7 @@ class MetadataStore:
         self.acks = AckStateStore(self.client, self.keys)
         self.fences = FenceStore(self.client, self.keys)
         self.leaders = PartitionLeaders(self.client, self.keys)
+        self.redrive = RedriveStore(self.client, self.keys)
         self.announcer = Announcer(self.client, self.keys)
 
     async def start(self) -> None:

@@ -10,7 +10,12 @@ never lands out of order; chains are independent of each other (one body may car
 the frames of several producers). The answer is JSON, one entry per frame in body order::
 
     {"results": [{"base_offset": b, "last_offset": l},
+                 {"offsets": [o0, o1, ...], "vps": [v0, v1, ...]},
                  {"error": {"code": ..., "message": ..., ...}, "status": 503}, ...]}
+
+The second form answers a frame some of whose records were duplicates (a ``dedup_id``
+already stored, ``write_nodes.dedup``): one offset and one vp per record of the frame,
+in order, a duplicate's being its stored copy's; only the other records were appended.
 """
 
 from __future__ import annotations
@@ -92,6 +97,24 @@ class ChainGate:
     def record(self, frame: Frame, error: Any) -> None:
         if error is not None:
             self._last[frame.pp] = error
+
+
+class Deduplicated(NamedTuple):
+    """The answer for records some of which were duplicates: each record's offset and
+    vp, in order (see the module docstring)."""
+
+    offsets: list[int]
+    vps: list[int]
+
+    def part(self, start: int, count: int) -> Deduplicated:
+        """The answer for records ``start .. start + count - 1``."""
+        if start == 0 and count == len(self.offsets):
+            return self
+        return Deduplicated(self.offsets[start : start + count], self.vps[start : start + count])
+
+
+def dedup_entry(answer: Deduplicated) -> dict[str, Any]:
+    return {"offsets": answer.offsets, "vps": answer.vps}
 
 
 def ok_entry(base: int, last: int) -> dict[str, Any]:

@@ -70,6 +70,7 @@ class ReadNodeClient:
         self._session = session
         self._timeout_s = timeout_s
         self._poll_margin_s = poll_margin_s
+        self.redrive_timeout_s = 120.0
 
     async def _call(
         self, method: str, address: str, path: str, body: Any = None, timeout_s: float | None = None
@@ -172,3 +173,16 @@ class ReadNodeClient:
         """The public group answer (members and lag)."""
         obj = await self._call("GET", address, _group_path(queue, group))
         return _dict(obj, address, "group_info")
+
+    async def delete_group(self, address: str, queue: str, group: str) -> None:
+        """Delete the group with its members, delivery and ack state."""
+        await self._call("DELETE", address, _group_path(queue, group))
+
+    async def redrive(self, address: str, queue: str, group: str, max_messages: int | None) -> int:
+        """Deliver the group's dead letters to it again (at most ``max_messages``, None:
+        all); how many were redriven. A long redrive may take up to ``redrive_timeout_s``."""
+        body = {} if max_messages is None else {"max_messages": int(max_messages)}
+        obj = await self._call(
+            "POST", address, f"{_group_path(queue, group)}/dlq/redrive", body, timeout_s=self.redrive_timeout_s
+        )
+        return _count(obj, "redriven", address)

@@ -16,7 +16,7 @@ import aiohttp
 from multidict import CIMultiDictProxy
 
 from vpq.common.errors import InternalError, VpqError
-from vpq.node_rpc.append_frames import Frame, encode_frames
+from vpq.node_rpc.append_frames import Deduplicated, Frame, encode_frames
 from vpq.node_rpc.call import BAD_NODE_ANSWER, MAX_WAIT_MS, call_node
 
 MAP_EPOCH_HEADER = "X-Map-Epoch"
@@ -72,10 +72,11 @@ class WriteNodeClient:
 
     async def append_many(
         self, address: str, items: Sequence[Frame], map_epoch: int
-    ) -> list[tuple[int, int] | VpqError]:
+    ) -> list[tuple[int, int] | Deduplicated | VpqError]:
         """Append several frames in one request (``node_rpc.append_frames``); per frame,
-        in order, ``(base_offset, last_offset)`` once durable or the node's error for it. A
-        failure of the whole request (unreachable, malformed body) raises."""
+        in order, ``(base_offset, last_offset)`` once durable, ``Deduplicated`` when some
+        of its records were duplicates, or the node's error for it. A failure of the whole
+        request (unreachable, malformed body) raises."""
         answer = await call_node(
             self._session,
             "POST",
@@ -90,11 +91,14 @@ class WriteNodeClient:
         entries = obj.get("results") if isinstance(obj, Mapping) else None
         if not isinstance(entries, list) or len(entries) != len(items):
             raise InternalError(BAD_NODE_ANSWER, f"write node {address} answered no result per appended batch")
-        out: list[tuple[int, int] | VpqError] = []
+        out: list[tuple[int, int] | Deduplicated | VpqError] = []
         for entry in entries:
             if isinstance(entry, Mapping) and isinstance(entry.get("error"), Mapping):
                 status = entry.get("status")
                 out.append(VpqError.from_dict({"error": entry["error"]}, status if isinstance(status, int) else 500))
+                continue
+            if isinstance(entry, Mapping) and "offsets" in entry:
+                out.append(_deduplicated(entry, address))
                 continue
             base, last = _int_field(entry, "base_offset"), _int_field(entry, "last_offset")
             if last < base:
@@ -131,3 +135,16 @@ class WriteNodeClient:
         if not isinstance(obj, dict) or not isinstance(obj.get("partitions"), list):
             raise InternalError(BAD_NODE_ANSWER, f"write node {address} answered partitions without a list")
         return obj
+
+
+def _deduplicated(entry: Mapping[str, Any], address: str) -> Deduplicated:
+    offsets, vps = entry.get("offsets"), entry.get("vps")
+    if (
+        not isinstance(offsets, list)
+        or not isinstance(vps, list)
+        or len(offsets) != len(vps)
+        or not all(type(x) is int and x >= 0 for x in offsets)
+        or not all(type(x) is int and x >= 0 for x in vps)
+    ):
+        raise InternalError(BAD_NODE_ANSWER, f"write node {address} answered malformed deduplicated offsets")
+    return Deduplicated(offsets, vps)

@@ -3,7 +3,8 @@
 ``AppendAccumulator.append(address, parts, epoch)`` takes the records one produce call
 has for one write node, as one :class:`PartitionPart` (columns) per physical partition,
 and answers, per part, its ``(base_offset, last_offset)`` once durable or the error that
-refused it.
+refused it (``append_frames.Deduplicated``, each record's offset and vp, when some of
+the part's records were duplicates of stored ones).
 
 Up to ``max_in_flight`` requests go to a write node at once (the gateway's
 ``append_requests_in_flight``, default 1). A call made while they are all out waits;
@@ -45,9 +46,9 @@ from typing import NamedTuple, Protocol
 from vpq.codec.columnar import FIXED_RECORD_BYTES, ColumnarRecords, build_columnar_batch
 from vpq.codec.records import HEADER_SIZE
 from vpq.common.errors import Unavailable, VpqError
-from vpq.node_rpc.append_frames import FRAME_HEADER, Frame
+from vpq.node_rpc.append_frames import FRAME_HEADER, Deduplicated, Frame
 
-Answer = list[tuple[int, int] | VpqError]
+Answer = list[tuple[int, int] | Deduplicated | VpqError]
 
 
 class PartitionPart(NamedTuple):
@@ -154,6 +155,8 @@ def answers_for(slots: Sequence[_Slot], frame_answers: Answer) -> Answer:
         a = frame_answers[slot.frame]
         if isinstance(a, VpqError):
             out.append(a)
+        elif isinstance(a, Deduplicated):
+            out.append(a.part(slot.start, slot.count))
         else:
             base = a[0] + slot.start
             out.append((base, base + slot.count - 1))

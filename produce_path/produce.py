@@ -5,7 +5,9 @@ failover refused.
 ``Appender.append(queue, batch)`` takes an ``OutgoingBatch`` (``produce_path.outgoing``:
 the request's messages as columns; a list of message objects is adapted) and answers a
 ``ProduceResults`` (partition, offset and vp of every message, in request order) only
-once every message is durable. The message id is ``"<pp>-<offset>"``, the one read nodes
+once every message is durable. A message the write node found already stored (same
+queue and ``dedup_id`` within the queue's ``dedup_window_ms``) gets the stored copy's
+offset and vp. The message id is ``"<pp>-<offset>"``, the one read nodes
 give the message (``codec.message_id``). Used by the gateway for
 ``POST /v1/queues/{q}/messages`` and by read nodes to dead-letter into ``{q}.{g}.dlq``.
 
@@ -27,13 +29,16 @@ How (see ``docs/internals.md``):
    ``node_unreachable`` and ``partition_unowned`` make the locator forget the pp's owner;
    ``partition_offline`` just waits. A queue the cache does not know is looked up in Redis
    once before answering 404; a queue not placed yet is retried like the rest.
+   ``insufficient_storage`` (507, a write node short of disk) is not retried: it is
+   answered at once, with its ``Retry-After``.
 5. When ``AppendPolicy.budget_s`` is spent: ``Unavailable`` (503, ``produce_unavailable``,
    ``Retry-After``). A non-retryable answer of a write node is a bug in this path:
    ``InternalError`` (``write_node_rejected``).
 
 All or nothing holds per physical partition, not across them: when a retry finally fails,
-parts already durable on other partitions stay (the producer's retry may duplicate them:
-at-least-once). Messages of one pp are never split by a failure of another.
+parts already durable on other partitions stay (the producer's retry stores them again
+unless they carry dedup ids: at-least-once otherwise). Messages of one pp are never split
+by a failure of another.
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ from vpq.codec.columnar import FIXED_RECORD_BYTES, ColumnarRecords
 from vpq.codec.records import HEADER_SIZE
 from vpq.common.errors import InternalError, NotFound, Unavailable, VpqError
 from vpq.metadata.errors import QueueNotFoundError
+from vpq.node_rpc.append_frames import Deduplicated
 from vpq.node_rpc.call import NODE_UNREACHABLE
 from vpq.produce_path.append_accumulator import PartitionPart, part_size
 from vpq.produce_path.outgoing import OutgoingBatch, OutgoingMessage, ProduceResults
@@ -62,6 +68,7 @@ STALE_MAP = "stale_map"
 NOT_OWNER = "not_owner"
 PARTITION_OFFLINE = "partition_offline"
 PARTITION_UNOWNED = "partition_unowned"
+INSUFFICIENT_STORAGE = "insufficient_storage"
 _FORGET_OWNER = frozenset({NOT_OWNER, NODE_UNREACHABLE, PARTITION_UNOWNED})
 
 
@@ -110,7 +117,7 @@ class PartAppender(Protocol):
 
     async def append(
         self, address: str, parts: Sequence[PartitionPart], map_epoch: int
-    ) -> list[tuple[int, int] | VpqError]: ...
+    ) -> list[tuple[int, int] | Deduplicated | VpqError]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +212,7 @@ class _PartOutcome:
     positions: list[int]  # positions in this attempt
     base: int = -1
     error: VpqError | None = None
+    dedup: Deduplicated | None = None  # when some were duplicates: every record's offset and vp
 
 
 class Appender:
@@ -265,6 +273,13 @@ class Appender:
                     if out.error is None:
                         base = out.base
                         pp = out.pp
+                        if out.dedup is not None:
+                            for k, pos in enumerate(out.positions):
+                                i = pos if pending is None else pending[pos]
+                                pps[i] = pp
+                                offsets[i] = out.dedup.offsets[k]
+                                vps[i] = out.dedup.vps[k]
+                            continue
                         for k, pos in enumerate(out.positions):
                             i = pos if pending is None else pending[pos]
                             pps[i] = pp
@@ -273,6 +288,9 @@ class Appender:
                         continue
                     still.extend(out.positions if pending is None else [pending[p] for p in out.positions])
                     err = out.error
+                    if err.code == INSUFFICIENT_STORAGE:
+                        self.stats.failures += 1
+                        raise err
                     if not err.retryable:
                         self.stats.failures += 1
                         raise InternalError(
@@ -359,6 +377,15 @@ class Appender:
         for part, out, answer in zip(parts, outs, answers, strict=True):
             if isinstance(answer, VpqError):
                 out.error = answer
+                continue
+            if isinstance(answer, Deduplicated):
+                if len(answer.offsets) != len(part.cols.values):
+                    raise InternalError(
+                        "bad_node_answer",
+                        f"write node answered {len(answer.offsets)} offsets for {len(part.cols.values)} records",
+                    )
+                self.stats.batches += 1
+                out.dedup = answer
                 continue
             base, last = answer
             if last - base + 1 != len(part.cols.values):

@@ -26,7 +26,11 @@
     splits first (``lineage_repair_splits``), then ``(pp, 0)``.
 
 - ``delete(name)``: registry entry, then the map entry (CAS, group-committed), the
-  lineage, every group and its ack state.
+  lineage, every group with all its state (record, members, start offsets, ack state,
+  lease, fence counter), then the dead-letter queue ``{name}.{group}.dlq`` of each of
+  those groups that exists, deleted the same way (so its own DLQs go too). The
+  records stay in the shared segments until the write nodes' compaction drops them
+  (their queue id is never reused, so nothing reads them meanwhile).
 - ``get``/``list`` read Redis (admin calls: always fresh).
 - After every successful put/delete, ``on_queue_change(name, map in force)`` (the
   gateway's map cache takes the published map and re-reads the one record, coalesced)
@@ -39,9 +43,13 @@ stored; repeating the put finishes the placement. Errors come out as ``common.er
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
+import mmh3
+
+from vpq.common.errors import NotFound
 from vpq.metadata.api_errors import metadata_errors
 from vpq.metadata.queues import QueueRecord
 from vpq.metadata.store import MetadataStore
@@ -50,6 +58,17 @@ from vpq.queue_admin.map_batcher import MapBatcher
 from vpq.traffic.cluster_traffic import TrafficMeter
 
 EMPTY_MAP: dict[str, Any] = {"epoch": 0, "queues": {}}
+MAX_NAME = 128
+
+
+def dead_letter_queue(queue: str, group: str) -> str:
+    """The dead-letter queue of ``group`` on ``queue``: ``{queue}.{group}.dlq``, or, when
+    that is longer than a name may be, both shortened and a hash of the pair added."""
+    name = f"{queue}.{group}.dlq"
+    if len(name) <= MAX_NAME:
+        return name
+    digest = mmh3.hash(f"{queue}/{group}", 0, signed=False)
+    return f"{queue[:40]}.{group[:40]}.{digest:08x}.dlq"
 QueueChange = Callable[[str, Mapping[str, Any]], Awaitable[None]]
 
 
@@ -132,13 +151,22 @@ class QueueAdmin:
 
     async def delete(self, name: str) -> None:
         with metadata_errors():
+            groups = set(await self._md.groups.groups(name))
             await self._md.queues.delete(name)
             current = await self.batcher.remove(name)
             await self._md.maps.delete_lineage(name)
-            for group in await self._md.groups.groups(name):
+            groups.update(await self._md.groups.groups(name))  # joined meanwhile
+            for group in sorted(groups):
                 await self._md.groups.delete_group(name, group)
         self._traffic.forget(name)
         await self._changed(name, current)
+        for group in sorted(groups):
+            dlq = dead_letter_queue(name, group)
+            with metadata_errors():
+                exists = await self._md.queues.get(dlq) is not None
+            if exists:
+                with contextlib.suppress(NotFound):  # deleted by someone else meanwhile
+                    await self.delete(dlq)
 
     async def _changed(self, name: str, current: Mapping[str, Any]) -> None:
         with metadata_errors():

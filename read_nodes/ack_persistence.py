@@ -65,7 +65,8 @@ def trim_state(
     if len(pending) - first_above <= max_listed:
         return state
     parked = tuple(seg for seg in state.parked if seg[1] < cut)  # at or above the cut all is "not done"
-    return PartitionAckState(cut, pending[:first_above], (), parked)
+    delayed = state.delayed if state.delayed is not None and state.delayed[0] < cut else None
+    return PartitionAckState(cut, pending[:first_above], (), parked, delayed)
 
 
 class AckSnapshots:

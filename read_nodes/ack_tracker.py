@@ -34,6 +34,18 @@ size is the number of parked keys, not their backlog. A segment lowers
 which done offsets are forgotten: below ``scanned_to`` "done" is implied by
 neither being pending nor matching a segment.
 
+**Delayed messages.** A delayed message waiting for its due time (*deferred*,
+``read_nodes.delivery_delays``) is outstanding, but the compact form does not list
+it: it lists ``delayed = (floor, due_ms, offset)`` instead, meaning that a record
+at an offset ``>= floor`` and ``< scanned_to`` that carries a due time is not done
+when ``(its due_ms, its offset) >= (due_ms, offset)`` (the earliest deferred one
+of the stream). Within a stream deferred messages come due, and are ingested, in
+``(due, offset)`` order, so every one ingested before the state was taken sorts
+below that point (it is listed in ``pending_below`` while not done), and every one
+still deferred sorts at or above it. So the state stays the size of what is in
+flight, however many delayed messages wait; only a reader that knows the
+record's due time can tell (``defer``), and ``floor`` lowers ``low_watermark``.
+
 The tracker is keyed by *stream* (``read_nodes.delivery_types.stream_of``: one
 context of one pp); a plain pp is the stream of context id 0.
 
@@ -72,8 +84,15 @@ class PartitionAckState:
     pending_below: tuple[int, ...] = ()
     acked_above: tuple[int, ...] = ()
     parked: tuple[tuple[int, int, int | None], ...] = ()
+    delayed: tuple[int, int, int] | None = None
 
     def __post_init__(self) -> None:
+        if self.delayed is not None:
+            if len(self.delayed) != 3:
+                raise ValueError(f"delayed is (floor, due_ms, offset), got {self.delayed!r}")
+            for v in self.delayed:
+                _offset(v, "delayed")
+            object.__setattr__(self, "delayed", tuple(self.delayed))
         for seg in self.parked:
             if len(seg) != 3:
                 raise ValueError(f"a parked segment is (key_hash, from_offset, until), got {seg!r}")
@@ -95,7 +114,7 @@ class PartitionAckState:
     @classmethod
     def trusted(
         cls, scanned_to: int, pending_below: tuple[int, ...], acked_above: tuple[int, ...],
-        parked: tuple[tuple[int, int, int | None], ...] = (),
+        parked: tuple[tuple[int, int, int | None], ...] = (), delayed: tuple[int, int, int] | None = None,
     ) -> PartitionAckState:
         """Build without re-validating: for states derived from an ``AckTracker``, whose
         sorted sets already guarantee the invariants (validating costs O(n) per save,
@@ -105,6 +124,7 @@ class PartitionAckState:
         object.__setattr__(obj, "pending_below", pending_below)
         object.__setattr__(obj, "acked_above", acked_above)
         object.__setattr__(obj, "parked", parked)
+        object.__setattr__(obj, "delayed", delayed)
         return obj
 
     @property
@@ -113,12 +133,15 @@ class PartitionAckState:
         lw = self.pending_below[0] if self.pending_below else self.scanned_to
         for _h, start, _until in self.parked:
             lw = min(lw, start)
+        if self.delayed is not None:
+            lw = min(lw, self.delayed[0])
         return lw
 
     def is_done(self, offset: int, key_hash: int | None = None) -> bool:
         """True when the record of this queue at ``offset`` is acked or dead-lettered
         (``key_hash``: the record's, needed when keys are parked; None counts any
-        parked segment covering the offset)."""
+        parked segment covering the offset). For a record with a due time see
+        ``delayed`` (it may be pending where this says done)."""
         if offset < self.scanned_to:
             if _contains(self.pending_below, offset):
                 return False
@@ -139,6 +162,7 @@ class PartitionAckState:
         return {
             "scanned_to": self.scanned_to, "pending_below": list(self.pending_below),
             "acked_above": list(self.acked_above), "parked": [list(seg) for seg in self.parked],
+            "delayed": None if self.delayed is None else list(self.delayed),
         }
 
     @classmethod
@@ -146,8 +170,9 @@ class PartitionAckState:
         """Inverse of ``to_json``; ValueError on malformed input."""
         try:
             parked = tuple(tuple(seg) for seg in data.get("parked", ()))
+            delayed = data.get("delayed")
             return cls(data["scanned_to"], tuple(data.get("pending_below", ())), tuple(data.get("acked_above", ())),
-                       parked)  # type: ignore[arg-type]
+                       parked, None if delayed is None else tuple(delayed))  # type: ignore[arg-type]
         except (KeyError, TypeError, AttributeError) as e:
             raise ValueError(f"malformed ack state: {e!r}") from None
 
@@ -182,7 +207,8 @@ _STREAM_CTX = 1 << 32
 
 
 class _Partition:
-    __slots__ = ("scanned", "unfinished", "done", "unlisted_below", "parked", "restored_parked", "restored_to")
+    __slots__ = ("scanned", "unfinished", "done", "unlisted_below", "parked", "restored_parked", "restored_to",
+                 "deferred", "restored_delay", "delay_to")
 
     def __init__(self, scanned: int = 0) -> None:
         self.scanned = scanned
@@ -197,10 +223,19 @@ class _Partition:
         # them and its scanned_to are not listed: the pair form is exact only once the
         # watermark has passed that point
         self.unlisted_below = 0
+        self.deferred: SortedList = SortedList()  # outstanding offsets of deferred (delayed) messages
+        # the ``delayed`` of a restored state: kept (for ``defer``) until the scan passes delay_to
+        self.restored_delay: tuple[int, int, int] | None = None
+        self.delay_to = 0
 
     def done_below(self) -> int:
         """Every offset below this one that is neither pending nor parked is done."""
-        return min(self.unfinished[0], self.scanned) if self.unfinished else self.scanned
+        low = min(self.unfinished[0], self.scanned) if self.unfinished else self.scanned
+        if self.deferred and self.deferred[0] < low:
+            low = self.deferred[0]
+        if self.restored_delay is not None and self.restored_delay[0] < low:
+            low = self.restored_delay[0]
+        return low
 
     def low_watermark(self) -> int:
         lw = self.done_below()
@@ -283,9 +318,12 @@ class AckTracker:
             part = self._parts[pp] = _Partition(st.scanned_to)
             part.unfinished.update(st.pending_below)
             part.done.update(st.acked_above)
-            part.unlisted_below = st.scanned_to if st.pending_below or st.parked else 0
+            part.unlisted_below = st.scanned_to if st.pending_below or st.parked or st.delayed else 0
             part.restored_parked = st.parked
             part.restored_to = st.scanned_to if st.parked else 0
+            if st.delayed is not None and st.delayed[0] < st.scanned_to:
+                part.restored_delay = st.delayed
+                part.delay_to = st.scanned_to
 
     def is_done(self, pp: int, offset: int, key_hash: int | None = None) -> bool:
         """True when ``offset`` of stream ``pp`` is known to be done (ingest must skip
@@ -294,8 +332,53 @@ class AckTracker:
         if part is None:
             return False
         if offset < part.scanned:
-            return offset not in part.unfinished and not part.parked_covers(offset, key_hash)
+            return (offset not in part.unfinished and offset not in part.deferred
+                    and not part.parked_covers(offset, key_hash))
         return offset in part.done
+
+    def maybe_deferred(self, pp: int, offset: int) -> bool:
+        """True when a record at ``offset`` that carries a due time may still be pending
+        although ``is_done`` says done (a restored ``delayed`` covers it): read it and
+        ask ``defer``."""
+        part = self._get(pp)
+        d = None if part is None else part.restored_delay
+        return d is not None and d[0] <= offset < part.delay_to  # type: ignore[union-attr]
+
+    # --------------------------------------------------------- delayed messages
+    def defer(self, pp: int, offset: int, key_hash: int, due_ms: int) -> bool:
+        """The record at ``offset`` waits for ``due_ms``: outstanding, not listed in the
+        compact form (see ``delayed`` in the module docstring). False when it is done
+        or deferred already."""
+        part = self._part(pp)
+        deferred = part.deferred
+        if offset in deferred:
+            return False
+        if offset >= part.scanned:
+            if part.done and offset in part.done:
+                return False
+        elif offset not in part.unfinished and not part.parked_covers(offset, key_hash):
+            d = part.restored_delay
+            if d is None or not (d[0] <= offset < part.delay_to and (due_ms, offset) >= (d[1], d[2])):
+                return False
+        part.unfinished.discard(offset)
+        deferred.add(offset)
+        return True
+
+    def undefer(self, pp: int, offset: int) -> None:
+        """A deferred record came due and is ingested: outstanding as any other."""
+        part = self._parts[pp]
+        part.deferred.discard(offset)
+        part.unfinished.add(offset)
+
+    def redefer(self, pp: int, offset: int) -> None:
+        """``undefer`` taken back (the record could not be ingested after all)."""
+        part = self._parts[pp]
+        part.unfinished.discard(offset)
+        part.deferred.add(offset)
+
+    def deferred(self, pp: int) -> int:
+        part = self._get(pp)
+        return 0 if part is None else len(part.deferred)
 
     def track_new(self, pp: int, offset: int, key_hash: int | None = None) -> bool:
         """``track`` an offset unless it is done (then False: skip it), in one call:
@@ -372,6 +455,8 @@ class AckTracker:
             part.trim(self._pairs)
         if part.restored_parked and offset >= part.restored_to:
             part.restored_parked = ()  # every record they covered was ingested or parked again since
+        if part.restored_delay is not None and offset >= part.delay_to:
+            part.restored_delay = None  # every record it covered was read again (and deferred, if pending)
 
     # ------------------------------------------------------------- parked keys
     def park(self, pp: int, segment_id: int, key_hash: int, from_offset: int) -> None:
@@ -417,16 +502,33 @@ class AckTracker:
         return part is not None and bool(part.done) and offset < part.done[-1]
 
     def outstanding(self) -> int:
-        """Offsets tracked as not done, over all pps."""
-        return sum(len(p.unfinished) for p in self._parts.values())
+        """Offsets tracked as not done, over all pps (deferred ones included)."""
+        return sum(len(p.unfinished) + len(p.deferred) for p in self._parts.values())
 
-    def state(self) -> dict[int, PartitionAckState]:
-        """The compact persistable state of every pp seen. O(outstanding + acked_above)."""
+    def state(self, first_deferred: Mapping[int, tuple[int, int]] | None = None) -> dict[int, PartitionAckState]:
+        """The compact persistable state of every pp seen. O(listed + acked_above).
+        ``first_deferred``: per stream with deferred records, ``(due_ms, offset)`` of the
+        earliest (the delay index's head); without it deferred offsets are listed."""
         out: dict[int, PartitionAckState] = {}
+        heads = first_deferred or {}
         for pp, part in self._parts.items():
-            below = tuple(part.unfinished.irange(maximum=part.scanned, inclusive=(True, False)))
-            above = tuple(part.done.irange(minimum=part.scanned))
-            out[pp] = PartitionAckState.trusted(part.scanned, below, above, tuple(part.segments()))
+            scanned = part.scanned
+            below = tuple(part.unfinished.irange(maximum=scanned, inclusive=(True, False)))
+            delayed = None
+            if part.deferred and part.deferred[0] < scanned:
+                head = heads.get(pp)
+                if head is None:
+                    below = tuple(sorted(below + tuple(part.deferred.irange(maximum=scanned, inclusive=(True, False)))))
+                else:
+                    delayed = (part.deferred[0], head[0], head[1])
+            d = part.restored_delay
+            if d is not None:  # records it covers may not have been read again yet
+                if delayed is None:
+                    delayed = d
+                else:
+                    delayed = (min(delayed[0], d[0]), *min(delayed[1:], d[1:]))
+            above = tuple(part.done.irange(minimum=scanned))
+            out[pp] = PartitionAckState.trusted(scanned, below, above, tuple(part.segments()), delayed)
         return out
 
     def pair_state(self) -> dict[int, tuple[int, list[int]]]:

@@ -6,8 +6,9 @@ the gateway's own put-queue path (``queue_admin.cluster_queues.QueueAdmin.put``:
 registry, placement CAS, lineage), then written through the one produce path
 (``produce_path.produce.Appender``). Each dead letter keeps the original key,
 value (JSON stays JSON), the producer's own headers and isolation context (not the
-platform's attributes: a dead letter is due at once, at priority 0), plus the header
-``x-original-id`` = the original message id.
+platform's attributes: a dead letter is due at once, at priority 0, and a redriven
+message's addressing to its group, ``:group``, is dropped so every group of the
+dead-letter queue sees it), plus the header ``x-original-id`` = the original message id.
 
 Names: ``{queue}.{group}.dlq`` when that fits the 128-character limit of queue
 names; otherwise ``{queue[:40]}.{group[:40]}.{hash}.dlq`` with ``hash`` the
@@ -26,28 +27,21 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-import mmh3
-
 from vpq.codec.batch_common import VALUE_JSON
 from vpq.codec.system_headers import user_headers
 from vpq.produce_path.produce import Appender, PlainMessage
-from vpq.queue_admin.cluster_queues import QueueAdmin
+from vpq.queue_admin.cluster_queues import QueueAdmin, dead_letter_queue
 from vpq.read_nodes.delivery_types import DeadLetter
 from vpq.read_nodes.tailer import RecordSource
 
 log = logging.getLogger(__name__)
 
 ORIGINAL_ID_HEADER = "x-original-id"
-MAX_NAME = 128
 
 
 def dlq_name(queue: str, group: str) -> str:
     """The dead-letter queue of ``group`` on ``queue`` (see the module docstring)."""
-    name = f"{queue}.{group}.dlq"
-    if len(name) <= MAX_NAME:
-        return name
-    digest = mmh3.hash(f"{queue}/{group}", 0, signed=False)
-    return f"{queue[:40]}.{group[:40]}.{digest:08x}.dlq"
+    return dead_letter_queue(queue, group)
 
 
 class DeadLetterProducer:

@@ -10,6 +10,9 @@ Inputs
   lineage order per vp (so ingestion order is the order of each key). Idempotent:
   a record already ingested, dead-lettered or done is skipped (returns False), so
   the caller may re-read from ``low_watermark`` at any time.
+  ``defer(entry, due_ms)``: a delayed record, held as (due time, position) only
+  until it comes due; then the caller reads it again and ``ingest``s it, so it
+  joins its key as if it arrived then (``read_nodes.delivery_delays``).
   ``mark_scanned(pp, offset)``: every record of the queue in ``pp`` below
   ``offset`` has been passed to ``ingest`` (call it only after ingesting).
   ``set_consumers`` / ``join`` / ``leave``: live consumers with their isolation
@@ -25,8 +28,11 @@ Delivery rule (``poll``)
   of the run is unacked and not dead-lettered. Acks may come in any order.
   Messages go to the consumer whose context is ``route(message context)`` over
   the contexts of the live consumers *now* (env strict; lane, then backbone;
-  set, then default set) and who owns ``key_hash mod V`` there. Redeliveries come
-  before first deliveries, then ingestion order of the runs' first messages.
+  set, then default set) and who owns ``key_hash mod V`` there. Among the runs a
+  poll may start, higher ``priority`` (the run's first message's, 0 to 9) comes
+  first, then redeliveries before first deliveries, then ingestion order of the
+  runs' first messages; priority never reorders a key (only a key's next
+  message is ready at all).
   With ``steal_when_idle``, a consumer with nothing ready in its own vps takes
   what is ready in the others' (same routing): owned vps steer work, they never
   decide order, which the per-key rule alone keeps; and when work is scarce
@@ -73,9 +79,12 @@ import heapq
 from collections.abc import Iterable
 
 from vpq.codec.message_id import decode_message_ids, encode_message_id
+from vpq.codec.system_headers import MAX_PRIORITY
 from vpq.isolation.context import IsolationContext
 from vpq.isolation.routing import Router
 from vpq.read_nodes.ack_tracker import AckTracker
+from vpq.read_nodes.delay_index import DelayIndex
+from vpq.read_nodes.delivery_delays import DeliveryDelays
 from vpq.read_nodes.delivery_items import (
     DELAYED,
     INFLIGHT,
@@ -105,7 +114,7 @@ from vpq.read_nodes.ready_buckets import FIRST_DELIVERY, REDELIVERY, ReadyBucket
 from vpq.read_nodes.routing_table import RouterFactory, RoutingTable
 
 
-class GroupDelivery(DeliveryMembership, DeliveryParking, DeliveryReports):
+class GroupDelivery(DeliveryMembership, DeliveryParking, DeliveryDelays, DeliveryReports):
     """Delivery state of one group on one queue (see the module docstring).
 
     ``router_factory(live_contexts)`` returns the routing function for a set of
@@ -141,6 +150,7 @@ class GroupDelivery(DeliveryMembership, DeliveryParking, DeliveryReports):
         self._unroutable_held = 0  # messages held of contexts no live consumer takes (not in flight)
         self._parked: dict[ParkKey, int] = {}  # parked key -> messages of it held here
         self._refills: set[ParkKey] = set()
+        self._delays = DelayIndex()  # deferred records: (due, position) only (delivery_delays)
 
     # ------------------------------------------------------------------ config
     @property
@@ -278,8 +288,10 @@ class GroupDelivery(DeliveryMembership, DeliveryParking, DeliveryReports):
 
     def _make_ready(self, msg: Msg) -> None:
         msg.state = READY
-        prio = REDELIVERY if msg.count else FIRST_DELIVERY
-        self._ready.push(msg.entry.ctx, msg.entry.key_hash & self._mask, prio, msg.seq, msg)
+        e = msg.entry
+        # higher message priority first; within one priority, redeliveries first
+        prio = ((MAX_PRIORITY - e.priority) << 1) | (REDELIVERY if msg.count else FIRST_DELIVERY)
+        self._ready.push(e.ctx, e.key_hash & self._mask, prio, msg.seq, msg)
 
     def _kick(self, chain: Chain) -> None:
         """Make the chain's next message ready when the key has no run out."""

@@ -52,7 +52,7 @@ class DeliveryReports:
     def compact_ack_state(self) -> dict[int, PartitionAckState]:
         """The same information bounded by the outstanding messages (see
         ``read_nodes.ack_tracker``); ``restore`` accepts either form."""
-        return self._tracker.state()
+        return self._tracker.state(self._delays.heads())
 
     def low_watermark(self, pp: int) -> int:
         """Re-read ``pp`` from here after a restore: everything below is done."""
@@ -64,7 +64,7 @@ class DeliveryReports:
         ingest. Records done there are skipped by ``ingest``; every other record is
         delivered again (delivery counts restart). ValueError when messages were
         already ingested or a state is malformed (nothing changes)."""
-        if self._msgs or self._dead_untaken or self._dead_taken:
+        if self._msgs or self._dead_untaken or self._dead_taken or len(self._delays):
             raise ValueError("restore must happen before any ingest")
         self._tracker.restore(states)
 
@@ -111,7 +111,8 @@ class DeliveryReports:
         """Counters for metrics: outstanding, ready (runs ready to start), timers (in
         flight + delayed), in_flight, keys (keys held), blocked_keys (keys with a run
         out and more held behind it), blocked (messages held behind runs), parked_keys
-        (keys whose later records wait in the log), dead_letters (not yet confirmed)."""
+        (keys whose later records wait in the log), dead_letters (not yet confirmed),
+        delayed (deferred records not ingested yet: ``delivery_delays``)."""
         return {
             "outstanding": len(self._msgs),
             "ready": len(self._ready),
@@ -122,4 +123,5 @@ class DeliveryReports:
             "blocked": self._blocked,
             "parked_keys": len(self._parked),
             "dead_letters": len(self._dead_untaken) + len(self._dead_taken),
+            "delayed": len(self._delays),
         }

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
+from vpq.codec.system_headers import MAX_PRIORITY
 from vpq.isolation.context import IsolationContext
 from vpq.virtual_partitions.hashing import HASH_SPACE, check_virtual_partitions
 
@@ -141,13 +142,15 @@ class DeliveryEntry:
     ctx: IsolationContext
     timestamp_ms: int = 0
     ctx_id: int = 0
+    priority: int = 0
+    """The message's ``priority`` attribute, 0 to 9 (``codec.system_headers``)."""
     stream: int = field(default=0, init=False, repr=False, compare=False)
     """The (pp, context) stream the record is read and acknowledged in."""
 
     @classmethod
     def trusted(
         cls, pp: int, offset: int, key_hash: int, key: bytes | None, ctx: IsolationContext, timestamp_ms: int,
-        ctx_id: int,
+        ctx_id: int, priority: int = 0,
     ) -> DeliveryEntry:
         """Build without the checks, for values read from a verified record batch."""
         obj = object.__new__(cls)
@@ -159,6 +162,7 @@ class DeliveryEntry:
         setattr_(obj, "ctx", ctx)
         setattr_(obj, "timestamp_ms", timestamp_ms)
         setattr_(obj, "ctx_id", ctx_id)
+        setattr_(obj, "priority", priority)
         setattr_(obj, "stream", (ctx_id << STREAM_PP_BITS) | pp)
         return obj
 
@@ -170,6 +174,9 @@ class DeliveryEntry:
         h = self.key_hash
         if not isinstance(h, int) or isinstance(h, bool) or not 0 <= h < HASH_SPACE:
             raise ValueError(f"key_hash must be an unsigned 32-bit integer, got {h!r}")
+        p = self.priority
+        if not isinstance(p, int) or isinstance(p, bool) or not 0 <= p <= MAX_PRIORITY:
+            raise ValueError(f"priority must be an integer 0 to {MAX_PRIORITY}, got {p!r}")
         if self.key is not None and not isinstance(self.key, bytes):
             raise ValueError(f"key must be bytes or None, got {type(self.key).__name__}")
         object.__setattr__(self, "stream", stream_of(self.pp, self.ctx_id))

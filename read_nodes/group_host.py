@@ -14,6 +14,9 @@ I/O or time:
 - **consumer calls**: join, poll (long poll woken, only when it can get
   something, by new messages, acks that free a key, membership changes; and by
   its next timeout or nack delay), ack, nack, leave, info;
+- **delayed messages**: a timer task wakes ingestion when the earliest delayed
+  message comes due (``GroupDelivery.next_delayed_ms``, Unix ms), so it is
+  ingested (and waiting polls woken) at its due time, not at the next tick;
 - **housekeeping** every ``tick_ms``: visibility timeouts and nack delays,
   members past their session, dead letters (produced to the DLQ, then
   confirmed), lineage reloads (map epoch changed, or a record outside the cached
@@ -23,6 +26,14 @@ I/O or time:
   refused save means the lease is gone and the host closes);
 - **close**: stops the tasks, persists a last time when asked (graceful stop),
   and wakes waiting polls, which then answer 503 ``group_moving``.
+
+Retention: with the queue's ``retention_ms`` > 0, a message older than that (by
+its record timestamp, wall clock) is never delivered: ingestion skips it, and a
+message that grew too old while it waited is acked in its place when a poll takes
+it. Both, and messages the log removed before the group read them, count in the
+group's ``expired`` (kept in the group record, ``GroupStore.add_expired``, so it
+survives a move to another read node; ``info`` answers it; metric
+``vpq_expired_messages``). A change of ``retention_ms`` applies at once.
 
 A change of the queue's delivery config (ordering, max_deliveries,
 visibility_timeout_ms) is not applied in place: ``needs_reload`` turns True and
@@ -48,6 +59,7 @@ from vpq.metadata.queues import QueueRecord
 from vpq.read_nodes.ack_persistence import AckSnapshots, restored_states
 from vpq.read_nodes.delivery import GroupDelivery
 from vpq.read_nodes.delivery_types import DeadLetter, Delivery, DeliveryConfig, UnknownConsumer, stream_pp
+from vpq.read_nodes.expiry import GroupExpiry
 from vpq.read_nodes.group_members import GroupMembers, new_consumer_id
 from vpq.read_nodes.ingestor import Ingestor
 from vpq.read_nodes.lineage_order import LineageOrder
@@ -109,7 +121,7 @@ class GroupHost:
         ))
         self.ingestor = Ingestor(
             record.id, self.delivery, parts.pool, self, self._on_data, batch=o.ingest_batch,
-            unknown_grace_ms=o.unknown_grace_ms,
+            unknown_grace_ms=o.unknown_grace_ms, group=group,
         )
         self.members = GroupMembers(
             parts.md, self.queue, group, self.delivery,
@@ -120,6 +132,7 @@ class GroupHost:
         self._starts: dict[int, int] = {}
         self._waiting: dict[str, list[asyncio.Event]] = {}
         self._wake = asyncio.Event()
+        self._delay_kick = asyncio.Event()  # the earliest delayed message may have changed
         self._tasks: list[asyncio.Task[None]] = []
         self._dead: list[DeadLetter] = []
         self._lineage_epoch = -1
@@ -132,6 +145,9 @@ class GroupHost:
         self.closed = False
         self.needs_reload = False
         self.gone = False
+        self.expiry = GroupExpiry(
+            parts.md.groups, self.queue, group, int(record.config.get("retention_ms", -1)), self._counters
+        )
 
     def __repr__(self) -> str:
         return f"GroupHost({self.queue!r}, {self.group!r}, token={self.token})"
@@ -160,6 +176,7 @@ class GroupHost:
         self._tasks = [
             asyncio.create_task(self._ingest_loop(), name=f"vpq-ingest-{self.queue}-{self.group}"),
             asyncio.create_task(self._tick_loop(), name=f"vpq-tick-{self.queue}-{self.group}"),
+            asyncio.create_task(self._delay_loop(), name=f"vpq-delay-{self.queue}-{self.group}"),
         ]
         self._wake.set()
         log.info("hosting %s/%s (token %d): %d pps restored, %d members", self.queue, self.group, self.token,
@@ -226,7 +243,10 @@ class GroupHost:
             await self._wake.wait()
             self._wake.clear()
             try:
+                self.ingestor.expire_before = self.expiry.cutoff()
                 res = await self.ingestor.step(monotonic_ms(), budget=self._opt.ingest_batch)
+                self.expiry.add(self.ingestor.expired)
+                self.ingestor.expired = 0
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -238,6 +258,8 @@ class GroupHost:
                 self._changes += 1
             if res.ingested:
                 self._notify()
+            if res.deferred or res.released:
+                self._delay_kick.set()
             if res.unknown:
                 self._lineage_wanted = True
             self._retry_ingest = res.blocked or res.unknown or res.held or res.nobody
@@ -245,6 +267,24 @@ class GroupHost:
                 # bounded steps: let polls and acks in between (Event.wait does not yield when set)
                 self._wake.set()
                 await asyncio.sleep(0)
+
+    async def _delay_loop(self) -> None:
+        """Wake ingestion when the earliest delayed message comes due. One that is due
+        but could not be ingested (no live consumer for it, ``max_unacked`` reached)
+        is retried at the tick's pace."""
+        tick = self._opt.tick_ms / 1000.0
+        kick = self._delay_kick
+        while True:
+            kick.clear()
+            due = self.delivery.next_delayed_ms()
+            timeout: float | None = None
+            if due is not None:
+                timeout = (due - wall_ms()) / 1000.0
+                if timeout <= 0:
+                    self._wake.set()
+                    timeout = tick
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(kick.wait(), timeout)
 
     # ------------------------------------------------------------ housekeeping
     async def _tick_loop(self) -> None:
@@ -273,6 +313,7 @@ class GroupHost:
             await self.members.remove(cid, self._queue_vps(), now)
             self._notify()
         await self._check_queue()
+        await self.expiry.flush()
         await self._dead_letters()
         await self._follow_map(now)
         await self._grow()
@@ -288,6 +329,7 @@ class GroupHost:
             if rec is None or rec.id != self.record.id:
                 self.gone = True
                 return
+        self.expiry.retention_ms = int(rec.config.get("retention_ms", -1))
         if any(rec.config.get(f) != self.record.config.get(f) for f in CONFIG_FIELDS):
             self.needs_reload = True
 
@@ -379,7 +421,10 @@ class GroupHost:
                 self._require_member(consumer_id)
                 got = self.delivery.poll(consumer_id, max_messages, monotonic_ms())
                 if got:
-                    break
+                    out, skipped = await self._render(consumer_id, got)
+                    if out or skipped < len(got):
+                        break
+                    continue  # every message taken had expired or vanished: poll again
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     return []
@@ -391,7 +436,6 @@ class GroupHost:
             raise _not_found(consumer_id) from None
         finally:
             self.members.poll_ended(consumer_id)
-        out = await self._render(consumer_id, got)
         self._counters.delivered(self.queue, self.group, out)
         return out
 
@@ -408,8 +452,11 @@ class GroupHost:
             if not events:
                 del self._waiting[consumer_id]
 
-    async def _render(self, consumer_id: str, got: list[Delivery]) -> list[dict[str, Any]]:
+    async def _render(self, consumer_id: str, got: list[Delivery]) -> tuple[list[dict[str, Any]], int]:
+        """The messages of ``got`` to answer, and how many were acked in their place
+        instead (expired or vanished)."""
         source = self.parts.source
+        cutoff = self.expiry.cutoff()
         cached, queue = source.cached, self.queue
         out: list[dict[str, Any]] = []
         append = out.append
@@ -427,15 +474,19 @@ class GroupHost:
                 if tailed is None:
                     gone.append(d.message_id)
                     continue
+            ts = tailed.record.timestamp_ms
+            if cutoff is not None and ts is not None and ts < cutoff:
+                gone.append(d.message_id)
+                continue
             append(render_message(queue, tailed, d.vp, d.delivery_count))
         if gone:
-            log.warning("%s/%s: %d messages vanished (retention) before delivery", self.queue, self.group, len(gone))
             self._done_ids(gone)
             self.delivery.ack(consumer_id, gone)
             self._changes += 1
+            self.expiry.add(len(gone))
         if failed:
             self.delivery.nack(consumer_id, failed, self._opt.retry_ms * 5, monotonic_ms())
-        return out
+        return out, len(gone)
 
     def _done_ids(self, ids: list[str]) -> list[tuple[int, int]]:
         """Note, per stream, the offsets asked to be acked (the snapshots' highest done
@@ -512,10 +563,12 @@ class GroupHost:
             by_vp[vp] = by_vp.get(vp, 0) + n
         by_ctx = await self.oldest_unacked_by_context()
         oldest = min(by_ctx.values()) if by_ctx else None
+        expired = await self.expiry.total()
         return {
             "queue": self.queue,
             "group": self.group,
             "members": members,
+            "expired": expired,
             "lag": {
                 "total": total, "by_lane": by_lane, "by_env": by_env, "by_set": by_set,
                 "by_virtual_partition": {str(vp): n for vp, n in sorted(by_vp.items())},

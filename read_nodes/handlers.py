@@ -13,12 +13,14 @@ isolation context already resolved by the gateway:
 ``POST .../consumers/{cid}/nack``                          ``{"ids", "delay_ms"}`` -> ``{"nacked": n}``
 ``DELETE .../consumers/{cid}``                             -> 204
 ``GET /internal/v1/queues/{q}/groups/{g}``                 -> the public group answer
+``DELETE /internal/v1/queues/{q}/groups/{g}``              -> 204 (the group and its state deleted)
+``POST .../groups/{g}/dlq/redrive``                        ``{"max_messages"}`` (optional) -> ``{"redriven": n}``
 ``GET /internal/v1/status``                                -> this node's groups and tailers (operations)
 ``GET /internal/v1/metrics``                               -> Prometheus text (``read_nodes.metrics``)
 =========================================================  =========================================
 
 Bodies are validated like the public API's (same limits: ``max_messages``
-1..1000 default 100, ``wait_ms`` 0..30000 default 0, ``delay_ms``
+1..1000 default 100 for a poll, 1..1,000,000 and optional for a redrive, ``wait_ms`` 0..30000 default 0, ``delay_ms``
 0..86,400,000 default 0, ``start`` earliest|latest). Every error is
 ``common.errors`` JSON with its status, so it reaches the user unchanged
 through the gateway; a group held by another live node is 409 ``not_owner``
@@ -53,6 +55,7 @@ MAX_BODY_BYTES = 16 * 1024 * 1024
 MAX_MESSAGES = 1000
 MAX_WAIT_MS = 30_000
 MAX_DELAY_MS = 86_400_000
+MAX_REDRIVE = 1_000_000
 GROUP_MOVING = "group_moving"
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -216,6 +219,20 @@ async def group_info(request: web.Request) -> web.Response:
     return json_response(await _on_host(request, queue, group, lambda h: h.info()))
 
 
+async def delete_group(request: web.Request) -> web.Response:
+    queue, group = _names(request)
+    await _service(request).delete_group(queue, group)
+    return web.Response(status=204)
+
+
+async def redrive(request: web.Request) -> web.Response:
+    queue, group = _names(request)
+    data = await _body(request, required=False)
+    limit = data.get("max_messages")
+    max_messages = None if limit is None else _int(data, "max_messages", 0, 1, MAX_REDRIVE)
+    return json_response({"redriven": await _service(request).redrive(queue, group, max_messages)})
+
+
 async def status(request: web.Request) -> web.Response:
     return json_response(_service(request).status())
 
@@ -236,6 +253,8 @@ def build_app(service: ReadNodeService) -> web.Application:
     app.router.add_post(f"{base}/consumers/{{consumer_id}}/nack", nack)
     app.router.add_delete(f"{base}/consumers/{{consumer_id}}", leave)
     app.router.add_get(base, group_info)
+    app.router.add_delete(base, delete_group)
+    app.router.add_post(f"{base}/dlq/redrive", redrive)
     app.router.add_get("/internal/v1/status", status)
     app.router.add_get("/internal/v1/metrics", metrics)
     return app

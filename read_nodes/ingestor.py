@@ -16,6 +16,8 @@ partition), and for each record, in this order:
   but never stall it for ever): the stream stops there;
 - a parked key (``read_nodes.parked_keys``): the record joins the key's open
   segment (or opens one here) and stays in the log; the cursor goes on;
+- a record addressed to another group (``codec.system_headers.GROUP``, a dead-letter
+  redrive's) is skipped: the cursor goes on, as past a record that vanished;
 - ``GroupDelivery.admit``: ``NOBODY`` (no live consumer may take the context:
   the stream stops until one joins), ``PAUSE`` (enough is ready: the stream
   stops for now), ``PARK`` (the key's read-ahead is full: park it here),
@@ -26,19 +28,37 @@ holds back the other streams or keys: their records wait in the log and are
 found again through the index. Parked keys are refilled, segment by segment,
 when the delivery state says they have room (``refills``).
 
+Delayed records (``deliver_at_ms`` later than the record's timestamp, stored as a
+reserved header: ``codec.system_headers``) are not admitted where the cursor meets
+them: they go to the delivery state's timer index (``GroupDelivery.defer``: due
+time and position only) and the cursor moves on. Once due they are read again and
+ingested (``drain_due``), so each joins its key by due time, as if it arrived
+then: at the end of a step that is not cut short by its budget, and, while the
+cursors read a backlog, before any record whose timestamp is at or after their
+due time (so a re-read after a restart puts them where they were due). A due
+record whose context no live consumer takes, or that finds ``max_unacked``
+messages ready, waits in the index. A record's ``priority`` attribute goes into
+its ``DeliveryEntry``.
+
 A step loops over the streams until none moves, because one stream's progress
 can release another's held records. Records are taken from the record cache,
 or read back from the write node (``RecordSource.get``); a record that no
-longer exists there (retention) is skipped. Cursors below the log start jump to
-it (the records are gone).
+longer exists there (retention, compaction) is skipped, and so is a record older
+than ``expire_before`` (wall-clock ms, set by the host from the queue's
+``retention_ms``): both count in ``expired`` unless the group had already done
+them. Cursors below the log start jump to it (the records are gone).
 """
 
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from vpq.codec.system_headers import addressed_elsewhere
+from vpq.codec.system_headers import split as split_attributes
 from vpq.common.errors import VpqError
 from vpq.read_nodes.delivery import GroupDelivery
 from vpq.read_nodes.delivery_types import Admission, DeliveryEntry, DeliveryFull, stream_ctx_id, stream_of, stream_pp
@@ -65,6 +85,15 @@ class StepResult:
     """the step stopped at its budget with work left: step again (after yielding)"""
     nobody: bool = False
     """a stream waits for a consumer that may take its context"""
+    deferred: int = 0
+    """delayed records put in the timer index"""
+    released: int = 0
+    """delayed records that came due and were ingested"""
+
+
+def wall_clock_ms() -> int:
+    """Unix time in ms: the clock of record timestamps and ``deliver_at_ms``."""
+    return time.time_ns() // 1_000_000
 
 
 class Ingestor:
@@ -80,8 +109,13 @@ class Ingestor:
         *,
         batch: int = 512,
         unknown_grace_ms: int = 5000,
+        group: str = "",
+        clock: Callable[[], int] = wall_clock_ms,
     ) -> None:
+        """``group``: the group's name (records addressed to another group are skipped);
+        ``clock``: Unix ms, against which delayed records come due."""
         self.queue_id = queue_id
+        self._group = group.encode("utf-8")
         self.delivery = delivery
         self._pool = pool
         self._key = key
@@ -99,6 +133,13 @@ class Ingestor:
         self._order = LineageOrder({})
         self._lineage_ms = 0
         self._unknown_since: dict[tuple[int, int], int] = {}
+        self._clock = clock
+        self._skip_due: set[int] = set()
+        """streams whose due records no live consumer takes (retried every step)"""
+        self.expire_before: int | None = None
+        """records with an older timestamp are never ingested (the queue's retention)"""
+        self.expired = 0
+        """records skipped as expired or vanished (the host takes and resets it)"""
 
     # ------------------------------------------------------------------- setup
     def set_lineage(self, order: LineageOrder, now_ms: int) -> None:
@@ -164,6 +205,7 @@ class Ingestor:
                 if ctx is None or not self.delivery.routable(ctx):
                     still.add(cid)
             self._report_cold(still)
+        self._skip_due.clear()
         self._wanted.update(self.delivery.refills())
         if self._wanted:
             await self._refill_all(result)
@@ -183,6 +225,10 @@ class Ingestor:
                             result.more = True
                             return result
         self._report_cold(cold)
+        now = self._clock()
+        due = self.delivery.next_delayed_ms(self._skip_due)
+        if due is not None and due <= now:
+            await self.drain_due(now, result)
         return result
 
     def _cursor_of(self, pp: int, ctx_id: int) -> int:
@@ -216,6 +262,8 @@ class Ingestor:
         plain = order.is_empty()
         source_context = getattr(self._pool.source, "context", lambda _cid: None)
         source_cached = self._pool.source.cached
+        wall = self._clock()
+        next_due = delivery.next_delayed_ms(self._skip_due)
         for offset, ref in entries:
             key_hash = ref & 0xFFFFFFFF
             decision = Decision.INGEST if plain else order.check(
@@ -231,10 +279,15 @@ class Ingestor:
                 break
             pk = (ctx_id, key_hash)
             if pk in parked:
-                if not parked.covers(pk, stream) and not delivery.is_done(stream, offset, key_hash):
+                covered = parked.covers(pk, stream)
+                if not covered and not delivery.is_done(stream, offset, key_hash):
                     self._park(pk, stream, offset)
-                c = offset + 1
-                continue
+                    c = offset + 1
+                    continue
+                if covered or not delivery.maybe_deferred(stream, offset):
+                    c = offset + 1
+                    continue
+                # done by its offset, unless it is a delayed record still waiting: read it
             known = source_context(ctx_id)
             if known is not None and not delivery.routable(known):  # decided before reading the record
                 result.nobody = True
@@ -248,9 +301,36 @@ class Ingestor:
                     stopped = True
                     break
                 if tailed is None:
+                    if not delivery.is_done(stream, offset, key_hash):
+                        self.expired += 1
                     c = offset + 1
                     continue
             r = tailed.record
+            if r.headers and addressed_elsewhere(r.headers, self._group):
+                c = offset + 1
+                continue
+            if self._expired(r.timestamp_ms):
+                if not delivery.is_done(stream, offset, key_hash):
+                    self.expired += 1
+                c = offset + 1
+                continue
+            ts = r.timestamp_ms or 0
+            priority = 0
+            if r.headers:
+                attrs = split_attributes(r.headers)[0]
+                priority = attrs.priority
+                if attrs.deliver_at_ms is not None and attrs.deliver_at_ms > ts:
+                    entry = DeliveryEntry.trusted(pp, offset, key_hash, r.key, tailed.ctx, ts, ctx_id, priority)
+                    if delivery.defer(entry, attrs.deliver_at_ms):
+                        result.deferred += 1
+                        if next_due is None or attrs.deliver_at_ms < next_due:
+                            next_due = attrs.deliver_at_ms
+                    c = offset + 1
+                    continue
+            if next_due is not None and next_due <= ts and next_due <= wall:
+                # what came due before this record was written joins its key first
+                await self.drain_due(min(ts, wall), result)
+                next_due = delivery.next_delayed_ms(self._skip_due)
             verdict = delivery.admit(stream, offset, tailed.ctx, ctx_id, key_hash, r.key)
             if verdict == Admission.NOBODY:
                 result.nobody = True
@@ -265,13 +345,17 @@ class Ingestor:
                 if not delivery.is_done(stream, offset, key_hash):
                     self._park(pk, stream, offset)
             elif delivery.ingest(
-                DeliveryEntry.trusted(pp, offset, key_hash, r.key, tailed.ctx, r.timestamp_ms or 0, ctx_id), True
+                DeliveryEntry.trusted(pp, offset, key_hash, r.key, tailed.ctx, ts, ctx_id, priority), True
             ):
                 result.ingested += 1
             c = offset + 1
         if not stopped and len(entries) < self._batch:
             c = max(c, index.end_offset(pp))
         return self._save(stream, tailer, start, c)
+
+    def _expired(self, timestamp_ms: int | None) -> bool:
+        cutoff = self.expire_before
+        return cutoff is not None and timestamp_ms is not None and timestamp_ms < cutoff
 
     async def _record(self, pp: int, offset: int, result: StepResult) -> Any:
         """The record at ``(pp, offset)``; None when it vanished (retention), False when
@@ -287,7 +371,7 @@ class Ingestor:
             result.blocked = True
             return False
         if tailed is None:
-            log.warning("queue %d pp %d: record %d vanished before delivery", self.queue_id, pp, offset)
+            log.debug("queue %d pp %d: record %d vanished before delivery (counted expired)", self.queue_id, pp, offset)
         return tailed
 
     def _park(self, pk: ParkKey, stream: int, offset: int) -> None:
@@ -370,13 +454,21 @@ class Ingestor:
                         delivery.park_progress(seg.stream, seg.id, from_offset=offset)
                         seg.from_offset = offset
                         return False
-                    if tailed is not None:
+                    if tailed is None or self._expired(tailed.record.timestamp_ms):
+                        if not delivery.is_done(seg.stream, offset, key_hash):
+                            self.expired += 1
+                    elif not (tailed.record.headers and addressed_elsewhere(tailed.record.headers, self._group)):
                         r = tailed.record
+                        ts = r.timestamp_ms or 0
+                        attrs = split_attributes(r.headers)[0]
                         entry = DeliveryEntry.trusted(
-                            pp, offset, key_hash, r.key, tailed.ctx, r.timestamp_ms or 0, ctx_id
+                            pp, offset, key_hash, r.key, tailed.ctx, ts, ctx_id, attrs.priority
                         )
                         try:
-                            if delivery.ingest(entry):
+                            if attrs.deliver_at_ms is not None and attrs.deliver_at_ms > ts:
+                                if delivery.defer(entry, attrs.deliver_at_ms):
+                                    result.deferred += 1
+                            elif delivery.ingest(entry):
                                 result.ingested += 1
                         except DeliveryFull:
                             delivery.park_progress(seg.stream, seg.id, from_offset=offset)
@@ -393,6 +485,49 @@ class Ingestor:
                     return True
                 continue
             delivery.park_progress(seg.stream, seg.id, from_offset=pos)
+
+    # ----------------------------------------------------------------- delays
+    async def drain_due(self, until_ms: int, result: StepResult) -> None:
+        """Ingest the delayed records due by ``until_ms``, earliest first, each read
+        again from the record cache or the write node (see the module docstring)."""
+        delivery = self.delivery
+        skip = self._skip_due
+        while True:
+            due = delivery.take_due(until_ms, 256, skip)
+            if not due:
+                return
+            for i, item in enumerate(due):
+                _due_ms, stream, offset = item
+                if stream in skip:
+                    delivery.defer_again((item,))
+                    continue
+                pp = stream_pp(stream)
+                tailed = await self._record(pp, offset, result)
+                if tailed is False:
+                    delivery.defer_again(due[i:])
+                    return
+                if tailed is None or self._expired(tailed.record.timestamp_ms):
+                    delivery.drop_deferred(stream, offset)  # vanished, or past its queue's retention
+                    self.expired += 1
+                    continue
+                r = tailed.record
+                if not delivery.routable(tailed.ctx):
+                    skip.add(stream)
+                    result.nobody = True
+                    delivery.defer_again((item,))
+                    continue
+                priority = split_attributes(r.headers)[0].priority if r.headers else 0
+                entry = DeliveryEntry.trusted(
+                    pp, offset, r.key_hash, r.key, tailed.ctx, r.timestamp_ms or 0, stream_ctx_id(stream), priority
+                )
+                try:
+                    if delivery.ingest(entry):
+                        result.ingested += 1
+                        result.released += 1
+                except DeliveryFull:  # max_unacked messages are ready: the rest waits
+                    result.held = True
+                    delivery.defer_again(due[i:])
+                    return
 
     def _blocked_budget_full(self) -> bool:
         return self.delivery.stats()["blocked"] >= self.delivery.config.blocked_read_ahead

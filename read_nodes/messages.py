@@ -20,7 +20,8 @@ Decisions:
   replacement characters in ``"key"`` AND its exact bytes in an extra field
   ``"key_b64"`` (the response models allow extra fields).
 - header values are bytes on disk and strings in the API: decoded as UTF-8
-  (invalid sequences replaced by U+FFFD).
+  (invalid sequences replaced by U+FFFD). Only the producer's own headers are
+  shown, never the platform's reserved ones (``codec.system_headers``).
 
 Pure logic: no I/O.
 """
@@ -47,6 +48,14 @@ RECORD_OVERHEAD_BYTES = 480
 bytes for the objects, measured with tracemalloc, plus the entry), so that the cache's
 byte bound is what the process really holds."""
 
+HEADER_OVERHEAD_BYTES = 146
+"""Python memory of one header beyond its name and value bytes: the (name, value)
+tuple (56), the str (49) and bytes (33) objects and the pointer in the record's header
+tuple (8), by ``sys.getsizeof``; the header tuple itself adds ``HEADERS_BYTES``. Every
+delayed or prioritised message carries a reserved header (``codec.system_headers``),
+so counting less would let the cache hold far more than its bound."""
+HEADERS_BYTES = 40
+
 
 @dataclass(frozen=True, slots=True)
 class TailedRecord:
@@ -64,8 +73,10 @@ class TailedRecord:
         """Footprint declared to the record cache (payload plus a fixed overhead)."""
         r = self.record
         size = RECORD_OVERHEAD_BYTES + len(r.value) + (len(r.key) if r.key is not None else 0)
-        for name, value in r.headers:
-            size += len(name) + len(value) + 16
+        if r.headers:
+            size += HEADERS_BYTES
+            for name, value in r.headers:
+                size += len(name) + len(value) + HEADER_OVERHEAD_BYTES
         return size
 
 

@@ -28,6 +28,8 @@ delivery stats):
 - ``vpq_group_blocked_keys{queue,group}``: keys with a run in flight and more of their
   messages held behind it; ``vpq_group_parked_keys{queue,group}``: keys whose later
   messages wait in the log (no label per key);
+- ``vpq_group_delayed_messages{queue,group}``: messages whose ``delay_ms`` /
+  ``deliver_at_ms`` holds them in the timer index (not in the lag until they come due);
 - per tailed partition: ``vpq_tailer_records_total{partition}``, ``vpq_tailer_errors_total{partition}``
   (counters of the tailer, which lives as long as the node), ``vpq_tailer_end_offset{partition}``,
   ``vpq_tailer_index_entries{partition}``, ``vpq_tailer_readers{partition}``;
@@ -63,6 +65,8 @@ class DeliveryCounters(Protocol):
 
     def dead_lettered(self, queue: str, group: str, n: int) -> None: ...
 
+    def expired(self, queue: str, group: str, n: int) -> None: ...
+
 
 class HostedGroup(Protocol):
     """What a scrape reads from a hosted group (``read_nodes.group_host.GroupHost``)."""
@@ -93,6 +97,7 @@ class GroupSample:
     pending_dead_letters: int
     blocked_keys: int = 0
     parked_keys: int = 0
+    delayed: int = 0
     oldest_age_s: Mapping[tuple[str, str, str], float] = field(default_factory=dict)
     """(env, set, lane) -> age in seconds of the oldest unacked message"""
 
@@ -128,6 +133,7 @@ def group_sample(
         pending_dead_letters=int(stats.get("dead_letters", 0)),
         blocked_keys=int(stats.get("blocked_keys", 0)),
         parked_keys=int(stats.get("parked_keys", 0)),
+        delayed=int(stats.get("delayed", 0)),
         oldest_age_s={
             (ctx.env, ctx.set, ctx.lane): max(0, now_ms - ts) / 1000.0 for ctx, ts in (oldest or {}).items()
         },
@@ -175,6 +181,7 @@ class _SampleCollector:
         dead = _gauge("vpq_group_pending_dead_letters", "Dead letters not yet produced to the DLQ.", qg)
         blocked = _gauge("vpq_group_blocked_keys", "Keys with a run in flight and more messages held behind it.", qg)
         parked = _gauge("vpq_group_parked_keys", "Keys whose later messages wait in the log.", qg)
+        delayed = _gauge("vpq_group_delayed_messages", "Delayed messages waiting for their due time.", qg)
         age = _gauge(
             "vpq_group_oldest_unacked_age_seconds", "Age of the oldest message not yet acked, by message context.",
             (*qg, "env", "set", "lane"),
@@ -191,9 +198,10 @@ class _SampleCollector:
             dead.add_metric(key, g.pending_dead_letters)
             blocked.add_metric(key, g.blocked_keys)
             parked.add_metric(key, g.parked_keys)
+            delayed.add_metric(key, g.delayed)
             for (env, set_, lane), seconds in sorted(g.oldest_age_s.items()):
                 age.add_metric([*key, env, set_, lane], seconds)
-        yield from (lag, *by.values(), in_flight, ready, consumers, dead, blocked, parked, age)
+        yield from (lag, *by.values(), in_flight, ready, consumers, dead, blocked, parked, delayed, age)
         yield GaugeMetricFamily("vpq_read_node_groups", "Groups this node hosts.", value=len(s.groups))
         yield from self._tailers(s.tailers)
         yield from self._cache(s.cache)
@@ -242,6 +250,9 @@ class ReadNodeMetrics:
         self._acked = Counter("vpq_acked_messages", "Messages acknowledged.", qg, registry=r)
         self._nacked = Counter("vpq_nacked_messages", "Messages given back by a nack.", qg, registry=r)
         self._dead = Counter("vpq_dead_lettered_messages", "Messages produced to the group's DLQ.", qg, registry=r)
+        self._expired = Counter(
+            "vpq_expired_messages", "Messages the group never got: past the queue's retention_ms.", qg, registry=r
+        )
         self._sample = _SampleCollector()
         r.register(self._sample)  # type: ignore[arg-type]
 
@@ -265,6 +276,10 @@ class ReadNodeMetrics:
     def dead_lettered(self, queue: str, group: str, n: int) -> None:
         if n:
             self._dead.labels(queue, group).inc(n)
+
+    def expired(self, queue: str, group: str, n: int) -> None:
+        if n:
+            self._expired.labels(queue, group).inc(n)
 
     # ---------------------------------------------------------------- scraping
     def render(self, sample: NodeSample) -> bytes:
@@ -293,4 +308,7 @@ class NoCounters:
         return None
 
     def dead_lettered(self, queue: str, group: str, n: int) -> None:
+        return None
+
+    def expired(self, queue: str, group: str, n: int) -> None:
         return None

@@ -10,8 +10,9 @@ taking never has to skip anything. An item may stand for a run of messages
 ``vps=None`` means every vp: an idle consumer stealing work (see
 ``read_nodes.delivery``) looks at every bucket of the contexts it may serve.
 
-Within a bucket, items come out by ``(priority, seq)``: priority 0 (redelivery)
-before 1 (first delivery), then ingestion order. ``take`` merges the buckets a
+Within a bucket, items come out by ``(priority, seq)``, lowest first: the caller
+ranks them (``GroupDelivery``: message priority, then redelivery before first
+delivery), then ingestion order. ``take`` merges the buckets a
 consumer can see with a heap over their heads, so a poll costs
 ``O(b + k log b)`` for ``k`` items taken from ``b`` non-empty visible buckets,
 independent of the backlog. Push and pop are ``O(log bucket size)``.

@@ -64,6 +64,7 @@ from vpq.read_nodes.lineage_order import LineageOrder
 from vpq.read_nodes.metrics import ReadNodeMetrics
 from vpq.read_nodes.node_parts import NodeParts, ReadNodeOptions
 from vpq.read_nodes.record_cache import RecordCache
+from vpq.read_nodes.redrive import Redriver, WriteNodeLetters
 from vpq.read_nodes.tailer import RecordSource
 from vpq.read_nodes.tailer_pool import TailerPool
 from vpq.traffic.cluster_traffic import TrafficMeter
@@ -104,6 +105,8 @@ class ReadNodeService:
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
         self._contexts: dict[int, IsolationContext] = {}
         self._maintenance: asyncio.Task[None] | None = None
+        self._redriver: Redriver | None = None
+        self._redrive_locks: dict[tuple[str, str], asyncio.Lock] = {}
         self._address = ""
         self._stopping = False
         self._partition_count = settings.cluster.physical_partitions
@@ -155,6 +158,7 @@ class ReadNodeService:
             write_client=write_client, source=source, pool=pool, acks=md.acks, admin=admin,
             dead_letters=DeadLetterProducer(appender, admin, source),
         )
+        self._redriver = Redriver(md, cache, WriteNodeLetters(writers, write_client, self._resolve_context), appender)
         self._runner = web.AppRunner(build_app(self), access_log=None, shutdown_timeout=2.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host_name, self.port)
@@ -205,6 +209,7 @@ class ReadNodeService:
         )
         self._session = self._cache = self._listener = self._md = None
         self._accumulator = None
+        self._redriver = None
         self.parts = None
 
     def _placeable_partitions(self) -> list[int]:
@@ -264,18 +269,7 @@ class ReadNodeService:
             raise NotFound("group_not_found", f"queue {queue!r} has no consumer group {group!r}", group=group)
         resource = group_resource(queue, group)
         assert self._keeper is not None
-        token = self._keeper.token(resource)
-        if token is None:
-            token = await self._keeper.acquire(resource)
-            if token is None:
-                owner = await md.leases.owner(resource)
-                if owner is None:
-                    token = await self._keeper.acquire(resource)
-                if token is None:
-                    raise Conflict(
-                        "not_owner", f"group {group!r} of queue {queue!r} is served by another read node",
-                        owner=owner.node_id if owner is not None else None,
-                    )
+        token = await self._take_lease(queue, group, resource)
         try:
             starts = dict(grp.start_offsets) if grp is not None else {}
             if not starts:
@@ -296,6 +290,68 @@ class ReadNodeService:
                 await self._keeper.release(resource)
             raise
         return host
+
+    async def delete_group(self, queue: str, group: str) -> None:
+        """Delete the group and all its state (see the module docstring); 404
+        ``queue_not_found`` / ``group_not_found`` when unknown."""
+        key = (queue, group)
+        lock = self._locks.get(key)
+        if lock is None:
+            lock = self._locks[key] = asyncio.Lock()
+        async with lock:
+            parts = self._parts()
+            md = parts.md
+            resource = group_resource(queue, group)
+            with metadata_errors():
+                h = self._hosts.get(key)
+                if h is not None and not h.closed:
+                    await self._drop(h, persist=False, release=False)
+                else:
+                    if await md.queues.get(queue) is None:
+                        raise NotFound("queue_not_found", f"queue {queue!r} does not exist", queue=queue)
+                    if await md.groups.get_group(queue, group) is None:
+                        raise NotFound("group_not_found", f"queue {queue!r} has no consumer group {group!r}", group=group)
+                    await self._take_lease(queue, group, resource)
+                existed = await md.groups.delete_group(queue, group)
+            assert self._keeper is not None
+            with contextlib.suppress(Exception):
+                await self._keeper.release(resource)  # its key is gone already: this only forgets it
+            if not existed:
+                raise NotFound("group_not_found", f"queue {queue!r} has no consumer group {group!r}", group=group)
+            log.info("deleted group %s of queue %s", group, queue)
+
+    async def redrive(self, queue: str, group: str, max_messages: int | None) -> int:
+        """Redrive the group's dead letters (``read_nodes.redrive``) while serving the
+        group; how many were redriven."""
+        await self.host(queue, group)  # the lease (or 409 not_owner / 404)
+        key = (queue, group)
+        lock = self._redrive_locks.get(key)
+        if lock is None:
+            lock = self._redrive_locks[key] = asyncio.Lock()
+        async with lock:
+            self._parts()
+            assert self._redriver is not None
+            with metadata_errors():
+                return await self._redriver.redrive(queue, group, max_messages)
+
+    async def _take_lease(self, queue: str, group: str, resource: str) -> int:
+        """The group's lease token, acquired when not held (409 ``not_owner`` when
+        another live node holds it)."""
+        assert self._keeper is not None
+        md = self._parts().md
+        token = self._keeper.token(resource)
+        if token is None:
+            token = await self._keeper.acquire(resource)
+            if token is None:
+                owner = await md.leases.owner(resource)
+                if owner is None:
+                    token = await self._keeper.acquire(resource)
+                if token is None:
+                    raise Conflict(
+                        "not_owner", f"group {group!r} of queue {queue!r} is served by another read node",
+                        owner=owner.node_id if owner is not None else None,
+                    )
+        return token
 
     async def _drop(self, host: GroupHost, persist: bool, release: bool) -> None:
         key = (host.queue, host.group)

@@ -17,7 +17,10 @@ A group that needs an earlier position calls ``require(offset)``: the tailer
 drops its index and re-reads from there (the record cache stays). Readers report
 their cursors with ``set_position``; from time to time the index drops the
 entries more than ``keep_offsets`` below the lowest one. ``log_start`` is the write node's log start (records
-below it were removed by retention and are gone).
+below it were removed by retention and are gone). Offsets may have gaps (compaction
+removed the records of deleted and expired queues): a read answers from the next
+surviving offset, and an empty answer below the durable end means nothing survives
+up to it, so the tailer moves there.
 
 Errors from the write node (``not_owner``, connection refused, offline
 partition) make the tailer forget the node's address and retry with backoff;
@@ -325,9 +328,12 @@ class PartitionTailer:
             return
         pos = self._pos
         if not res.data:
-            if pos < res.start_offset:  # everything below the log start is gone
-                self.index.advance(self.pp, res.start_offset)
-                self._pos = res.start_offset
+            # below the log start everything is gone (retention); below the durable end
+            # with nothing to read, everything from here was compacted away
+            skip_to = res.start_offset if pos < res.start_offset else res.end_offset
+            if pos < skip_to:
+                self.index.advance(self.pp, skip_to)
+                self._pos = skip_to
                 self._notify()
             return
         records, end = await self._source.decode(self.pp, res.data, pos)

@@ -7,7 +7,11 @@ Contract:
 * Retryable failures (429/502/503/504, connection errors, timeouts) are retried up to
   ``retry.attempts`` tries in total, waiting the server's ``Retry-After`` when given, else
   an exponential backoff. Other errors are raised at once and never retried.
-* Retries are at-least-once: a produce whose answer was lost may be applied twice.
+* Produced messages carry a ``dedup_id`` (the caller's, else one from ``dedup_ids``, fixed
+  before the first try) and a retry sends the same body: within the queue's
+  ``dedup_window_ms`` a produce whose answer was lost is stored once, and the retry is
+  answered with the stored messages' ids. ``dedup=False`` sends no ids of the client's
+  own (then a retried produce may be stored twice: at-least-once).
 * The HTTP session is opened lazily (on first use, inside the running loop) and closed
   by :meth:`close` or ``async with``.
 """
@@ -35,6 +39,7 @@ from vpq.sdk.errors import (
 from vpq.sdk.models import (
     ClusterInfo,
     CurrentMap,
+    DedupIds,
     GroupInfo,
     JoinResult,
     Message,
@@ -43,6 +48,7 @@ from vpq.sdk.models import (
     QueueInfo,
     dump_produce_body,
     produce_body,
+    with_dedup_id,
 )
 from vpq.sdk.retry import NO_RETRY, RetryPolicy, parse_retry_after
 
@@ -104,8 +110,10 @@ class AsyncClient:
         *,
         max_connections: int = 64,
         sleep: Sleep = asyncio.sleep,
+        dedup: bool = True,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        self.dedup_ids: DedupIds | None = DedupIds() if dedup else None
         self.token = token
         self.timeout = timeout
         self.retry = retry or RetryPolicy()
@@ -280,7 +288,8 @@ class AsyncClient:
 
     async def put_queue(self, name: str, **config: Any) -> QueueInfo:
         """Create or update a queue (``virtual_partitions``, ``ordering``, ``max_deliveries``,
-        ``visibility_timeout_ms``, ``retention_ms``, ``max_message_bytes``; ``None`` = leave out)."""
+        ``visibility_timeout_ms``, ``retention_ms``, ``max_message_bytes``, ``dedup_window_ms``;
+        ``None`` = leave out)."""
         _, body = await self.request("PUT", f"/v1/queues/{_seg(name)}", _drop_none(config))
         return body
 
@@ -308,7 +317,10 @@ class AsyncClient:
     ) -> ProduceResults:
         """Append ``messages`` durably, all or nothing. ``lane``/``env``/``set`` go out as
         ``X-Lane``/``X-Env``/``X-Set`` and apply to messages that carry none. Results are in
-        request order."""
+        request order. Each message gets a dedup id unless it has one (module docstring)."""
+        ids = self.dedup_ids
+        if ids is not None:
+            messages = [with_dedup_id(m, ids) for m in messages]
         return await self._produce_body(queue, dump_produce_body(messages), len(messages), lane, env, set)
 
     async def produce_encoded(
@@ -398,6 +410,17 @@ class AsyncClient:
         """Members (id, isolation context, assigned vps, in flight) and lag of a group."""
         _, answer = await self.request("GET", f"/v1/queues/{_seg(queue)}/groups/{_seg(group)}")
         return answer
+
+    async def delete_group(self, queue: str, group: str) -> None:
+        """Delete a group with its members, delivery and ack state (a later join starts anew)."""
+        await self.request("DELETE", f"/v1/queues/{_seg(queue)}/groups/{_seg(group)}")
+
+    async def redrive(self, queue: str, group: str, max_messages: int | None = None) -> int:
+        """Deliver the group's dead letters to it again (at most ``max_messages``; None:
+        all); how many were redriven."""
+        body = {} if max_messages is None else {"max_messages": max_messages}
+        _, answer = await self.request("POST", f"/v1/queues/{_seg(queue)}/groups/{_seg(group)}/dlq/redrive", body)
+        return int(answer.get("redriven", 0))
 
     # -- cluster -----------------------------------------------------------------------
 

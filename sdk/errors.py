@@ -5,8 +5,9 @@ errors as ``{"error": {"code": "...", "message": "...", ...}}``; ``code`` and ``
 become attributes, the other keys of the error object become ``details`` (for example
 ``details["index"]``, the first bad message of a rejected produce batch).
 
-``retryable`` is true for 429, 502, 503 and 504 answers, for connection failures and for
-timeouts: the request may succeed if sent again. Every other 4xx/5xx is final; the client
+``retryable`` is true for 429, 502, 503, 504 and 507 (a write node short of disk: nothing
+was appended) answers, for connection failures and for timeouts: the request may succeed if
+sent again. Every other 4xx/5xx is final; the client
 never retries it. ``retry_after`` holds the server's ``Retry-After`` in seconds, when given (the header, or
 the ``retry_after`` detail of the error JSON when the header is missing).
 """
@@ -18,7 +19,7 @@ from typing import Any
 
 import orjson
 
-RETRYABLE_STATUSES: frozenset[int] = frozenset({429, 502, 503, 504})
+RETRYABLE_STATUSES: frozenset[int] = frozenset({429, 502, 503, 504, 507})
 
 
 class VpqClientError(Exception):
@@ -95,6 +96,11 @@ class UnavailableError(ServerError):
     """503: temporarily unavailable (overloaded, node failover, stale map); retryable."""
 
 
+class InsufficientStorageError(ServerError):
+    """507: a write node is short of disk; nothing was appended. Retryable after
+    ``retry_after`` seconds (produce resumes by itself once space returns)."""
+
+
 class GatewayConnectionError(VpqClientError):
     """No answer: the gateway could not be reached or dropped the connection. Retryable."""
 
@@ -120,6 +126,7 @@ _BY_STATUS: dict[int, type[VpqClientError]] = {
     415: UnsupportedMediaTypeError,
     429: RateLimitedError,
     503: UnavailableError,
+    507: InsufficientStorageError,
 }
 
 

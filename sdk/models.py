@@ -8,6 +8,8 @@ are sent as ``value_b64``. A consumed message has ``value`` set to the JSON valu
 from __future__ import annotations
 
 import base64
+import dataclasses
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypedDict, overload
@@ -20,7 +22,10 @@ _BYTES_TYPES = (bytes, bytearray, memoryview)
 @dataclass(frozen=True)
 class ProduceMessage:
     """One message to produce. ``None`` isolation fields are left out of the request, so
-    the request's ``X-Lane``/``X-Env``/``X-Set`` headers (or the server defaults) apply."""
+    the request's ``X-Lane``/``X-Env``/``X-Set`` headers (or the server defaults) apply.
+    ``dedup_id`` (1-128 printable ASCII characters): within the queue's
+    ``dedup_window_ms`` a message with the same id is stored once; ``None`` lets the
+    client give it one (``DedupIds``)."""
 
     value: Any = None
     key: str | None = None
@@ -28,6 +33,25 @@ class ProduceMessage:
     lane: str | None = None
     env: str | None = None
     set: str | None = None
+    dedup_id: str | None = None
+
+
+class DedupIds:
+    """Dedup ids unique to this object: ``"<random 128-bit hex>-<sequence>"`` (at most
+    54 characters), so that ids of different producers and processes never meet. One id
+    per message, fixed when the message is first serialised: every retry of that message
+    sends the same id."""
+
+    __slots__ = ("prefix", "_next")
+
+    def __init__(self, prefix: str | None = None) -> None:
+        self.prefix = uuid.uuid4().hex if prefix is None else prefix
+        self._next = 0
+
+    def next(self) -> str:
+        n = self._next
+        self._next = n + 1
+        return f"{self.prefix}-{n}"
 
 
 @dataclass(frozen=True)
@@ -187,6 +211,7 @@ class QueueInfo(TypedDict, total=False):
     visibility_timeout_ms: int
     retention_ms: int
     max_message_bytes: int
+    dedup_window_ms: int
     epoch: int
     placement: list[int]
     traffic: dict[str, Any]
@@ -224,7 +249,7 @@ def encode_message(message: ProduceMessage | Mapping[str, Any]) -> dict[str, Any
     """The JSON object for one message of a produce request.
 
     A mapping is taken as the API shape (``key``, ``value`` or ``value_b64``, ``headers``,
-    ``lane``, ``env``, ``set``); a bytes ``value`` in it is turned into ``value_b64``.
+    ``lane``, ``env``, ``set``, ``dedup_id``); a bytes ``value`` in it is turned into ``value_b64``.
     """
     if isinstance(message, ProduceMessage):
         out: dict[str, Any] = {}
@@ -236,7 +261,7 @@ def encode_message(message: ProduceMessage | Mapping[str, Any]) -> dict[str, Any
             out["value"] = message.value
         if message.headers:
             out["headers"] = dict(message.headers)
-        for name in ("lane", "env", "set"):
+        for name in ("lane", "env", "set", "dedup_id"):
             v = getattr(message, name)
             if v is not None:
                 out[name] = v
@@ -273,3 +298,12 @@ def dump_produce_body(messages: Sequence[ProduceMessage | Mapping[str, Any]]) ->
         return orjson.dumps({"messages": [encode_message(m) for m in messages]})
     except orjson.JSONEncodeError as exc:
         raise TypeError(f"message is not JSON-serialisable: {exc}") from exc
+
+
+def with_dedup_id(message: ProduceMessage | Mapping[str, Any], ids: DedupIds) -> ProduceMessage | Mapping[str, Any]:
+    """``message`` with a dedup id from ``ids`` unless it has one already."""
+    if isinstance(message, ProduceMessage):
+        return message if message.dedup_id is not None else dataclasses.replace(message, dedup_id=ids.next())
+    if message.get("dedup_id") is not None:
+        return message
+    return {**message, "dedup_id": ids.next()}

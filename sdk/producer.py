@@ -18,6 +18,12 @@ Contract:
   message; the rest (never appended: batches are all or nothing) are sent again in order.
   A batch refused as too large without an index is split in halves, sent in order.
   Any other final error fails every message of the batch.
+* **Retries are safe.** Every message gets a ``dedup_id`` when ``send`` serialises it
+  (the caller's, else one of the client's ``dedup_ids``: a per-client random prefix and
+  a sequence number), and every retry resends the same serialised message: within the
+  queue's ``dedup_window_ms`` a batch whose answer was lost (a timeout, a write node
+  killed, Redis frozen) is stored once, and the retry's answer gives the stored ids.
+  With a client built with ``dedup=False`` the producer adds no ids (at-least-once).
 * ``send`` waits while ``max_buffered`` messages are already waiting (backpressure).
 * ``stop()`` (or leaving ``async with``) sends everything buffered, waits for the
   answers and then ends the sender; ``send`` afterwards raises :class:`ClientClosedError`.
@@ -148,11 +154,17 @@ class Producer:
         lane: str | None = None,
         env: str | None = None,
         set: str | None = None,  # noqa: A002 - the API's name
+        dedup_id: str | None = None,
     ) -> asyncio.Future[ProduceResult]:
         """Queue one message; the returned future resolves once it is durable."""
         if self._closed:
             raise ClientClosedError("the producer is stopped")
-        encoded = dump_message(ProduceMessage(value=value, key=key, headers=headers, lane=lane, env=env, set=set))
+        ids = self._client.dedup_ids
+        if dedup_id is None and ids is not None:
+            dedup_id = ids.next()
+        encoded = dump_message(
+            ProduceMessage(value=value, key=key, headers=headers, lane=lane, env=env, set=set, dedup_id=dedup_id)
+        )
         if self._sender is None:
             await self.start()
         while self._buffered >= self._max_buffered:
@@ -181,9 +193,10 @@ class Producer:
         lane: str | None = None,
         env: str | None = None,
         set: str | None = None,  # noqa: A002
+        dedup_id: str | None = None,
     ) -> ProduceResult:
         """``send`` and wait until the message is durable."""
-        fut = await self.send(queue, value, key=key, headers=headers, lane=lane, env=env, set=set)
+        fut = await self.send(queue, value, key=key, headers=headers, lane=lane, env=env, set=set, dedup_id=dedup_id)
         return await fut
 
     async def flush(self) -> None:

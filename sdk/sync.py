@@ -151,6 +151,12 @@ class Client:
     def group(self, queue: str, group: str) -> GroupInfo:
         return self._call(self._aio.group(queue, group))
 
+    def delete_group(self, queue: str, group: str) -> None:
+        self._call(self._aio.delete_group(queue, group))
+
+    def redrive(self, queue: str, group: str, max_messages: int | None = None) -> int:
+        return self._call(self._aio.redrive(queue, group, max_messages))
+
     # -- cluster -----------------------------------------------------------------------
 
     def cluster(self) -> ClusterInfo:

@@ -14,6 +14,12 @@ from vpq.common.redis_server import RedisServer, find_redis_server
 from vpq.config.settings import RedisSettings
 from vpq.metadata.store import MetadataStore
 
+# Tests put their data on whatever disk the machine has. The product default keeps
+# min(1 GiB, 5 %) of it free (produce answers 507 below), which on a nearly full CI disk
+# would refuse every produce; test platforms keep 16 MiB instead (the full-disk tests set
+# their own).
+os.environ.setdefault("VPQ_LOG__MIN_FREE_BYTES", str(16 << 20))
+
 
 @pytest.fixture
 def redis_server(tmp_path):

@@ -14,6 +14,4 @@ API_MD = DOCS / "api.md"
 DESIGN_MD = DOCS / "design.md"
 
 NOT_BUILT_YET: dict[tuple[str, str], str] = {
-    ("DELETE", "/v1/queues/{queue}/groups/{group}"): "issue 22 (data lifecycle)",
-    ("POST", "/v1/queues/{queue}/groups/{group}/dlq/redrive"): "issue 22 (data lifecycle)",
 }

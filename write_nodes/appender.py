@@ -16,6 +16,12 @@ Durability rules kept here:
   :meth:`prepare_sync` fsyncs every dirty segment (and the directory if needed);
 - ``pending_io`` pins the segments a queued op touches so retention never closes
   a file under the I/O thread.
+
+A full disk (``rollback``): the ops were not written (the committer truncated the
+file back); the segment's bookkeeping goes back to its state before the first of
+them and ``on_rewind(base_offset)`` tells the log where the next append starts.
+Ops that rolled a segment are not rolled back (False: the log goes offline and
+recovery repairs it).
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from pathlib import Path
 from vpq.config.settings import LogSettings
 from vpq.write_nodes.errors import LogIOError
 from vpq.write_nodes.group_commit import FsyncFn, WriteOp
-from vpq.write_nodes.segment import LogSegment
+from vpq.write_nodes.segment import Bookmark, LogSegment
 from vpq.write_nodes.segments import LogSegments
 
 
@@ -46,6 +52,9 @@ class _OpContext:
     size: int  # segment size after this op
     end_offset: int  # next offset after this op
     pinned: list[LogSegment] = field(default_factory=list)
+    base_offset: int = -1  # first offset of this op's batch
+    mark: Bookmark | None = None  # the segment's bookkeeping before this op
+    rolled: bool = False  # this op created a new segment
 
 
 class SegmentAppender:
@@ -60,6 +69,7 @@ class SegmentAppender:
         clock_ms: Callable[[], int],
         on_durable: Callable[[int], None],
         on_failed: Callable[[LogIOError], None],
+        on_rewind: Callable[[int], None] = lambda _offset: None,
     ) -> None:
         active = segments.active
         if active is None:
@@ -71,6 +81,7 @@ class SegmentAppender:
         self._clock_ms = clock_ms
         self._on_durable = on_durable
         self._on_failed = on_failed
+        self._on_rewind = on_rewind
         self._dirty: dict[LogSegment, None] = {}
         self._dir_dirty = False
         self.planned_end = active.next_offset
@@ -86,7 +97,9 @@ class SegmentAppender:
         nbytes = len(data)
         before: list[Callable[[FsyncFn], object]] = []
         pinned: list[LogSegment] = []
+        rolled = False
         if seg.size and self._should_roll(seg, meta, nbytes):
+            rolled = True
             seg.seal_time_index()
             before.append(_index_writer(seg))
             pinned.append(seg)
@@ -96,7 +109,8 @@ class SegmentAppender:
             self._segments.add(seg)
             self._dir_dirty = True
             self.rolls += 1
-        seg.track_append(meta.base_offset, meta.next_offset, meta.max_timestamp, nbytes)
+        mark = seg.bookmark()
+        position = seg.track_append(meta.base_offset, meta.next_offset, meta.max_timestamp, nbytes)
         pinned.append(seg)
         for p in pinned:
             p.pending_io += 1
@@ -108,8 +122,8 @@ class SegmentAppender:
         if not sync:
             self._dirty[seg] = None
         self.planned_end = meta.next_offset
-        ctx = _OpContext(seg, seg.size, meta.next_offset, pinned)
-        return WriteOp(fd=seg.fd, data=data, before=before, sync_fds=sync_fds, context=ctx)
+        ctx = _OpContext(seg, seg.size, meta.next_offset, pinned, meta.base_offset, mark, rolled)
+        return WriteOp(fd=seg.fd, data=data, position=position, before=before, sync_fds=sync_fds, context=ctx)
 
     def prepare_sync(self) -> WriteOp | None:
         if not self._dirty and not self._dir_dirty:
@@ -143,6 +157,23 @@ class SegmentAppender:
 
     def failed(self, error: LogIOError) -> None:
         self._on_failed(error)
+
+    def rollback(self, ops: list[WriteOp]) -> bool:
+        contexts = [op.context for op in ops]
+        for ctx in contexts:
+            assert isinstance(ctx, _OpContext)
+            for p in ctx.pinned:
+                p.pending_io -= 1
+        written = [ctx for ctx in contexts if isinstance(ctx, _OpContext) and ctx.segment is not None]
+        if any(ctx.rolled for ctx in written):
+            return False
+        if written:
+            first = written[0]
+            assert first.segment is not None and first.mark is not None
+            first.segment.rewind(first.mark)
+            self.planned_end = first.base_offset
+            self._on_rewind(first.base_offset)
+        return True
 
     # ------------------------------------------------------------------ inner
     def _should_roll(self, seg: LogSegment, meta: AppendMeta, nbytes: int) -> bool:

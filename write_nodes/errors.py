@@ -4,6 +4,8 @@ Contract:
 - every ``OSError`` met while touching a partition's files is wrapped in
   :class:`LogIOError` (the original is chained as ``__cause__``) and takes the
   partition offline; it is never swallowed;
+- except a write refused because the disk is full (:class:`DiskFullError`): the
+  log undid it (and every append queued behind it) and stays online;
 - an offline partition raises :class:`PartitionOfflineError` (a ``LogIOError``)
   on every further append or read, until it is stopped and reopened (recovery);
 - :class:`OffsetOutOfRangeError` reports a read below the log start offset
@@ -19,6 +21,12 @@ class LogIOError(OSError):
     def __init__(self, message: str, partition_id: int | None = None) -> None:
         super().__init__(message)
         self.partition_id = partition_id
+
+
+class DiskFullError(LogIOError):
+    """An append was not made because the disk is full (ENOSPC/EDQUOT). Nothing of it
+    is in the log; the partition stays online and takes appends again once there is
+    space."""
 
 
 class PartitionOfflineError(LogIOError):

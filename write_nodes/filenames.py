@@ -6,6 +6,7 @@ fits), with one suffix per file::
     00000000000000001234.log         record batches
     00000000000000001234.index       sparse offset index (rebuildable cache)
     00000000000000001234.timeindex   sparse time index (rebuildable cache)
+    00000000000000001234.compacted   end offset of a compacted segment (its offsets have gaps)
     recovery-point.checkpoint        offsets below this were fsynced, with their indexes
 
 Temporary files end in ``.tmp`` and are ignored (and removed) when a log opens.
@@ -20,6 +21,7 @@ from vpq.write_nodes.storage import OS_STORAGE, Storage
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
+COMPACTED_SUFFIX = ".compacted"
 TMP_SUFFIX = ".tmp"
 CHECKPOINT_NAME = "recovery-point.checkpoint"
 SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
@@ -42,6 +44,10 @@ def index_file(directory: Path, base_offset: int) -> Path:
 
 def time_index_file(directory: Path, base_offset: int) -> Path:
     return directory / (base_name(base_offset) + TIME_INDEX_SUFFIX)
+
+
+def compacted_file(directory: Path, base_offset: int) -> Path:
+    return directory / (base_name(base_offset) + COMPACTED_SUFFIX)
 
 
 def checkpoint_file(directory: Path) -> Path:

@@ -22,22 +22,35 @@ Any exception (from the sink's ``prepare`` or from the I/O) takes the committer
 offline: the failed group's waiters and every queued write get a
 ``PartitionOfflineError`` (chaining the original error), later submits raise it
 at once, and the sink's ``failed`` hook is called once.
+
+Except a full disk: when a group's write fails with ENOSPC/EDQUOT, the I/O thread
+truncates every file the group wrote back to where the group began (each op's
+``position``), takes every write queued behind it, and stops taking groups; on
+the loop thread the sink's ``rollback`` undoes the placement of all those writes
+(offsets, segment bookkeeping), their waiters get a ``DiskFullError`` and the
+committer goes on: nothing of them was appended, what came before is untouched,
+and the next submit is placed where the failed group began. A sink that cannot
+roll back (``rollback`` answers False) or a truncate that fails takes the
+committer offline as above.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import threading
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from vpq.write_nodes.errors import LogIOError, PartitionOfflineError
+from vpq.write_nodes.errors import DiskFullError, LogIOError, PartitionOfflineError
 from vpq.write_nodes.storage import OS_STORAGE
 
 FsyncFn = Callable[[int], None]
 WriteFn = Callable[[int, list[bytes]], int]
+TruncateFn = Callable[[int, int], None]
+FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 FsyncPolicy = Literal["group", "interval", "none"]
 
 
@@ -57,6 +70,8 @@ class WriteOp:
 
     fd: int = -1
     data: bytes = b""
+    position: int = -1
+    """where ``data`` starts in the file (-1: unknown): a full disk truncates back to it"""
     before: list[Callable[[FsyncFn], object]] = field(default_factory=list)
     sync_fds: tuple[int, ...] = ()
     force_sync: bool = False
@@ -83,6 +98,13 @@ class CommitSink(Protocol):
         """The I/O failed; the committer is offline from now on."""
         ...
 
+    def rollback(self, ops: list[WriteOp]) -> bool:
+        """The disk was full: none of ``ops`` (the failed group and every op placed after
+        it, in order) was written; undo their placement so the next ``prepare`` goes
+        where the first of them began. False when that is not possible (the committer
+        then goes offline)."""
+        ...
+
 
 class GroupCommitter:
     """Gathers concurrent appends into one write and one fsync per group."""
@@ -96,11 +118,13 @@ class GroupCommitter:
         max_group_bytes: int = 8 * 1024 * 1024,
         fsync: FsyncFn = default_fsync,
         write: WriteFn = OS_STORAGE.write_all,
+        truncate: TruncateFn = OS_STORAGE.truncate,
         name: str = "log",
         history_size: int = 0,
     ) -> None:
         """``fsync`` syncs one fd and ``write`` writes buffers to one fd (both on the I/O
-        thread): the storage of the files the sink places writes in."""
+        thread), ``truncate`` cuts one fd back after a full disk: the storage of the files
+        the sink places writes in."""
         if policy not in ("group", "interval", "none"):
             raise ValueError(f"unknown fsync policy {policy!r}")
         self._sink = sink
@@ -110,6 +134,7 @@ class GroupCommitter:
         self._max_group_bytes = max_group_bytes
         self._fsync_fn = fsync
         self._write = write
+        self._truncate = truncate
         self._name = name
         self._queue: deque[WriteOp] = deque()
         self._cond = threading.Condition(threading.Lock())
@@ -119,6 +144,9 @@ class GroupCommitter:
         self._ticker: asyncio.Task[None] | None = None
         self._accepting = False
         self._error: PartitionOfflineError | None = None
+        self._refusing = False  # a full disk's group is being rolled back: no I/O meanwhile
+        self._late: list[WriteOp] = []  # ops submitted meanwhile: they are rolled back too
+        self.disk_full = 0  # groups refused because the disk was full
         self.fsyncs = 0  # fsync calls made (written by the I/O thread only)
         self.groups = 0  # I/O rounds completed
         self.writes = 0  # ops completed
@@ -206,6 +234,9 @@ class GroupCommitter:
         fut: asyncio.Future[None] = self._loop.create_future()
         op.future = fut
         with self._cond:
+            if self._refusing:
+                self._late.append(op)
+                return fut
             self._queue.append(op)
             if len(self._queue) == 1:
                 self._cond.notify()
@@ -217,13 +248,23 @@ class GroupCommitter:
         assert loop is not None
         while True:
             with self._cond:
-                while not self._queue and not self._closing:
+                while (not self._queue or self._refusing) and not self._closing:
                     self._cond.wait()
-                if not self._queue:
+                if not self._queue or self._refusing:
                     return
                 group = self._take_group()
             try:
                 synced = self._execute(group)
+            except OSError as exc:
+                if exc.errno in FULL_ERRNOS and self._undo(group):
+                    with self._cond:
+                        self._refusing = True
+                        refused = group + list(self._queue)
+                        self._queue.clear()
+                    loop.call_soon_threadsafe(self._refuse, exc, refused)
+                    continue
+                loop.call_soon_threadsafe(self._go_offline, exc, group)
+                return
             except BaseException as exc:  # the partition goes offline; the loop learns why
                 loop.call_soon_threadsafe(self._go_offline, exc, group)
                 return
@@ -277,6 +318,23 @@ class GroupCommitter:
                 self.history.append((nbytes, self.fsyncs - before))
         return sync
 
+    def _undo(self, group: list[WriteOp]) -> bool:
+        """Truncate every file ``group`` wrote back to where the group began there (I/O
+        thread); False when a write's position is unknown or a truncate fails."""
+        starts: dict[int, int] = {}
+        for op in group:
+            if op.data:
+                if op.position < 0:
+                    return False
+                if op.fd not in starts or op.position < starts[op.fd]:
+                    starts[op.fd] = op.position
+        try:
+            for fd, position in starts.items():
+                self._truncate(fd, position)
+        except OSError:
+            return False
+        return True
+
     def _counted_fsync(self, fd: int) -> None:
         self._fsync_fn(fd)
         self.fsyncs += 1
@@ -298,8 +356,37 @@ class GroupCommitter:
                 return
             try:
                 await self.sync_now()
+            except DiskFullError:
+                continue
             except LogIOError:
                 return
+
+    def _refuse(self, exc: OSError, ops: list[WriteOp]) -> None:
+        """Loop side of a full disk (see the module docstring)."""
+        with self._cond:
+            ops = ops + self._late
+            self._late = []
+        if self._error is not None:  # went offline meanwhile: those ops fail with it
+            self._go_offline(exc, ops)
+            return
+        try:
+            undone = self._sink.rollback(ops)
+        except Exception:
+            undone = False
+        if not undone:
+            self._go_offline(exc, ops)
+            return
+        self.disk_full += 1
+        err = DiskFullError(f"{self._name}: the disk is full, nothing was appended: {exc}")
+        err.__cause__ = exc
+        for op in ops:
+            fut = op.future
+            if fut is not None and not fut.done():
+                fut.set_exception(err)
+                fut.exception()  # the submitter may be gone: no "never retrieved" warning
+        with self._cond:
+            self._refusing = False
+            self._cond.notify()
 
     def _go_offline(self, exc: BaseException, group: list[WriteOp]) -> None:
         first = self._error is None
@@ -308,8 +395,10 @@ class GroupCommitter:
             err.__cause__ = exc
             self._error = err
         with self._cond:
-            failed = list(group) + list(self._queue)
+            failed = list(group) + list(self._queue) + self._late
             self._queue.clear()
+            self._late = []
+            self._refusing = False
             self._closing = True
             self._cond.notify()
         for op in failed:

@@ -8,7 +8,10 @@
   map (refreshed first when the sender's epoch is newer, or when a queue id is
   unknown), else 503 ``stale_map`` with detail ``epoch``. One answer entry per frame,
   ``{"base_offset", "last_offset"}`` once durable or the frame's error; a chain stops
-  at its first refused frame. The final placement checks and the submissions to the
+  at its first refused frame. When a record's queue deduplicates (``dedup_window_ms``
+  > 0) and it carries a dedup id already stored in the partition, it is not appended
+  again and the frame's entry is ``{"offsets", "vps"}`` (``write_nodes.dedup_log``).
+  The final placement checks and the submissions to the
   logs run without yielding to the event loop, so every record below a partition's
   ``next_offset`` was checked against a map no newer than the one the node reports in
   ``GET /partitions``.
@@ -22,7 +25,12 @@
 
 Errors are ``common.errors`` JSON with the error's status (``error_middleware``):
 ownership answers come from ``PartitionOwnership.serving``; an I/O error of the log
-takes the partition offline (503 ``partition_offline``).
+takes the partition offline (503 ``partition_offline``). Disk (``write_nodes.disk_guard``):
+an append that would eat into the headroom is refused whole, every frame answered
+507 ``insufficient_storage`` and nothing appended; a log write that fails with ENOSPC
+anyway answers its frames 507 too: the log undoes it (and what was queued behind it)
+and stays online (``write_nodes.group_commit``); only an ENOSPC elsewhere (an fsync,
+a segment roll) takes the partition offline, to be reopened without growing backoff. Reads and the listing never depend on free space.
 """
 
 from __future__ import annotations
@@ -31,7 +39,7 @@ import asyncio
 import logging
 import shutil
 import time
-from collections.abc import Awaitable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -43,6 +51,7 @@ from vpq.codec.errors import CorruptBatchError
 from vpq.codec.records import BatchView
 from vpq.common.errors import (
     BadRequest,
+    InsufficientStorage,
     InternalError,
     MethodNotAllowed,
     NotFound,
@@ -52,10 +61,22 @@ from vpq.common.errors import (
 )
 from vpq.metadata.errors import MetadataUnavailable
 from vpq.metadata.map_cache import MapCache
-from vpq.node_rpc.append_frames import ChainGate, Frame, FrameError, decode_frames, error_entry, ok_entry
-from vpq.write_nodes.errors import LogIOError, OffsetOutOfRangeError
+from vpq.metadata.queue_config import dedup_window_of
+from vpq.node_rpc.append_frames import (
+    ChainGate,
+    Deduplicated,
+    Frame,
+    FrameError,
+    decode_frames,
+    dedup_entry,
+    error_entry,
+    ok_entry,
+)
+from vpq.write_nodes import dedup_log
+from vpq.write_nodes.disk_guard import DiskGuard
+from vpq.write_nodes.errors import DiskFullError, LogIOError, OffsetOutOfRangeError
 from vpq.write_nodes.fence import FenceView
-from vpq.write_nodes.log import PartitionLog
+from vpq.write_nodes.log import PartitionLog, wall_clock_ms
 from vpq.write_nodes.metrics import WriteNodeMetrics
 from vpq.write_nodes.ownership import NOT_OWNER, PARTITION_OFFLINE, OwnedPartition, PartitionOwnership, State
 from vpq.write_nodes.replica_leader import LeaderState
@@ -70,6 +91,7 @@ END_OFFSET_HEADER = "X-End-Offset"
 MAX_WAIT_MS = 30_000
 DEFAULT_READ_BYTES = 1 << 20
 MAX_READ_BYTES = 64 << 20
+DISK_RETRY_AFTER_S = 1.0
 STALE_MAP = "stale_map"
 CORRUPT_BATCH = "corrupt_batch"
 
@@ -227,6 +249,11 @@ class PlacementGuard:
                 )
         return queues
 
+    def dedup_window_ms(self, queue_id: int) -> int:
+        """The queue's ``dedup_window_ms`` in the cached registry (0 for an unknown queue)."""
+        rec = self._cache.queue_by_id(queue_id)
+        return dedup_window_of(rec.config) if rec is not None else 0
+
     def _stale(self, why: str) -> Unavailable:
         return Unavailable(STALE_MAP, f"stale map: {why}", retry_after=0.0, epoch=self._cache.epoch)
 
@@ -256,10 +283,14 @@ class WriteNodeHandlers:
         metrics: WriteNodeMetrics | None = None,
         fence: FenceView | None = None,
         data_dir: Path | None = None,
+        clock_ms: Callable[[], int] = wall_clock_ms,
+        disk: DiskGuard | None = None,
         replication: ReplicaManager | None = None,
     ) -> None:
+        self._clock_ms = clock_ms
         self._node_id = node_id
         self._replication = replication
+        self._disk = disk
         self._data_dir = data_dir
         self._fence = fence
         self._ownership = ownership
@@ -286,6 +317,12 @@ class WriteNodeHandlers:
         continues a chain whose earlier frame was refused gets the same error and is not
         appended, so a chain never lands out of order."""
         own = self._ownership
+        if self._disk is not None:
+            try:
+                self._disk.check(sum(len(batch) for _, batch, _ in raw))
+            except VpqError as short:
+                entry = error_entry(short.to_dict()["error"], short.status)
+                return [entry for _ in raw]
         with own.track():
             frames: list[_Frame | VpqError] = []
             for pp, batch, _ in raw:
@@ -299,7 +336,7 @@ class WriteNodeHandlers:
             started = time.perf_counter()
             # from here until every frame is submitted nothing yields to the event loop
             gate = ChainGate()
-            waiters: list[Awaitable[tuple[int, int]] | VpqError] = []
+            waiters: list[Awaitable[tuple[int, int] | Deduplicated] | VpqError] = []
             for frame, f in zip(raw, frames, strict=True):
                 err = gate.refused(frame)
                 if err is None and isinstance(f, _Frame):
@@ -323,19 +360,22 @@ class WriteNodeHandlers:
                     continue
                 assert isinstance(f, _Frame) and f.part is not None
                 try:
-                    base, last = await w
+                    answer = await w
                 except LogIOError as exc:
                     err = self._log_failure(f.pp, f.part, exc)
                     entries.append(error_entry(err.to_dict()["error"], err.status))
                     continue
-                except VpqError as exc:  # replication: leadership lost before the in-sync replicas had it
-                    entries.append(error_entry(exc.to_dict()["error"], exc.status))
+                except VpqError as err:
+                    entries.append(error_entry(err.to_dict()["error"], err.status))
                     continue
                 self._count(f, time.perf_counter() - started)
-                entries.append(ok_entry(base, last))
+                if isinstance(answer, Deduplicated):
+                    entries.append(dedup_entry(answer))
+                else:
+                    entries.append(ok_entry(*answer))
         return entries
 
-    def _admit(self, frame: _Frame) -> Awaitable[tuple[int, int]]:
+    def _admit(self, frame: _Frame) -> Awaitable[tuple[int, int] | Deduplicated]:
         """Check ``frame`` against the map and the fence and submit it to its log, without
         yielding; await the result for its offsets once durable."""
         pp, summary = frame.pp, frame.summary
@@ -349,7 +389,11 @@ class WriteNodeHandlers:
             state.check_insync()
         frame.part, frame.queues = part, queues
         try:
-            durable = part.log.submit_checked(frame.batch, frame.view)
+            window_of = self._guard.dedup_window_ms
+            if part.dedup is not None and any(window_of(qid) > 0 for qid in queues):
+                durable = dedup_log.admit(part.log, part.dedup, frame.batch, frame.view, self._clock_ms(), window_of)
+            else:
+                durable = part.log.submit_checked(frame.batch, frame.view)
         except ValueError as exc:
             raise BadRequest(CORRUPT_BATCH, f"corrupt record batch: {exc}") from None
         return durable if state is None else _replicated(durable, state)
@@ -421,10 +465,18 @@ class WriteNodeHandlers:
         text = self._metrics.render(rows, self._guard.epoch, counters)
         return web.Response(body=text, headers={"Content-Type": self._metrics.content_type})
 
-    def _log_failure(self, pp: int, part: OwnedPartition, exc: LogIOError) -> Unavailable:
+    def _log_failure(self, pp: int, part: OwnedPartition, exc: LogIOError) -> VpqError:
+        if isinstance(exc, DiskFullError):  # undone by the log, which stays online
+            return InsufficientStorage(
+                message=f"partition {pp}: the write node's disk is full; nothing was appended",
+                retry_after=DISK_RETRY_AFTER_S, partition=pp,
+            )
         if part.state is State.CLOSING:
             return Unavailable(NOT_OWNER, f"write node {self._node_id} is giving partition {pp} up", partition=pp, node=self._node_id)
         self._ownership.mark_offline(part, exc)
+        full = self._disk.storage_error(exc) if self._disk is not None else None
+        if full is not None:
+            return full
         return Unavailable(PARTITION_OFFLINE, f"partition {pp} is offline: {exc}", partition=pp, state="offline")
 
 
@@ -433,11 +485,15 @@ def _visible_end(plog: PartitionLog, state: LeaderState | None) -> int:
     return plog.durable_end_offset if state is None else min(plog.durable_end_offset, state.high_watermark)
 
 
-async def _replicated(durable: Awaitable[tuple[int, int]], state: LeaderState) -> tuple[int, int]:
-    """The offsets once every in-sync replica has fsynced them."""
-    base, last = await durable
+async def _replicated(
+    durable: Awaitable[tuple[int, int] | Deduplicated], state: LeaderState
+) -> tuple[int, int] | Deduplicated:
+    """The answer once every in-sync replica has fsynced what it names (for duplicates,
+    the records stored before)."""
+    answer = await durable
+    last = max(answer.offsets, default=-1) if isinstance(answer, Deduplicated) else answer[1]
     await state.wait_past(last + 1)
-    return base, last
+    return answer
 
 
 def build_app(handlers: WriteNodeHandlers, *, client_max_size: int) -> web.Application:

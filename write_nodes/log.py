@@ -15,7 +15,19 @@ Contract:
   readable, so a reader never sees a message a crash could take back. The
   batches are not CRC-checked here: consumers of raw batches verify them;
 - an ``OSError`` takes the partition offline: every later append or read raises
-  :class:`PartitionOfflineError` until the log is stopped and started again.
+  :class:`PartitionOfflineError` until the log is stopped and started again;
+- except a full disk (ENOSPC/EDQUOT while writing appends): those appends and every
+  one queued behind them raise :class:`DiskFullError`, nothing of them stays in the
+  files, the log stays online, and the next append takes the first refused offset.
+- ``await compact(policy)`` (``write_nodes.compaction``) rewrites the sealed segments
+  below the recovery point that are mostly dead under ``policy`` (deleted queues,
+  records past their queue's retention), keeping every surviving record's offset,
+  while appends and reads go on. Offsets may then have gaps: ``read`` of an offset
+  that was compacted away returns the batches from the next surviving offset on
+  (possibly in a later segment), like Kafka after compaction. ``apply_retention``
+  (run by the housekeeping task) deletes a segment only when the log's limits say so
+  and, once ``compact`` has given a policy, every queue with records in it is past
+  its own retention (``retention.QueuePolicy.queues_past``).
 """
 
 from __future__ import annotations
@@ -29,12 +41,15 @@ from pathlib import Path
 from vpq.codec.columnar import build_columnar_batch, columns_of
 from vpq.codec.records import HEADER, BatchView, Record, restamp_base_offset
 from vpq.config.settings import LogSettings
+from vpq.write_nodes import filenames
 from vpq.write_nodes.appender import AppendMeta, SegmentAppender
 from vpq.write_nodes.checkpoint import write_checkpoint
+from vpq.write_nodes.compaction import SegmentSummary
 from vpq.write_nodes.errors import LogIOError, OffsetOutOfRangeError, PartitionOfflineError
-from vpq.write_nodes.group_commit import FsyncFn, GroupCommitter
+from vpq.write_nodes.group_commit import FULL_ERRNOS, FsyncFn, GroupCommitter
+from vpq.write_nodes.log_compaction import CompactionTotals, LogCompaction
 from vpq.write_nodes.recovery import LogLoader, RecoveryReport
-from vpq.write_nodes.retention import SegmentInfo, segments_to_delete
+from vpq.write_nodes.retention import QueuePolicy, SegmentInfo, segments_to_delete
 from vpq.write_nodes.segments import LogSegments
 from vpq.write_nodes.storage import OS_STORAGE, Storage
 
@@ -45,7 +60,7 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class PartitionLog:
+class PartitionLog(LogCompaction):
     """A durable, segmented, append-only log of record batches."""
 
     def __init__(
@@ -79,12 +94,20 @@ class PartitionLog:
         self._committer: GroupCommitter | None = None
         self._dir_fd = -1
         self._next_offset = 0
+        self.on_rewind: Callable[[int], None] | None = None  # e.g. the dedup index's forget_from
         self._error: PartitionOfflineError | None = None
         self._running = False
         self._advanced = asyncio.Event()
         self._housekeeping: asyncio.Task[None] | None = None
         self._checkpointed: int | None = None
         self._checkpoint_lock = asyncio.Lock()
+        self._compaction_lock = asyncio.Lock()
+        self._policy: QueuePolicy | None = None
+        self.retention_waits_for_policy = False
+        """when True, retention deletes nothing until ``compact`` has given a policy (a
+        write node sets it: its logs hold queues whose own retention must be known)"""
+        self._summaries: dict[int, SegmentSummary] = {}
+        self.compactions = CompactionTotals()
         self.report: RecoveryReport | None = None
 
     # ---------------------------------------------------------------- lifecycle
@@ -100,8 +123,16 @@ class PartitionLog:
             self._dir_fd = storage.open_dir(self.directory)
             end = report.recovered_end_offset
             if report.recovery_point is None or report.recovery_point > end:
-                await loop.run_in_executor(None, write_checkpoint, self.directory, end, storage)
-                self._checkpointed = end
+                try:
+                    await loop.run_in_executor(None, write_checkpoint, self.directory, end, storage)
+                    self._checkpointed = end
+                except OSError as exc:
+                    if exc.errno not in FULL_ERRNOS:
+                        raise
+                    # a full disk: no checkpoint rather than one past the end (the next
+                    # recovery then checks every segment); written once there is space
+                    await loop.run_in_executor(None, _remove_checkpoint, self.directory, storage)
+                    self._checkpointed = None
             else:
                 self._checkpointed = report.recovery_point
         except OSError as exc:
@@ -116,6 +147,7 @@ class PartitionLog:
             self._clock_ms,
             on_durable=self._on_durable,
             on_failed=self._on_failed,
+            on_rewind=self._on_rewind,
         )
         self._committer = GroupCommitter(
             self._appender,
@@ -124,6 +156,7 @@ class PartitionLog:
             max_group_bytes=self.settings.max_group_bytes,
             fsync=self._fsync,
             write=storage.write_all,
+            truncate=storage.truncate,
             name=f"p{self.partition_id}",
             history_size=self._history_size,
         )
@@ -145,6 +178,8 @@ class PartitionLog:
             self._housekeeping.cancel()
             await asyncio.gather(self._housekeeping, return_exceptions=True)
             self._housekeeping = None
+        async with self._compaction_lock:  # a segment being rewritten finishes first
+            pass
         loop = asyncio.get_running_loop()
         try:
             assert self._committer is not None
@@ -275,7 +310,14 @@ class PartitionLog:
         seg = self._segments.floor(offset)
         assert seg is not None
         try:
-            return seg.read(offset, max(1, max_bytes), seg.durable_size)
+            while True:
+                data = seg.read(offset, max(1, max_bytes), seg.durable_size)
+                if data:
+                    return data
+                seg = self._segments.after(seg)  # compacted away to the segment's end
+                if seg is None or seg.base_offset >= self.durable_end_offset:
+                    return b""
+                offset = seg.base_offset
         except OSError as exc:
             raise self._fail(exc) from exc
 
@@ -318,6 +360,8 @@ class PartitionLog:
         active one, nor one with I/O in flight). Returns how many were deleted."""
         self._check_online()
         assert self._appender is not None
+        if self._policy is None and self.retention_waits_for_policy:
+            return 0
         now = self._clock_ms() if now_ms is None else now_ms
         active = self._segments.active
         segs = list(self._segments)
@@ -327,6 +371,7 @@ class PartitionLog:
                 s.size,
                 s.max_timestamp,
                 s is not active and s.pending_io == 0 and not self._appender.is_dirty(s),
+                self._queues_past(s, now),
             )
             for s in segs
         ]
@@ -334,6 +379,7 @@ class PartitionLog:
         try:
             for seg in segs[:count]:
                 self._segments.remove(seg)
+                self._summaries.pop(seg.base_offset, None)
                 seg.delete()
         except OSError as exc:
             raise self._fail(exc) from exc
@@ -341,7 +387,8 @@ class PartitionLog:
 
     async def checkpoint(self) -> int:
         """Write the recovery-point checkpoint now (offsets below it are fsynced with
-        their indexes). Returns the recovery point written."""
+        their indexes). Returns the recovery point written (the previous one when the
+        disk is full: a checkpoint only saves recovery work, so it waits for space)."""
         async with self._checkpoint_lock:  # one writer of the tmp file at a time (periodic vs explicit)
             self._check_online()
             assert self._appender is not None
@@ -356,6 +403,8 @@ class PartitionLog:
                     await asyncio.gather(done, return_exceptions=True)
                     raise
                 except OSError as exc:
+                    if exc.errno in FULL_ERRNOS:  # the old recovery point stays valid: try later
+                        return self._checkpointed if self._checkpointed is not None else 0
                     raise self._fail(exc) from exc
                 self._checkpointed = point
             return point
@@ -396,6 +445,13 @@ class PartitionLog:
             self._error = error  # type: ignore[assignment]
         self._wake()
 
+    def _on_rewind(self, offset: int) -> None:
+        """A full disk refused the appends from ``offset`` on: the next one starts there,
+        and ``on_rewind`` (when set) hears of it before any later append is submitted."""
+        self._next_offset = offset
+        if self.on_rewind is not None:
+            self.on_rewind(offset)
+
     def _on_durable(self, end: int) -> None:
         if self._on_group is not None:
             self._on_group(end - self._durable_seen)
@@ -406,6 +462,11 @@ class PartitionLog:
         event = self._advanced
         self._advanced = asyncio.Event()
         event.set()
+
+
+def _remove_checkpoint(directory: Path, storage: Storage) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        storage.unlink(filenames.checkpoint_file(directory))
 
 
 async def _durable(fut: asyncio.Future[None], base: int, last: int) -> tuple[int, int]:

@@ -21,7 +21,9 @@ Histograms:
 - ``vpq_group_commit_records{partition}``: records made durable by one group commit.
 
 Gauges, read when scraped: ``vpq_partition_{start,end,next}_offset``, ``vpq_partition_size_bytes``,
-``vpq_partition_online`` (1/0) per held partition (``end`` is the durable end), and
+``vpq_partition_online`` (1/0), ``vpq_partition_dedup_ids`` (ids in the dedup index) and
+``vpq_partition_dedup_duplicates`` (messages answered as duplicates since the partition
+opened) per held partition (``end`` is the durable end), and
 ``vpq_write_node_map_epoch``, ``vpq_write_node_partitions``.
 
 The fsync and group-commit series need logs built by :meth:`WriteNodeMetrics.log_factory`
@@ -86,6 +88,13 @@ class _PartitionGauges:
             "end_offset": _gauge("vpq_partition_end_offset", "Durable end: the next offset to become durable."),
             "next_offset": _gauge("vpq_partition_next_offset", "Next offset to assign (appends in flight included)."),
             "bytes": _gauge("vpq_partition_size_bytes", "Bytes of the log's segments."),
+            "compacted_bytes": _gauge(
+                "vpq_partition_compacted_bytes", "Bytes compaction gave back (deleted and expired queues) since open."
+            ),
+            "dedup_ids": _gauge("vpq_partition_dedup_ids", "Dedup ids in the partition's index."),
+            "dedup_duplicates": _gauge(
+                "vpq_partition_dedup_duplicates", "Messages not stored again as duplicates, since the partition opened."
+            ),
         }
         online = _gauge("vpq_partition_online", "1 while the partition serves appends and reads.")
         for row in self.rows:

@@ -46,6 +46,11 @@ class OffsetIndex:
         self._offsets.append(offset)
         self._positions.append(position)
 
+    def truncate_entries(self, n: int) -> None:
+        """Keep only the first ``n`` entries."""
+        del self._offsets[n:]
+        del self._positions[n:]
+
     def lookup(self, offset: int) -> tuple[int, int]:
         """The last entry with entry offset <= ``offset`` as (offset, position);
         (base_offset, 0) when there is none."""

@@ -47,7 +47,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -58,6 +58,7 @@ from vpq.metadata.aio import cancel_and_wait
 from vpq.metadata.errors import MetadataUnavailable
 from vpq.metadata.lease_keeper import LeaseKeeper
 from vpq.metadata.leases import LeaseManager, NodeRegistry, pp_resource
+from vpq.write_nodes.disk_guard import is_disk_full
 from vpq.write_nodes.errors import LogIOError
 from vpq.write_nodes.log import PartitionLog
 from vpq.write_nodes.recovery import RecoveryReport
@@ -167,6 +168,7 @@ class OwnedPartition:
     backoff_s: float = 0.0
     closed: bool = False
     busy_logged: bool = False
+    dedup: Any = None  # the partition's write_nodes.dedup.DedupIndex, set by the open hook
     mutex: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
@@ -191,7 +193,10 @@ class PartitionOwnership:
         max_reopen_backoff_s: float = 60.0,
         drain_timeout_s: float = 30.0,
         replication: ReplicationHooks | None = None,
+        on_open: Callable[[OwnedPartition], Awaitable[None]] | None = None,
     ) -> None:
+        """``on_open`` runs once a partition's log has started, before it serves (the
+        dedup index is rebuilt there); an exception makes the partition offline."""
         if not 0 <= node_index < write_nodes:
             raise ValueError(f"node index {node_index} outside [0, {write_nodes})")
         self.node_id = node_id
@@ -211,6 +216,7 @@ class PartitionOwnership:
         self._max_reopen_backoff_s = max_reopen_backoff_s
         self._drain_timeout_s = drain_timeout_s
         self._replication = replication
+        self._on_open = on_open
         self._parts: dict[int, OwnedPartition] = {}
         self._unowned_rounds: dict[int, int] = {}
         self._home_rounds: dict[int, int] = {}
@@ -395,7 +401,7 @@ class PartitionOwnership:
             try:
                 report = await plog.start()
             except LogIOError as exc:
-                self._set_offline(part, str(exc))
+                self._set_offline(part, str(exc), disk_full=is_disk_full(exc))
                 return
             except Exception as exc:  # e.g. a damaged checkpoint: same treatment, logged in full
                 log.exception("partition %d failed to open", part.pp)
@@ -413,6 +419,15 @@ class PartitionOwnership:
             part.log, part.report = plog, report
             if part.closed or part.state is not State.OPENING:
                 return  # lost meanwhile: _close (waiting on the mutex) closes the log
+            if self._on_open is not None:
+                try:
+                    await self._on_open(part)
+                except Exception as exc:  # the log stays open: the reopen round stops it
+                    log.exception("partition %d: open hook failed", part.pp)
+                    self._set_offline(part, f"cannot prepare the partition: {exc!r}")
+                    return
+                if part.closed or part.state is not State.OPENING:
+                    return
             part.state = State.ONLINE
             part.error = None
             part.backoff_s = 0.0
@@ -443,10 +458,15 @@ class PartitionOwnership:
         log.info("reopening partition %d after: %s", part.pp, part.error)
         await self._open(part)
 
-    def _set_offline(self, part: OwnedPartition, why: str) -> None:
+    def _set_offline(self, part: OwnedPartition, why: str, disk_full: bool = False) -> None:
+        """Offline until a reopen after a backoff that doubles on each failure, but
+        stays at its first step when the disk is full (space may return any time)."""
         part.state = State.OFFLINE
         part.error = why
-        part.backoff_s = min(max(part.backoff_s * 2, self._reopen_backoff_s), self._max_reopen_backoff_s)
+        if disk_full:
+            part.backoff_s = self._reopen_backoff_s
+        else:
+            part.backoff_s = min(max(part.backoff_s * 2, self._reopen_backoff_s), self._max_reopen_backoff_s)
         part.retry_at = time.monotonic() + part.backoff_s
         log.error("partition %d offline (retry in %.1fs): %s", part.pp, part.backoff_s, why)
 
@@ -454,7 +474,7 @@ class PartitionOwnership:
         """Record an I/O error of ``part``'s log: it answers ``partition_offline`` until
         a later round reopens it (recovery)."""
         if part.state is State.ONLINE:
-            self._set_offline(part, str(why))
+            self._set_offline(part, str(why), disk_full=isinstance(why, BaseException) and is_disk_full(why))
 
     # ------------------------------------------------------------------- losing
     async def on_lost(self, resource: str, token: int) -> None:
@@ -519,8 +539,9 @@ class PartitionOwnership:
             state = part.state.value if online or part.state is not State.ONLINE else State.OFFLINE.value
             if plog is not None and plog.report is not None:
                 start, end, nxt, size = plog.start_offset, plog.durable_end_offset, plog.end_offset, plog.size_bytes
+                compacted = plog.compactions.bytes_reclaimed
             else:
-                start = end = nxt = size = 0
+                start = end = nxt = size = compacted = 0
             rows.append(
                 {
                     "id": part.pp,
@@ -528,8 +549,11 @@ class PartitionOwnership:
                     "end_offset": end,
                     "next_offset": nxt,
                     "bytes": size,
+                    "compacted_bytes": compacted,
                     "online": online,
                     "state": state,
+                    "dedup_ids": len(part.dedup) if part.dedup is not None else 0,
+                    "dedup_duplicates": part.dedup.duplicates if part.dedup is not None else 0,
                 }
             )
         return rows

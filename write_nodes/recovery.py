@@ -12,6 +12,11 @@ Contract of :meth:`LogLoader.load`:
   later segment is deleted: everything before the damage is kept, nothing after
   it is ever served; indexes of scanned segments are rebuilt in memory (their
   stale files are removed and rewritten at roll or clean close);
+- a compacted segment (one with a valid ``<base>.compacted`` end marker,
+  ``write_nodes.end_marker``) may have offset gaps between its batches and ends at
+  its marker's offset, so the next segment still continues it; a missing index of
+  it is rebuilt from its headers. If such a segment is damaged, its marker is
+  removed with the damage (the log then ends at the last good batch);
 - an empty directory yields one empty segment at offset 0.
 """
 
@@ -27,6 +32,7 @@ from vpq.codec.errors import CorruptBatchError
 from vpq.codec.records import CRC_START, HEADER, HEADER_SIZE, LENGTH_END, header_problem
 from vpq.write_nodes import filenames
 from vpq.write_nodes.checkpoint import read_checkpoint
+from vpq.write_nodes.end_marker import read_end_marker
 from vpq.write_nodes.segment import LogSegment
 from vpq.write_nodes.segments import LogSegments
 from vpq.write_nodes.storage import OS_STORAGE, Storage, fsync_directory
@@ -122,6 +128,11 @@ class LogLoader:
                 problem = f"segment {base} position {result.valid_size}: {result.problem}"
                 seg.truncate(result.valid_size)
                 truncated += file_size - result.valid_size
+                if seg.end_marker is not None:
+                    seg.end_marker = None
+                    self.storage.unlink(filenames.compacted_file(self.directory, base))
+            else:
+                seg.apply_end_marker()
             self.storage.fsync(seg.fd)  # what we accept as the log is on disk from now on
             scanned.append(seg)
             seg.mark_durable(seg.size)
@@ -155,7 +166,9 @@ class LogLoader:
         return segments, report
 
     def _open_segment(self, base: int) -> LogSegment:
-        return LogSegment.open(self.directory, base, self.index_interval_bytes, self.now_ms, self.storage)
+        seg = LogSegment.open(self.directory, base, self.index_interval_bytes, self.now_ms, self.storage)
+        seg.end_marker = read_end_marker(self.storage, self.directory, base)
+        return seg
 
     def _try_trusted(self, seg: LogSegment, next_base: int) -> bool:
         try:
@@ -185,7 +198,7 @@ class LogLoader:
             size = LENGTH_END + length
             if pos + size > file_size:
                 return _ScanResult(pos, count, "torn batch")
-            if base != expected:
+            if base != expected and (seg.end_marker is None or base < expected):
                 return _ScanResult(pos, count, f"base offset {base}, expected {expected}")
             if rel + size > len(buf):
                 buf = seg.pread(pos, max(size, min(_SCAN_CHUNK, file_size - pos)))
@@ -208,6 +221,7 @@ class LogLoader:
             filenames.log_file(self.directory, base),
             filenames.index_file(self.directory, base),
             filenames.time_index_file(self.directory, base),
+            filenames.compacted_file(self.directory, base),
         ):
             try:
                 if path.suffix == filenames.LOG_SUFFIX:
@@ -219,7 +233,7 @@ class LogLoader:
 
     def _remove_orphan_indexes(self, bases: set[int]) -> None:
         for name in self.storage.listdir(self.directory):
-            for suffix in (filenames.INDEX_SUFFIX, filenames.TIME_INDEX_SUFFIX):
+            for suffix in (filenames.INDEX_SUFFIX, filenames.TIME_INDEX_SUFFIX, filenames.COMPACTED_SUFFIX):
                 base = filenames.parse_base_offset(name, suffix)
                 if base is not None and base not in bases:
                     self.storage.unlink(self.directory / name)

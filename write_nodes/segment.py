@@ -2,7 +2,12 @@
 
 Contract:
 - the data file ``<base>.log`` only grows at its end (``O_APPEND``), except when
-  recovery truncates a torn tail;
+  recovery truncates a torn tail or compaction (``write_nodes.compaction``) replaces
+  a sealed segment by one holding a subset of its batches at their original offsets;
+- the batches of a segment follow each other (each starts where the previous ended),
+  except in a compacted segment (``end_marker`` set: the offset it ended at before
+  compaction, see ``write_nodes.end_marker``), where later batches may start
+  further on (gaps) and ``next_offset`` is at least ``end_marker``;
 - bookkeeping and I/O are split: :meth:`LogSegment.track_append` records a batch
   that *will* be written (position, indexes, timestamps) and is called on the
   event-loop thread in offset order; :meth:`LogSegment.write` puts bytes in the
@@ -19,6 +24,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 from vpq.codec.errors import CorruptBatchError
 from vpq.codec.records import HEADER, HEADER_SIZE, LENGTH_END, BatchView, header_problem
@@ -29,6 +35,18 @@ from vpq.write_nodes.time_index import TimeIndex
 
 _SCAN_CHUNK = 64 * 1024
 NO_TIMESTAMP = -(1 << 63)
+
+
+class Bookmark(NamedTuple):
+    """A segment's append bookkeeping at one moment (``LogSegment.bookmark``)."""
+
+    size: int
+    next_offset: int
+    max_timestamp: int
+    max_ts_offset: int
+    bytes_since_index: int
+    index_entries: int
+    time_index: tuple[int, int, int]
 
 
 class LogSegment:
@@ -60,7 +78,8 @@ class LogSegment:
         self.max_timestamp = NO_TIMESTAMP
         self._max_ts_offset = base_offset
         self._bytes_since_index = 0
-        self.pending_io = 0  # in-flight writes/fsyncs touching this segment
+        self.pending_io = 0  # in-flight writes/fsyncs (or a compaction) touching this segment
+        self.end_marker: int | None = None  # compacted: offsets may have gaps, ends at least here
         self.closed = False
 
     # ---------------------------------------------------------------- lifecycle
@@ -97,7 +116,12 @@ class LogSegment:
 
     def paths(self) -> list[Path]:
         d, b = self.directory, self.base_offset
-        return [filenames.log_file(d, b), filenames.index_file(d, b), filenames.time_index_file(d, b)]
+        return [
+            filenames.log_file(d, b),
+            filenames.index_file(d, b),
+            filenames.time_index_file(d, b),
+            filenames.compacted_file(d, b),
+        ]
 
     # -------------------------------------------------------------- bookkeeping
     def fits(self, record_count: int, nbytes: int) -> bool:
@@ -110,7 +134,7 @@ class LogSegment:
 
     def track_append(self, base_offset: int, next_offset: int, max_timestamp: int, nbytes: int) -> int:
         """Record a batch appended at the end; returns its position in the file."""
-        if base_offset != self.next_offset:
+        if base_offset != self.next_offset and (self.end_marker is None or base_offset < self.next_offset):
             raise ValueError(f"batch at {base_offset} does not follow {self.next_offset}")
         position = self.size
         if self._bytes_since_index >= self.index_interval_bytes:
@@ -124,6 +148,28 @@ class LogSegment:
         self.size = position + nbytes
         self.next_offset = next_offset
         return position
+
+    def bookmark(self) -> Bookmark:
+        """The bookkeeping now, for ``rewind`` (an append the disk refused)."""
+        return Bookmark(
+            self.size, self.next_offset, self.max_timestamp, self._max_ts_offset, self._bytes_since_index,
+            len(self.index), self.time_index.last(),
+        )
+
+    def rewind(self, mark: Bookmark) -> None:
+        """Forget every append tracked since ``mark`` (they were never written)."""
+        self.size = mark.size
+        self.next_offset = mark.next_offset
+        self.max_timestamp = mark.max_timestamp
+        self._max_ts_offset = mark.max_ts_offset
+        self._bytes_since_index = mark.bytes_since_index
+        self.index.truncate_entries(mark.index_entries)
+        self.time_index.rewind(mark.time_index)
+
+    def apply_end_marker(self) -> None:
+        """After replaying a compacted segment: it ends where it ended before compaction."""
+        if self.end_marker is not None and self.end_marker > self.next_offset:
+            self.next_offset = self.end_marker
 
     def mark_durable(self, size: int) -> None:
         """Readers may now see the first ``size`` bytes."""
@@ -234,7 +280,7 @@ class LogSegment:
         end = position
         for pos, fields in self.iter_headers(position, file_size):
             base, length, count, max_ts = fields[0], fields[1], fields[8], fields[7]
-            if expected >= 0 and base != expected:
+            if expected >= 0 and base != expected and (self.end_marker is None or base < expected):
                 raise CorruptBatchError(f"segment {self.base_offset} position {pos}: offset gap")
             expected = base + count
             end = pos + LENGTH_END + length
@@ -317,6 +363,7 @@ class LogSegment:
             self.next_offset = start_offset
             self._bytes_since_index = 0  # the entry we resume from is already in the index
             self._replay(tail)
+        self.apply_end_marker()
         self.durable_size = self.size
         first = self.first_timestamp() if self.size else None
         if first is not None:
@@ -324,7 +371,7 @@ class LogSegment:
 
     def _replay(self, batches: list[tuple[int, int, int, int]]) -> None:
         for base, next_offset, max_ts, size in batches:
-            if base != self.next_offset:
+            if base != self.next_offset and (self.end_marker is None or base < self.next_offset):
                 raise CorruptBatchError(f"segment {self.base_offset}: batch {base} does not follow {self.next_offset}")
             self.track_append(base, next_offset, max_ts, size)
 

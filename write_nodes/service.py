@@ -15,7 +15,10 @@
    ``cluster.replication_factor`` >= 2 every node keeps its own copies under
    ``<data_dir>/write-node-<i>/`` instead, leads the partitions it wins the leader
    epoch of and follows the others it holds a replica of (``write_nodes.replication``),
-   serving ``POST /internal/v1/replica/fetch`` to its followers.
+   serving ``POST /internal/v1/replica/fetch`` to its followers; each partition's dedup
+   index (``write_nodes.dedup``) is rebuilt from its log before it serves;
+7. compacts its partitions every ``log.compaction_interval_ms`` (``Compactor``: records
+   of deleted queues and records past their queue's ``retention_ms`` go).
 
 ``stop()`` (SIGTERM): refuses new requests (503 ``not_owner``), lets in-flight appends
 finish, closes every log (flush, fsync, checkpoint), releases the leases, deregisters,
@@ -39,20 +42,26 @@ from urllib.parse import urlparse
 from aiohttp import web
 
 from vpq.codec.columnar import TrafficKey
-from vpq.config.settings import Settings
+from vpq.config.settings import LogSettings, Settings
 from vpq.metadata.aio import cancel_and_wait
 from vpq.metadata.contexts import ContextRegistry
 from vpq.metadata.errors import MetadataUnavailable
 from vpq.metadata.events import EventListener
 from vpq.metadata.lease_keeper import LeaseKeeper
 from vpq.metadata.map_cache import MapCache
+from vpq.metadata.queue_config import dedup_window_of
 from vpq.metadata.store import MetadataStore
 from vpq.traffic.stats_writer import StatsWriter
 from vpq.traffic.traffic_counter import TrafficCounter
+from vpq.write_nodes.compactor import Compactor
+from vpq.write_nodes.dedup import DedupIndex
+from vpq.write_nodes.dedup_log import rebuild
+from vpq.write_nodes.disk_guard import DiskGuard
 from vpq.write_nodes.fence import FenceView, wire_fence
 from vpq.write_nodes.handlers import PlacementGuard, WriteNodeHandlers, build_app
+from vpq.write_nodes.log import PartitionLog
 from vpq.write_nodes.metrics import WriteNodeMetrics
-from vpq.write_nodes.ownership import WRITE_ROLE, LogFactory, PartitionOwnership
+from vpq.write_nodes.ownership import WRITE_ROLE, LogFactory, OwnedPartition, PartitionOwnership
 from vpq.write_nodes.replica_follower import FETCH_PATH
 from vpq.write_nodes.replica_handlers import ReplicaFetchHandler
 from vpq.write_nodes.replication import ReplicaManager
@@ -69,6 +78,8 @@ def replica_partitions_dir(data_dir: Path, node_index: int) -> Path:
     replicated: ``<data_dir>/write-node-<i>/partitions`` (no directory is shared)."""
     return data_dir / f"write-node-{node_index}" / PARTITIONS_SUBDIR
 MIN_BODY_LIMIT = 64 << 20
+DEDUP_SKEW_MS = 10_000  # extra log scanned at open for clocks of gateways and nodes that differ
+REBUILD_RECORDS_PER_ID = 2  # the rebuild reads at most this many records per id the index may hold
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -93,6 +104,17 @@ def stats_dir(settings: Settings) -> Path:
             return Path(parsed.path)
         log.warning("stats_uri %s is not local; writing statistics under %s", uri, settings.data_dir / STATS_SUBDIR)
     return settings.data_dir / STATS_SUBDIR
+
+
+def _queue_aware(factory: LogFactory) -> LogFactory:
+    """Logs whose retention waits for the queue policy (the compactor gives it)."""
+
+    def build(directory: Path, settings: LogSettings, pp: int) -> PartitionLog:
+        plog = factory(directory, settings, pp)
+        plog.retention_waits_for_policy = True
+        return plog
+
+    return build
 
 
 class TrafficExporter:
@@ -231,7 +253,7 @@ class WriteNodeService:
         self._host = host
         self._port = port
         self.metrics = WriteNodeMetrics()
-        self._log_factory = log_factory or functools.partial(self.metrics.log_factory, storage=storage)
+        self._log_factory = _queue_aware(log_factory or functools.partial(self.metrics.log_factory, storage=storage))
         self._use_pubsub = use_pubsub
         self._takeover = takeover
         self._reopen_backoff_s = reopen_backoff_s
@@ -244,6 +266,7 @@ class WriteNodeService:
         self._keeper: LeaseKeeper | None = None
         self._ownership: PartitionOwnership | None = None
         self._replication: ReplicaManager | None = None
+        self._compactor: Compactor | None = None
         self._sock: socket.socket | None = None
         self.partition_count = 0
         self.address = ""
@@ -325,11 +348,13 @@ class WriteNodeService:
                 log_factory=self._log_factory,
                 takeover=self._takeover,
                 reopen_backoff_s=self._reopen_backoff_s,
+                on_open=self._prepare_partition,
             )
             guard = PlacementGuard(self._cache)
             handlers = WriteNodeHandlers(
                 self.node_id, self._ownership, guard, self._traffic, self.metrics, fence=self._fence,
-                data_dir=s.data_dir, replication=self._replication,
+                data_dir=s.data_dir, disk=DiskGuard(s.data_dir, s.log.min_free_bytes),
+                replication=self._replication,
             )
             body_limit = max(MIN_BODY_LIMIT, 2 * s.gateway.max_request_bytes)
             app = build_app(handlers, client_max_size=body_limit)
@@ -345,6 +370,8 @@ class WriteNodeService:
             await self._ownership.start()
             if self._replication is not None:
                 await self._replication.start()
+            self._compactor = Compactor(md.queues, self._ownership, s.log.compaction_interval_ms / 1000.0)
+            self._compactor.start()
         except BaseException:
             await self._teardown(release=True)
             raise
@@ -353,6 +380,29 @@ class WriteNodeService:
             "write node %s (index %d) serving on %s; partitions %s of %d",
             self.node_id, self.node_index, self.address, held, self.partition_count,
         )
+
+    async def _prepare_partition(self, part: OwnedPartition) -> None:
+        """Rebuild the partition's dedup index from its log: the records of the last
+        largest ``dedup_window_ms`` among the known queues (plus a clock-skew margin), at
+        most ``REBUILD_RECORDS_PER_ID * log.dedup_max_ids`` of them."""
+        cache = self._cache
+        assert cache is not None and part.log is not None
+        guard = PlacementGuard(cache)
+        index = DedupIndex(self.settings.log.dedup_max_ids)
+        scan_ms = max((dedup_window_of(q.config) for q in cache.queues()), default=0)
+        started = time.perf_counter()
+        max_ids = self.settings.log.dedup_max_ids
+        seen = await rebuild(
+            part.log, index, wall_ms(), scan_ms + DEDUP_SKEW_MS if scan_ms else 0, guard.dedup_window_ms,
+            max_records=REBUILD_RECORDS_PER_ID * max_ids,
+        )  # fmt: skip
+        part.dedup = index
+        part.log.on_rewind = index.forget_from  # offsets a full disk gave back are reused
+        if seen:
+            log.info(
+                "partition %d: dedup index rebuilt from %d records (%d ids) in %.3fs",
+                part.pp, seen, len(index), time.perf_counter() - started,
+            )
 
     async def _on_lost(self, resource: str, token: int) -> None:
         if self._ownership is not None:
@@ -366,9 +416,18 @@ class WriteNodeService:
         await self._teardown(release=release)
         log.info("write node %s stopped", self.node_id)
 
+    @property
+    def compactor(self) -> Compactor:
+        if self._compactor is None:
+            raise RuntimeError("service not started")
+        return self._compactor
+
     async def _teardown(self, release: bool) -> None:
         if self._replication is not None:
             await self._replication.stop()
+        if self._compactor is not None:
+            await self._compactor.stop()
+            self._compactor = None
         if self._ownership is not None:
             await self._ownership.stop(release=release)
         if self._keeper is not None:

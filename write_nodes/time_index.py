@@ -50,6 +50,21 @@ class TimeIndex:
         self._offsets.append(offset)
         return True
 
+    def last(self) -> tuple[int, int, int]:
+        """``(entries, last timestamp, last offset)`` (-1s when empty), for ``rewind``."""
+        if not self._timestamps:
+            return 0, -1, -1
+        return len(self._timestamps), self._timestamps[-1], self._offsets[-1]
+
+    def rewind(self, last: tuple[int, int, int]) -> None:
+        """Back to the state ``last()`` described (an append that was never written)."""
+        n, ts, off = last
+        del self._timestamps[n:]
+        del self._offsets[n:]
+        if n:
+            self._timestamps[-1] = ts
+            self._offsets[-1] = off
+
     def scan_start(self, timestamp: int) -> int:
         """Offset from which to scan for the first record with timestamp >= ``timestamp``."""
         i = bisect_left(self._timestamps, timestamp) - 1

@@ -68,8 +68,11 @@ class Vpq:
         physical_partitions: int = 8,
         tag: str | None = None,
         binary: Path | None = None,
+        dedup: bool = True,
     ) -> None:
+        """``dedup``: the SDK gives every produced message a ``dedup_id`` (its default)."""
         self._url = url.rstrip("/")
+        self._dedup = dedup
         self._binary = binary
         self._start_if_missing = start_if_missing
         self._data_dir = data_dir
@@ -101,7 +104,9 @@ class Vpq:
                 self._process = None
                 raise SystemUnavailable(f"vpq: no platform at {self._url}, and `vpq up` failed: {exc}") from exc
             self._url = self._process.url
-        self._client = AsyncClient(self._url, timeout=60.0, retry=RetryPolicy(attempts=5), max_connections=512)
+        self._client = AsyncClient(
+            self._url, timeout=60.0, retry=RetryPolicy(attempts=5), max_connections=512, dedup=self._dedup
+        )
         try:
             cluster = await self._client.cluster()
         except VpqClientError as exc:

@@ -28,6 +28,8 @@ API_MD_ENDPOINTS = {
     ("POST", "/v1/queues/{queue}/groups/{group}/consumers/{consumer_id}/nack"),
     ("DELETE", "/v1/queues/{queue}/groups/{group}/consumers/{consumer_id}"),
     ("GET", "/v1/queues/{queue}/groups/{group}"),
+    ("DELETE", "/v1/queues/{queue}/groups/{group}"),
+    ("POST", "/v1/queues/{queue}/groups/{group}/dlq/redrive"),
     ("GET", "/v1/cluster"),
     ("GET", "/v1/maps/current"),
     ("GET", "/v1/maps/history"),
@@ -136,8 +138,9 @@ def test_field_names_are_the_api_md_names() -> None:
         return {f.alias or n for n, f in model.model_fields.items()}
 
     assert names(QueueConfigRequest) == {
-        "virtual_partitions", "ordering", "max_deliveries", "visibility_timeout_ms", "retention_ms", "max_message_bytes"
-    }
+        "virtual_partitions", "ordering", "max_deliveries", "visibility_timeout_ms", "retention_ms", "max_message_bytes",
+        "dedup_window_ms",
+    }  # fmt: skip
     assert names(ProduceMessage) == {
         "key", "value", "value_b64", "headers", "lane", "env", "set", "delay_ms", "deliver_at_ms", "priority", "dedup_id"
     }  # fmt: skip

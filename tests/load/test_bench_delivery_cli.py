@@ -1,4 +1,4 @@
-"""``vpq bench hotkey|catchup|envflood --quick`` against a real ``vpq up`` (and, for
+"""``vpq bench hotkey|catchup|envflood|delayed --quick`` against a real ``vpq up`` (and, for
 catchup, a real redis-server): the commands run, print figures, end with one JSON line
 and find no loss, reordering or env crossing where the platform guarantees none. The
 figures themselves are not judged here."""
@@ -60,3 +60,15 @@ def test_envflood_quick(platform_url: str) -> None:
     assert run["prod_expected"] == run["prod_delivered"] == 100
     assert (last["lost"], last["crossed"], last["send_errors"]) == (0, 0, 0)
     assert last["prod_p50_ms"] > 0 and last["rss_before_mb"] > 0 and last["rss_after_mb"] > 0
+
+
+def test_delayed_quick(platform_url: str) -> None:
+    result = runner.invoke(app, ["bench", "delayed", "--url", platform_url, "--quick", "--seconds", "2",
+                                 "--pending", "5000", "--warmup", "1000"])
+    assert result.exit_code == 0, result.output
+    last = last_json(result.output)
+    run = last["results"][0]
+    assert run["produced"] == run["delivered"] == 400
+    assert (last["lost"], last["duplicates"], last["early"]) == (0, 0, 0)
+    assert last["lateness_p99_ms"] is not None and run["pending"] == 5000
+    assert last["rss_before_mb"] > 0 and last["rss_after_mb"] > 0

@@ -73,5 +73,6 @@ def test_wrk_script_counts_only_2xx_answers(tmp_path: Path) -> None:
         loop.close()
     stats = native_tools.parse_wrk(out)
     assert seen and all(b == body for b in seen)
-    assert stats["ok"] + stats["bad_status"] == len(seen) >= 2
+    answered = stats["ok"] + stats["bad_status"]
+    assert len(seen) >= 2 and len(seen) - 2 <= answered <= len(seen)  # wrk stops with <= 2 in flight
     assert abs(stats["ok"] - stats["bad_status"]) <= 2  # every other answer was a 503

@@ -1,4 +1,4 @@
-"""metadata/acks.py: the stored ack-state format (2, and 1 still read) and the store,
+"""metadata/acks.py: the stored ack-state format (3, and 2 and 1 still read) and the store,
 fenced by the group lease, on a real redis-server."""
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ def test_encoding_round_trip() -> None:
         S(100, (3, 7, 99), (100, 105)),
         S(2**40, (2**40 - 5,), ()),
         S(100, (3, 7), (104,), ((5, 10, 50), (9, 60, None))),
+        S(100, (3, 7), (), (), (2, 1_795_000_000_000, 40)),
     ):
         assert decode_state(encode_state(7, 42, state)) == (7, 42, state)
     with pytest.raises(ValueError):
@@ -28,6 +29,12 @@ def test_encoding_round_trip() -> None:
         decode_state("garbage")
     with pytest.raises(ValueError):
         decode_state("2|1|1|x|||")
+
+
+def test_format_2_is_still_read() -> None:
+    """Format 2: no delayed part."""
+    assert decode_state("2|7|2|100|3:0,4|4|5:10:") == (7, 2, S(100, (3, 7), (104,), ((5, 10, None),)))
+    assert encode_state(7, 2, S(100, (3, 7), (104,), ((5, 10, None),))) == "3|7|2|100|3:0,4|4|5:10:|"
 
 
 def test_format_1_is_still_read() -> None:

@@ -123,3 +123,16 @@ async def test_bad_input(md: MetadataStore) -> None:
         await md.groups.join("q", "g", "c1", ("prod", "", "Lane"), 1000)
     with pytest.raises(ValueError):
         await md.groups.join("q", "g", "c1", ("prod", "", ""), 1000, start="middle")  # type: ignore[arg-type]
+
+
+async def test_expired_count_is_kept_with_the_group_and_goes_with_it(md: MetadataStore) -> None:
+    assert await md.groups.add_expired("q", "g", 3) is None  # no group: nothing created
+    assert await md.groups.get_group("q", "g") is None
+    await md.groups.join("q", "g", "c1", ("prod", "", ""), 10_000)
+    assert (await md.groups.get_group("q", "g")).expired == 0  # type: ignore[union-attr]
+    assert await md.groups.add_expired("q", "g", 3) == 3
+    assert await md.groups.add_expired("q", "g", 4) == 7
+    assert (await md.groups.get_group("q", "g")).expired == 7  # type: ignore[union-attr]
+    await md.groups.delete_group("q", "g")
+    await md.groups.join("q", "g", "c1", ("prod", "", ""), 10_000)
+    assert (await md.groups.get_group("q", "g")).expired == 0  # type: ignore[union-attr]

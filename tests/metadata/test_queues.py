@@ -5,6 +5,7 @@ import asyncio
 import pytest
 
 from vpq.metadata.errors import QueueConfigError, QueueConflictError, QueueNotFoundError
+from vpq.metadata.queues import QueueRecord
 from vpq.metadata.store import MetadataStore
 
 
@@ -19,6 +20,7 @@ async def test_create_gets_defaults_and_id(md: MetadataStore) -> None:
         "visibility_timeout_ms": 30000,
         "retention_ms": -1,
         "max_message_bytes": 1024 * 1024,
+        "dedup_window_ms": 300_000,
     }
     assert await md.queues.get("orders") == rec
     assert await md.queues.get_by_id(1) == rec
@@ -36,6 +38,17 @@ async def test_update_changes_only_given_fields(md: MetadataStore) -> None:
     assert rec.config["max_deliveries"] == 3
     same, created = await md.queues.create_or_update("q", {})
     assert not created and same == rec
+
+
+async def test_dedup_window_is_set_turned_off_and_defaults_for_older_records(md: MetadataStore) -> None:
+    rec, _ = await md.queues.create_or_update("q", {"dedup_window_ms": 60_000})
+    assert rec.config["dedup_window_ms"] == 60_000
+    rec, _ = await md.queues.create_or_update("q", {"dedup_window_ms": 0})
+    assert rec.config["dedup_window_ms"] == 0
+    older = QueueRecord.from_json(
+        '{"name": "old", "id": 7, "created_ms": 1, "updated_ms": 1, "config": {"virtual_partitions": 4}}'
+    )
+    assert older.config["dedup_window_ms"] == 300_000  # stored before the field existed
 
 
 async def test_virtual_partitions_only_grow(md: MetadataStore) -> None:
@@ -56,6 +69,8 @@ async def test_virtual_partitions_only_grow(md: MetadataStore) -> None:
         {"retention_ms": 0},
         {"bogus": 1},
         {"visibility_timeout_ms": "10"},
+        {"dedup_window_ms": -1},
+        {"dedup_window_ms": 3_600_001},
     ],
 )
 async def test_invalid_config_is_refused(md: MetadataStore, config: dict) -> None:
@@ -114,3 +129,15 @@ async def test_update_existing_touches_only_the_queue_of_that_id(md: MetadataSto
     with pytest.raises(QueueNotFoundError):  # the old id does not reach the new queue
         await md.queues.update_existing("q", {"virtual_partitions": 16}, first.id)
     assert (await md.queues.require("q")).virtual_partitions == 4
+
+
+async def test_last_id_tells_deleted_ids_from_new_ones(md: MetadataStore) -> None:
+    assert await md.queues.last_id() == 0
+    a, _ = await md.queues.create_or_update("a")
+    b, _ = await md.queues.create_or_update("b")
+    await md.queues.delete("a")
+    last = await md.queues.last_id()
+    live = {r.id for r in await md.queues.list()}
+    assert last == b.id and a.id <= last and a.id not in live and b.id in live
+    c, _ = await md.queues.create_or_update("c")
+    assert c.id > last

@@ -234,3 +234,23 @@ async def test_malformed_success_answer_is_internal_error(session, node: Node, p
     with pytest.raises(InternalError) as info:
         await WriteNodeClient(session).append_many(address, [frame], 1)
     assert info.value.code == "bad_node_answer"
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        b'{"offsets": [1, 2], "vps": [0]}',
+        b'{"offsets": [1, -2], "vps": [0, 0]}',
+        b'{"offsets": "x", "vps": []}',
+        b'{"offsets": [1], "vps": [true]}',
+    ],
+)
+async def test_malformed_deduplicated_answer_is_internal_error(session, node: Node, proxied, entry: bytes) -> None:
+    proxy, address = proxied
+    proxy.rewrite(r"/internal/v1/append$", lambda status, headers, body: (200, headers, b'{"results": [' + entry + b"]}"))
+    now = int(time.time() * 1000)
+    records = [Record(value=b"x", queue_id=node.queue_id, virtual_partition=node.vp_on[0])]
+    frame = Frame(0, build_columnar_batch(0, now, columns_of(records, now)))
+    with pytest.raises(InternalError) as info:
+        await WriteNodeClient(session).append_many(address, [frame], 1)
+    assert info.value.code == "bad_node_answer"

@@ -254,3 +254,16 @@ def test_merged_batches_hold_each_part_exactly_in_its_slot(calls: list[list[Part
 def test_merge_parts_of_one_part_is_the_part_itself() -> None:
     p = part(0, b"a", b"b")
     assert merge_parts([p]) == (p.timestamp_ms, p.cols)
+
+
+def test_a_deduplicated_frame_answers_each_merged_part_its_own_records() -> None:
+    from vpq.node_rpc.append_frames import Deduplicated
+    from vpq.produce_path.append_accumulator import answers_for
+
+    calls = [[part(0, b"a1", b"a2"), part(1, b"x")], [part(0, b"b1", b"b2", b"b3")]]
+    frames, slots = build_frames(calls, 1 << 20)
+    assert [f.pp for f in frames] == [0, 1]
+    # partition 0's frame: records a1 a2 b1 b2 b3; a2 and b3 were duplicates of stored ones
+    answers = [Deduplicated([10, 3, 11, 12, 4], [1, 5, 1, 2, 6]), (7, 7)]
+    assert answers_for(slots[0], answers) == [Deduplicated([10, 3], [1, 5]), (7, 7)]
+    assert answers_for(slots[1], answers) == [Deduplicated([11, 12, 4], [1, 2, 6])]

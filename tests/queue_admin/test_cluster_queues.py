@@ -245,3 +245,26 @@ async def test_get_list_delete(md: MetadataStore) -> None:
     info, created = await admin.put("b", {"virtual_partitions": 2})
     assert created and info["id"] != (await admin.get("a"))["id"]
     await check_lineage_matches_map(md, "b")
+
+
+async def test_delete_takes_the_dead_letter_queues_of_its_groups(md: MetadataStore) -> None:
+    from vpq.queue_admin.cluster_queues import dead_letter_queue
+
+    admin = admin_for(md)
+    await admin.put("orders", {"virtual_partitions": 2})
+    await admin.put("orders.other", {"virtual_partitions": 1})  # a queue, not a DLQ: stays
+    long_group = "g" * 120
+    for group in ("g1", "g2", long_group):
+        await md.groups.join("orders", group, "c1", ("prod", "", ""), 10_000)
+    dlq1, dlq_long = dead_letter_queue("orders", "g1"), dead_letter_queue("orders", long_group)
+    assert dlq1 == "orders.g1.dlq" and len(dlq_long) <= 128
+    for name in (dlq1, dlq_long):
+        await admin.put(name, {"virtual_partitions": 1})
+    await md.groups.join(dlq1, "readers", "c1", ("prod", "", ""), 10_000)
+    await admin.put(dead_letter_queue(dlq1, "readers"), {"virtual_partitions": 1})  # a DLQ's own DLQ
+    await admin.delete("orders")
+    left = {q["name"] for q in await admin.list()}
+    assert left == {"orders.other"}
+    assert await md.groups.groups(dlq1) == []
+    m = await md.maps.current()
+    assert m is not None and set(m["queues"]) == {"orders.other"}

@@ -12,6 +12,15 @@ ack/nack counts, exact dead letters, no redelivery of anything acked (also after
 a failover through ``ack_state``/``restore``), and lag. ``drain`` then checks
 at-least-once: with a consumer for every env, everything ends acked or
 dead-lettered.
+
+Message attributes: a message may carry a ``priority`` (0-9): the runs a poll
+starts come by (higher priority, redelivery, ingestion order), and no ready run
+head the consumer could see is left behind for one of lower rank; and it may be
+*delayed* (``defer``): it is held as (due, position) only, outstanding for the
+ack state, and ``take_due`` hands it back, by due time, once due; the harness
+then ingests it, so it joins its key at that point (as the read node's
+ingestor does: before ingesting a record read from the log it takes what came
+due by that record's timestamp). A failover re-reads the log the same way.
 """
 
 from __future__ import annotations
@@ -41,6 +50,7 @@ CONTEXTS = [
 KEYS: list[bytes | None] = [b"k0", b"k1", b"k2", b"k3", b"k4", None]
 
 PENDING, INFLIGHT, DELAYED, ACKED, DEAD_UNCONFIRMED, DEAD = "pending", "inflight", "delayed", "acked", "dead?", "dead"
+DEFERRED = "deferred"  # delayed by its deliver_at attribute: held as (due, position) only
 DONE = (ACKED, DEAD_UNCONFIRMED, DEAD)
 
 
@@ -59,13 +69,21 @@ class MMsg:
     taken: bool = False  # dead letter handed out by take_dead_letters
     idx: int = 0  # ingestion order
     chain: list[MMsg] = field(default_factory=list, repr=False)
+    priority: int = 0
+    ts: int = 0  # record timestamp (the harness's clock)
+    deliver_at: int | None = None
 
     @property
     def mid(self) -> str:
         return encode_message_id(self.pp, self.offset)
 
     def entry(self) -> DeliveryEntry:
-        return DeliveryEntry(self.pp, self.offset, self.khash, self.key, self.ctx, 1000 + self.offset)
+        return DeliveryEntry(self.pp, self.offset, self.khash, self.key, self.ctx, self.ts, priority=self.priority)
+
+    @property
+    def rank(self) -> tuple[int, int]:
+        """Lower first: higher priority, then redeliveries."""
+        return (-self.priority, 0 if self.count else 1)
 
 
 def check_invariants(gd: GroupDelivery) -> None:
@@ -110,6 +128,8 @@ class Harness:
         self.v = v
         self.n_cids = 0
         self.deliveries = 0
+        self.seq = 0
+        self.delays = False  # ingest delayed messages and priorities too
 
     # ---------------------------------------------------------------- helpers
     def _specs(self) -> dict[str, ConsumerSpec]:
@@ -173,8 +193,9 @@ class Harness:
     def check_lag(self) -> None:
         check_invariants(self.gd)
         self.check_watermarks()
-        outstanding = [m for m in self.msgs if m.status not in DONE]
+        outstanding = [m for m in self.msgs if m.status not in DONE and m.status != DEFERRED]
         assert self.gd.lag().total == len(outstanding)
+        assert self.gd.delayed() == sum(1 for m in self.msgs if m.status == DEFERRED)
         by_ctx: dict[IsolationContext, int] = {}
         for cid, ctx in self.consumers.items():
             held = sum(1 for m in outstanding if m.status == INFLIGHT and m.holder == cid)
@@ -195,15 +216,46 @@ class Harness:
                 h = self.spread
             else:
                 h = key_hash(key)
-            m = MMsg(pp, off, key, rng.choice(CONTEXTS), h, idx=len(self.msgs))
+            m = MMsg(pp, off, key, rng.choice(CONTEXTS), h, ts=self.now)
+            if self.delays:
+                m.priority = rng.choice([0, 0, 1, 5, 9])
+                if rng.random() < 0.3:
+                    m.deliver_at = self.now + rng.choice([1, 50, 120, 400])
             self.msgs.append(m)
             self.by_id[m.mid] = m
-            if key is not None:
-                self.chains.setdefault((key, m.ctx), []).append(m)
-            assert self.gd.ingest(m.entry()) is True
-            assert self.gd.ingest(m.entry()) is False  # idempotent
+            self._read(m)
             self.gd.mark_scanned(pp, off + 1)
         self.check_lag()
+
+    def _read(self, m: MMsg) -> None:
+        """The ingestor meets ``m`` in the log: a delayed record is deferred; before any
+        other, what came due by its timestamp joins first."""
+        if m.deliver_at is not None:
+            assert self.gd.defer(m.entry(), m.deliver_at) is True
+            assert self.gd.defer(m.entry(), m.deliver_at) is False  # idempotent
+            m.status = DEFERRED
+            return
+        self._take_due(min(m.ts, self.now))
+        self._join(m)
+        assert self.gd.ingest(m.entry()) is True
+        assert self.gd.ingest(m.entry()) is False  # idempotent
+
+    def _join(self, m: MMsg) -> None:
+        m.idx = self.seq
+        self.seq += 1
+        m.status = PENDING
+        if m.key is not None:
+            self.chains.setdefault((m.key, m.ctx), []).append(m)
+
+    def _take_due(self, until: int) -> None:
+        """Deferred messages due by ``until`` join their keys, earliest first."""
+        due = sorted((m for m in self.msgs if m.status == DEFERRED and m.deliver_at <= until),
+                     key=lambda m: (m.deliver_at, m.pp, m.offset))
+        got = self.gd.take_due(until, 1_000_000)
+        assert got == [(m.deliver_at, m.pp, m.offset) for m in due], (got, due)
+        for m in due:
+            self._join(m)
+            assert self.gd.ingest(m.entry()) is True
 
     def join(self, ctx: IsolationContext) -> str:
         self.n_cids += 1
@@ -227,7 +279,8 @@ class Harness:
     def advance(self, dt: int) -> None:
         self.now += dt
         self.gd.expire(self.now)
-        for m in self.msgs:
+        self._take_due(self.now)
+        for m in sorted(self.msgs, key=lambda m: m.idx):  # a run's first message fails first
             if m.status == INFLIGHT and m.due <= self.now:
                 self._fail(m)
             elif m.status == DELAYED and m.due <= self.now:
@@ -235,26 +288,41 @@ class Harness:
         self.check_dead_letters()
         self.check_lag()
 
+    def _heads(self) -> list[MMsg]:
+        """The messages ready now: pending, and the next of their key."""
+        out = []
+        for m in self.msgs:
+            if m.status != PENDING:
+                continue
+            if self.cfg.ordering == "key" and m.key is not None:
+                chain = self.chains[(m.key, m.ctx)]
+                if any(e.status not in DONE for e in chain[: chain.index(m)]):
+                    continue
+            out.append(m)
+        return out
+
     def poll(self, cid: str, max_messages: int) -> list[str]:
         self.gd.expire(self.now)
+        heads = self._heads()
         got = self.gd.poll(cid, max_messages, self.now)
         self.check_dead_letters(expect_none=True)
         assert len(got) <= max_messages
         live = set(self.consumers.values())
         my_ctx = self.consumers[cid]
-        seen_first = False
+        last_rank: tuple[int, int] | None = None
         in_poll: set[str] = set()
         mask = self.v - 1
         own = set(self.assignment.vps_of(cid)) if self.assignment else set()  # type: ignore[union-attr]
         # a poll serves the consumer's own vps; only with stealing, and only when none
         # of its own had anything ready, a whole batch of the others' vps
         stolen = bool(got) and all(d.vp not in own for d in got)
+        worst: tuple[int, int] | None = None
         assert not stolen or self.cfg.steal_when_idle, (cid, got)
         for d in got:
             m = self.by_id[d.message_id]
             assert m.status == PENDING, (d, m.status)
             assert (d.pp, d.offset, d.key, d.ctx) == (m.pp, m.offset, m.key, m.ctx)
-            assert d.delivery_count == m.count + 1
+            assert d.delivery_count == m.count + 1, (d, m)
             assert d.deadline_ms == self.now + self.cfg.visibility_timeout_ms
             # isolation: decided now, over the live contexts; env never crossed
             assert route(m.ctx, live) == my_ctx and my_ctx.env == m.ctx.env
@@ -275,15 +343,23 @@ class Harness:
                     assert got[[x.message_id for x in got].index(d.message_id) - 1].message_id == undone[-1].mid, (
                         "a run is contiguous in the poll"
                     )
-            # runs started by redeliveries first within one poll
+            # runs start by rank within one poll: higher priority, then redeliveries
             if run_start:
-                if d.delivery_count == 1:
-                    seen_first = True
-                else:
-                    assert not seen_first, "a redelivery came after a first delivery"
+                assert last_rank is None or m.rank >= last_rank, ("a run started out of rank", m, last_rank)
+                last_rank = m.rank
             in_poll.add(d.message_id)
+            if run_start:
+                m_rank_taken = m.rank
+                worst = m_rank_taken if worst is None or m_rank_taken > worst else worst
             m.status, m.holder, m.count, m.due = INFLIGHT, cid, m.count + 1, d.deadline_ms
             m.delivered_ever += 1
+        # priority: no run head this poll could take is left behind for a lower-ranked one
+        if worst is not None:
+            for m in heads:
+                if m.mid in in_poll or route(m.ctx, live) != my_ctx:
+                    continue
+                if stolen or (m.khash & mask) in own:
+                    assert m.rank >= worst, ("a higher-ranked ready message was left behind", m, worst)
         self.deliveries += len(got)
         self.check_lag()
         return [d.message_id for d in got]
@@ -326,11 +402,20 @@ class Harness:
         self.gd.set_virtual_partitions(self.v)
         if self.consumers:
             self.gd.set_consumers(self._specs(), self.now, self.v)
+        for chain in self.chains.values():  # the keys' held messages join again as re-read
+            chain[:] = [m for m in chain if m.status in (ACKED, DEAD)]
+        for m in self.msgs:
+            if m.status not in (ACKED, DEAD):
+                m.status = "unread"
         for m in self.msgs:  # re-read everything in the original (lineage) order
-            expect_new = m.status not in (ACKED, DEAD)
-            assert self.gd.ingest(m.entry()) is expect_new, (m.mid, m.status)
-            if expect_new:
-                m.status, m.holder, m.count, m.taken = PENDING, None, 0, False
+            if m.status in (ACKED, DEAD):
+                assert self.gd.ingest(m.entry()) is False, (m.mid, m.status)
+                if m.deliver_at is not None:
+                    assert self.gd.defer(m.entry(), m.deliver_at) is False
+                continue
+            m.holder, m.count, m.taken = None, 0, False
+            self._read(m)
+        self._take_due(self.now)
         for pp, nxt in self.next_off.items():
             self.gd.mark_scanned(pp, nxt)
         self.check_lag()

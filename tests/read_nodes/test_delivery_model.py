@@ -23,9 +23,11 @@ class DeliveryMachine(RuleBasedStateMachine):
         max_deliveries=st.integers(1, 3),
         form=st.sampled_from(["pair", "compact"]),
         steal=st.booleans(),
+        delays=st.booleans(),
     )
-    def setup(self, ordering: str, max_deliveries: int, form: str, steal: bool) -> None:
+    def setup(self, ordering: str, max_deliveries: int, form: str, steal: bool, delays: bool) -> None:
         self.h = Harness(ordering=ordering, max_deliveries=max_deliveries, form=form, steal=steal)
+        self.h.delays = delays
         self.rng = random.Random(0)
 
     def _cid(self, i: int) -> str:
@@ -95,6 +97,7 @@ def test_randomized_long_runs(seed: int, ordering: str) -> None:
     """Longer random runs than the state machine explores (300 steps, more messages)."""
     rng = random.Random(seed * 7919 + (ordering == "none"))
     h = Harness(ordering=ordering, max_deliveries=rng.choice([2, 3, 4]), form="pair" if seed % 2 else "compact")
+    h.delays = seed % 3 != 0  # delayed messages and priorities in two runs out of three
     for ctx in rng.sample(CONTEXTS, 3):
         h.join(ctx)
     for _ in range(300):

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import time
+
 import orjson
 import pytest
 from typer.testing import CliRunner
@@ -162,6 +164,14 @@ def test_queues_list_and_detail(threaded_gateway: ThreadedGateway, q: str) -> No
     assert missing.exit_code == 1 and "does not exist" in missing.stderr and "Traceback" not in missing.output
 
 
+def test_create_queue_sets_the_dedup_window(threaded_gateway: ThreadedGateway, q: str) -> None:
+    res = vpq(threaded_gateway, "create-queue", q, "--dedup-window-ms", "0", "--json")
+    assert res.exit_code == 0, res.output
+    assert orjson.loads(res.stdout)["dedup_window_ms"] == 0
+    res = vpq(threaded_gateway, "queues", q, "--wide")
+    assert res.exit_code == 0 and "dedup window" in res.stdout and "0 ms" in res.stdout, res.stdout
+
+
 def test_create_queue_conflict_and_delete(threaded_gateway: ThreadedGateway, q: str) -> None:
     assert vpq(threaded_gateway, "create-queue", q, "--virtual-partitions", "16").exit_code == 0
     res = vpq(threaded_gateway, "create-queue", q, "--virtual-partitions", "4")
@@ -205,3 +215,38 @@ def test_gateway_down_says_so_and_exits_1(dead_url: str) -> None:
         assert res.exit_code == 1, args
         assert f"the gateway is not running at {dead_url}" in res.stderr
         assert "Traceback" not in res.output
+
+
+def test_delete_group_and_redrive(threaded_gateway: ThreadedGateway, q: str) -> None:
+    assert vpq(threaded_gateway, "create-queue", q, "--virtual-partitions", "1", "--max-deliveries", "1",
+               "--visibility-timeout-ms", "100").exit_code == 0
+    assert vpq(threaded_gateway, "produce", q, "1", "2").exit_code == 0
+    with Client(threaded_gateway.platform.url) as c:
+        cid = c.join(q, "g").consumer_id
+        assert len(c.poll(q, "g", cid, max_messages=10, wait_ms=2000)) == 2  # never acked: dead letters
+        deadline = time.monotonic() + 10
+        while c.redrive(q, "g", max_messages=1) == 0:  # the SDK: one of them
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        while True:  # the CLI: the other one
+            res = vpq(threaded_gateway, "redrive", q, "g", "--json")
+            assert res.exit_code == 0, res.output
+            if orjson.loads(res.stdout)["redriven"]:
+                break
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        got = []
+        while len(got) < 2 and time.monotonic() < deadline:
+            got += c.poll(q, "g", cid, max_messages=10, wait_ms=500)
+        assert [m.value for m in got] == [1, 2]
+        assert all(m.delivery_count == 1 and m.headers["x-redriven-from"] == f"{q}.g.dlq" for m in got)
+        assert "redrove 0 message(s)" in vpq(threaded_gateway, "redrive", q, "g").stdout
+        assert vpq(threaded_gateway, "delete-group", q, "g", input="n\n").exit_code == 1
+        res = vpq(threaded_gateway, "delete-group", q, "g", "--yes")
+        assert res.exit_code == 0 and f"deleted group g of {q}" in res.stdout
+        res = vpq(threaded_gateway, "delete-group", q, "g", "--yes")
+        assert res.exit_code == 1 and "group_not_found" in res.stderr
+        c.join(q, "g2")
+        c.delete_group(q, "g2")
+        res = vpq(threaded_gateway, "groups", q, "g2")
+        assert res.exit_code == 1 and "group_not_found" in res.stderr

@@ -62,7 +62,14 @@ async def test_produce_request_shape_and_results(client: AsyncClient, gateway: R
     assert req.headers["X-Lane"] == "feat-a"
     assert req.headers["X-Env"] == "test"
     assert req.headers["X-Set"] == ""
-    assert req.body == {"messages": [{"key": "a", "value": {"n": 1}}, {"value_b64": "AHJhdw==", "lane": "own"}, {"value": "x"}]}
+    prefix = client.dedup_ids.prefix if client.dedup_ids is not None else None
+    assert req.body == {
+        "messages": [
+            {"key": "a", "value": {"n": 1}, "dedup_id": f"{prefix}-0"},
+            {"value_b64": "AHJhdw==", "lane": "own", "dedup_id": f"{prefix}-1"},
+            {"value": "x", "dedup_id": f"{prefix}-2"},
+        ]
+    }
     stored = {m.id: m for m in await read_back(platform.url, q, 3, env="test")}
     assert set(stored) == {r.id for r in results}
     assert [(stored[r.id].value, stored[r.id].lane, stored[r.id].env) for r in results] == [

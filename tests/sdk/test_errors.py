@@ -6,6 +6,7 @@ import pytest
 from vpq.sdk.errors import (
     BadRequestError,
     ConflictError,
+    InsufficientStorageError,
     NotFoundError,
     PayloadTooLargeError,
     RateLimitedError,
@@ -31,6 +32,7 @@ def body(code: str, message: str, **extra: object) -> bytes:
         (500, ServerError, False),
         (502, ServerError, True),
         (503, UnavailableError, True),
+        (507, InsufficientStorageError, True),
     ],
 )
 def test_status_maps_to_class_and_retryability(status: int, cls: type, retryable: bool) -> None:
