@@ -83,7 +83,12 @@ def bench_replication_faults(
     work = _work(data_dir, "vpq-bench-faults-")
     try:
         result = asyncio.run(run_fault_campaign(FaultConfig(faults=kinds, cycles=cycles, seed=seed), work, typer.echo))
-    finally:
+    except Exception:
+        typer.echo(f"the campaign failed; its data and logs are kept in {work}", err=True)
+        raise
+    if result["lost"] or result["reordered"]:
+        typer.echo(f"data and logs kept in {work}", err=True)
+    else:
         shutil.rmtree(work, ignore_errors=True)
     typer.echo(f"acknowledged {result['acked']}, delivered {result['delivered']}, lost {result['lost']}, "
                f"reordered {result['reordered']}, duplicates {result['duplicates']}")

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -86,6 +87,7 @@ class Follower:
         self._wait_ms = wait_ms
         self._retry_s = retry_s
         self._forget = forget
+        self.stop_timeout_s = 2.0
         self._lock: PartitionLock | None = None
         self.log: PartitionLog | None = None
         self.history: EpochHistory | None = None
@@ -106,7 +108,12 @@ class Follower:
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+            done, _ = await asyncio.wait({task}, timeout=self.stop_timeout_s)
+            if not done:
+                buf = io.StringIO()
+                task.print_stack(file=buf)
+                log.error("follower of partition %d did not stop in %.0fs; its stack:\n%s", self.pp,
+                          self.stop_timeout_s, buf.getvalue())
         await self._close_log()
 
     # ------------------------------------------------------------------ inner
