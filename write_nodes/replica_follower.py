@@ -88,6 +88,7 @@ class Follower:
         self._retry_s = retry_s
         self._forget = forget
         self.stop_timeout_s = 2.0
+        self._stopping = False
         self._lock: PartitionLock | None = None
         self.log: PartitionLog | None = None
         self.history: EpochHistory | None = None
@@ -105,6 +106,7 @@ class Follower:
         self._task = asyncio.create_task(self._run(), name=f"follower-pp-{self.pp}")
 
     async def stop(self) -> None:
+        self._stopping = True  # a cancellation swallowed below (aiohttp may turn it into a timeout) still ends the loops
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
@@ -118,7 +120,7 @@ class Follower:
 
     # ------------------------------------------------------------------ inner
     async def _run(self) -> None:
-        while True:
+        while not self._stopping:
             try:
                 await self._open()
                 await self._follow()
@@ -161,7 +163,7 @@ class Follower:
 
     async def _follow(self) -> None:
         rec: LeaderRecord | None = None
-        while True:
+        while not self._stopping:
             if rec is None:
                 try:
                     rec = await self._leaders.get(self.pp)
