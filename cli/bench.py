@@ -14,6 +14,7 @@ from vpq.cli.bench_log import bench_log
 from vpq.cli.bench_peers import bench_peers
 from vpq.cli.bench_platform import bench_drain, bench_latency, bench_produce
 from vpq.cli.bench_powerloss import bench_powerloss
+from vpq.cli.bench_queues import bench_queues
 from vpq.cli.bench_rebalance import bench_rebalance
 from vpq.cli.bench_replication import bench_replication, bench_replication_faults
 
@@ -38,3 +39,4 @@ bench_app.command("powerloss")(bench_powerloss)
 bench_app.command("replication")(bench_replication)
 bench_app.command("replication-faults")(bench_replication_faults)
 bench_app.command("compaction")(bench_compaction)
+bench_app.command("queues")(bench_queues)

@@ -93,6 +93,9 @@ class RedisSettings(BaseModel):
     key_prefix: str = Field("vpq", pattern=r"^[A-Za-z0-9._:-]{1,64}$")
     lease_ttl_ms: int = Field(10000, ge=100)
     poll_fallback_ms: int = Field(1000, ge=10, description="metadata polling when pub/sub is quiet")
+    map_cache_queues: int = Field(
+        100_000, ge=1, description="queues each process keeps in its placement-map cache (least recently used dropped)"
+    )
     client: RedisClientSettings = RedisClientSettings()
 
 

@@ -121,7 +121,9 @@ class ClusterBackend:
             self._partition_count = await md.get_or_init_partition_count(self._settings.cluster.physical_partitions)
             listener = self._listener = md.event_listener()
             await listener.start()
-            cache = self._cache = MapCache(md.queues, md.maps, listener)
+            cache = self._cache = MapCache(
+                md.queues, md.maps, listener, capacity=self._settings.redis.map_cache_queues
+            )
             await cache.start()
             self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1024, limit_per_host=256))
             writers = self._writers = WriteNodeDirectory(md.nodes, md.leases, self._partition_count)
@@ -216,7 +218,7 @@ class ClusterBackend:
         rec = cache.queue(name)
         if rec is None:
             with metadata_errors():
-                await cache.refresh()
+                await cache.refresh([name], sync=False)
             rec = cache.queue(name)
         if rec is None:
             raise NotFound("queue_not_found", f"queue {name!r} does not exist", queue=name)

@@ -1,7 +1,7 @@
 """The remap fence: which vps no write node may append to while a cut-over runs.
 
 The placement map's format is fixed (``metadata.maps.check_map`` accepts exactly
-``epoch`` and ``queues``), so the fence lives next to it, in the hash
+``epoch`` and ``queues``; stored per queue, ``metadata.map_entries``), so the fence lives next to it, in the hash
 ``{prefix}:remap:fence`` with fields ``id``, ``epoch``, ``body`` (JSON, see
 ``Fence``) and ``created_ms`` (Redis clock). At most one fence exists at a time.
 
@@ -40,49 +40,52 @@ import redis.asyncio as aioredis
 
 from vpq.metadata.events import ANNOUNCE_LUA
 from vpq.metadata.keys import Keys
+from vpq.metadata.map_entries import CHANGES_LUA, change_args, map_token
 from vpq.metadata.map_history import HISTORY_LUA, encode_note
-from vpq.metadata.maps import check_map, encode_map
+from vpq.metadata.maps import MapStore, check_map
 
 PUBLISHED = 1
 CONFLICT = 0
 BUSY = -1
 GONE = -1
 
-# KEYS: map, fence, events_version, events_log, history
-# ARGV: expected, new epoch, map body, channel, fence id, fence body, note
-_PUBLISH_FENCED = ANNOUNCE_LUA + HISTORY_LUA + """
+# KEYS: map, fence, events_version, events_log, history, map queues, map changes, map load
+# ARGV: expected, new epoch, channel, fence id, fence body, note, token, then (name, entry or '') pairs
+_PUBLISH_FENCED = ANNOUNCE_LUA + HISTORY_LUA + CHANGES_LUA + """
 local cur = tonumber(redis.call('HGET', KEYS[1], 'epoch') or '0')
 local new = tonumber(ARGV[2])
 local fid = redis.call('HGET', KEYS[2], 'id')
 if fid then
-  if fid == ARGV[5] and cur == new and redis.call('HGET', KEYS[1], 'body') == ARGV[3] then return 1 end
+  if fid == ARGV[4] and cur == new and redis.call('HGET', KEYS[1], 'token') == ARGV[7] then return 1 end
   return -1
 end
 if cur ~= tonumber(ARGV[1]) or new ~= cur + 1 then return 0 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('HSET', KEYS[1], 'epoch', ARGV[2], 'body', ARGV[3])
-redis.call('HSET', KEYS[2], 'id', ARGV[5], 'epoch', ARGV[2], 'body', ARGV[6], 'created_ms', tostring(now))
-vpq_record_epoch(KEYS[5], ARGV[2], ARGV[7])
-vpq_announce(KEYS[3], KEYS[4], ARGV[4], {type='map', epoch=new})
+vpq_apply_changes(KEYS[6], KEYS[7], KEYS[8], ARGV[2], ARGV, 8)
+redis.call('HSET', KEYS[1], 'epoch', ARGV[2], 'token', ARGV[7])
+redis.call('HSET', KEYS[2], 'id', ARGV[4], 'epoch', ARGV[2], 'body', ARGV[5], 'created_ms', tostring(now))
+vpq_record_epoch(KEYS[5], ARGV[2], ARGV[6])
+vpq_announce(KEYS[3], KEYS[4], ARGV[3], {type='map', epoch=new})
 return 1
 """
 
-# KEYS: map, fence, events_version, events_log, history
-# ARGV: expected, new epoch, map body, channel, fence id, note
-_PUBLISH_UNFENCED = ANNOUNCE_LUA + HISTORY_LUA + """
+# KEYS: map, fence, events_version, events_log, history, map queues, map changes, map load
+# ARGV: expected, new epoch, channel, fence id, note, token, then (name, entry or '') pairs
+_PUBLISH_UNFENCED = ANNOUNCE_LUA + HISTORY_LUA + CHANGES_LUA + """
 local cur = tonumber(redis.call('HGET', KEYS[1], 'epoch') or '0')
 local new = tonumber(ARGV[2])
 local fid = redis.call('HGET', KEYS[2], 'id')
-if fid ~= ARGV[5] then
-  if not fid and cur == new and redis.call('HGET', KEYS[1], 'body') == ARGV[3] then return 1 end
+if fid ~= ARGV[4] then
+  if not fid and cur == new and redis.call('HGET', KEYS[1], 'token') == ARGV[6] then return 1 end
   return -1
 end
 if cur ~= tonumber(ARGV[1]) or new ~= cur + 1 then return 0 end
-redis.call('HSET', KEYS[1], 'epoch', ARGV[2], 'body', ARGV[3])
+vpq_apply_changes(KEYS[6], KEYS[7], KEYS[8], ARGV[2], ARGV, 7)
+redis.call('HSET', KEYS[1], 'epoch', ARGV[2], 'token', ARGV[6])
 redis.call('DEL', KEYS[2])
-vpq_record_epoch(KEYS[5], ARGV[2], ARGV[6])
-vpq_announce(KEYS[3], KEYS[4], ARGV[4], {type='map', epoch=new})
+vpq_record_epoch(KEYS[5], ARGV[2], ARGV[5])
+vpq_announce(KEYS[3], KEYS[4], ARGV[3], {type='map', epoch=new})
 return 1
 """
 
@@ -195,15 +198,16 @@ class FenceSnapshot:
 class FenceStore:
     """Reads and changes the fence together with the map (the caller owns the client)."""
 
-    def __init__(self, client: aioredis.Redis, keys: Keys) -> None:
+    def __init__(self, client: aioredis.Redis, keys: Keys, maps: MapStore | None = None) -> None:
         self._keys = keys
+        self._maps = maps if maps is not None else MapStore(client, keys)
         self._fenced = client.register_script(_PUBLISH_FENCED)
         self._unfenced = client.register_script(_PUBLISH_UNFENCED)
         self._snapshot = client.register_script(_SNAPSHOT)
 
     def _map_keys(self) -> list[str]:
         k = self._keys
-        return [k.map(), fence_key(k), k.events_version(), k.events_log(), k.map_history()]
+        return [k.map(), fence_key(k), k.events_version(), k.events_log(), k.map_history(), *self._maps.map_keys()]
 
     async def snapshot(self) -> FenceSnapshot:
         """The map epoch and the fence, read atomically."""
@@ -216,25 +220,39 @@ class FenceStore:
         return (await self.snapshot()).fence
 
     async def publish_fenced(
-        self, new_map: Mapping[str, Any], expected_epoch: int, fence: Fence, *, note: Mapping[str, Any] | None = None
+        self, new_map: Mapping[str, Any], expected_epoch: int, fence: Fence, *, note: Mapping[str, Any] | None = None,
+        base: Mapping[str, Any] | None = None,
     ) -> int:
         """See the module docstring; ``fence.epoch`` must be the new map's epoch. ``note``
-        goes to the map history with the epoch (``metadata.map_history``)."""
+        goes to the map history with the epoch (``metadata.map_history``); ``base``: the map
+        the caller read at ``expected_epoch`` (read again when not given). Only the queues
+        that differ from it are written."""
         _check_next(new_map, expected_epoch)
         if fence.epoch != new_map["epoch"]:
             raise ValueError(f"fence epoch {fence.epoch} is not the published epoch {new_map['epoch']}")
+        changes = await self._maps.changes_to(new_map, expected_epoch, base)
+        if changes is None:
+            return BUSY if (await self.snapshot()).fence is not None else CONFLICT
         args = [
-            expected_epoch, new_map["epoch"], encode_map(new_map), self._keys.events(), fence.id, fence.to_json(),
-            encode_note(note),
+            expected_epoch, new_map["epoch"], self._keys.events(), fence.id, fence.to_json(), encode_note(note),
+            map_token(new_map), *change_args(changes),
         ]
         return int(await self._fenced(keys=self._map_keys(), args=args))
 
     async def publish_unfenced(
-        self, new_map: Mapping[str, Any], expected_epoch: int, fence_id: str, *, note: Mapping[str, Any] | None = None
+        self, new_map: Mapping[str, Any], expected_epoch: int, fence_id: str, *, note: Mapping[str, Any] | None = None,
+        base: Mapping[str, Any] | None = None,
     ) -> int:
-        """See the module docstring; ``note`` as for ``publish_fenced``."""
+        """See the module docstring; ``note`` and ``base`` as for ``publish_fenced``."""
         _check_next(new_map, expected_epoch)
-        args = [expected_epoch, new_map["epoch"], encode_map(new_map), self._keys.events(), fence_id, encode_note(note)]
+        changes = await self._maps.changes_to(new_map, expected_epoch, base)
+        if changes is None:
+            fence = (await self.snapshot()).fence
+            return GONE if fence is None or fence.id != fence_id else CONFLICT
+        args = [
+            expected_epoch, new_map["epoch"], self._keys.events(), fence_id, encode_note(note), map_token(new_map),
+            *change_args(changes),
+        ]
         return int(await self._unfenced(keys=self._map_keys(), args=args))
 
 

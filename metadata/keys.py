@@ -15,7 +15,10 @@ key                                       type    content
 ``p:contexts``                            hash    context token ``env/set/lane`` -> id
 ``p:context_ids``                         hash    context id -> token
 ``p:seq:context``                         string  last context id handed out
-``p:map``                                 hash    ``epoch`` and ``body`` (JSON placement map)
+``p:map``                                 hash    ``epoch`` of the placement map
+``p:map:queues``                          hash    queue name -> JSON placement entry (``metadata.map_entries``)
+``p:map:changes``                         zset    queue name -> epoch of its last placement change
+``p:map:load``                            hash    pp -> vps the map places on it
 ``p:maps:history``                        list    one JSON entry per published epoch, newest first
 ``p:lineage:{queue}``                     hash    vp -> encoded lineage ranges
 ``p:nodes:{role}``                        zset    node id -> lease deadline (ms, Redis clock)
@@ -82,6 +85,15 @@ class Keys:
     # placement map and lineage
     def map(self) -> str:
         return f"{self.prefix}:map"
+
+    def map_queues(self) -> str:
+        return f"{self.prefix}:map:queues"
+
+    def map_changes(self) -> str:
+        return f"{self.prefix}:map:changes"
+
+    def map_load(self) -> str:
+        return f"{self.prefix}:map:load"
 
     def map_history(self) -> str:
         return f"{self.prefix}:maps:history"

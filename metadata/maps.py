@@ -1,20 +1,24 @@
 """The placement map (with its epoch) and the lineage of every virtual partition.
 
-Map contract:
+Map contract (storage per queue: ``metadata.map_entries``):
 
-- Stored in the wire format ``{"epoch": n, "queues": {"q": {"virtual_partitions":
-  V, "placement": [pp of vp 0, ...]}}}`` (canonical JSON) next to its epoch.
-  No map at all counts as epoch 0.
-- ``publish(new_map, expected_epoch)`` is a compare-and-swap in Lua: it stores
-  ``new_map`` only if the stored epoch is ``expected_epoch`` and
-  ``new_map["epoch"] == expected_epoch + 1``, and announces
-  ``{"type": "map", "epoch": n}`` and records it in the map history
-  (``metadata.map_history``; ``history(limit)`` reads it) atomically with it. Of any number of
-  concurrent publishers starting from the same epoch exactly one wins. A retry
-  of a publish that already succeeded (same epoch, same body) returns True again.
+- The map is the epoch plus one entry per queue, ``{"virtual_partitions": V,
+  "placement": [pp of vp 0, ...]}``; ``current()`` assembles the wire format
+  ``{"epoch": n, "queues": {...}}`` (one atomic read of every entry: O(map), for admin
+  reads and the remap job). No map at all counts as epoch 0.
+- ``publish_changes(changes, expected_epoch)`` is the compare-and-swap in Lua: it applies
+  ``changes`` (queue -> entry or None for removal) and stores epoch ``expected_epoch + 1``
+  only if the stored epoch is ``expected_epoch``, and announces ``{"type": "map",
+  "epoch": n}`` and records it in the map history (``metadata.map_history``;
+  ``history(limit)`` reads it) atomically with it. It costs the changes, not the map.
+  Of any number of concurrent publishers starting from the same epoch exactly one
+  wins. A retry of a publish that already succeeded returns True again.
+- ``publish(new_map, expected_epoch, base=...)`` publishes a whole map: the changes from
+  ``base`` (the map the caller read at ``expected_epoch``; read again when not given)
+  to ``new_map``, with the same CAS.
 - ``update(fn)`` is the read/CAS/retry loop around it.
-- The body is canonical JSON (sorted keys, no spaces; ``encode_map``), written and
-  read with orjson (a map of 10,000 queues is about a megabyte).
+- Per-queue reads: ``entries(names)``, ``load()`` (vps per pp), ``delta(since)`` and
+  ``load_queues(names, ids)`` (``metadata.map_entries``).
 
 Lineage contract (per (queue, vp), oldest range first, ``to`` exclusive, ``None``
 for the one open range, which can only be the last):
@@ -53,18 +57,40 @@ import redis.asyncio as aioredis
 
 from vpq.metadata.events import ANNOUNCE_LUA
 from vpq.metadata.keys import Keys
+from vpq.metadata.map_entries import (
+    CHANGES_LUA,
+    DELTA_LUA,
+    LOAD_LUA,
+    Changes,
+    change_args,
+    changes_between,
+    decode_entry,
+    map_token,
+    publish_token,
+)
 from vpq.metadata.map_history import HISTORY_LUA, encode_note, entries
 
-# KEYS: map, events_version, events_log, history ; ARGV: expected, new epoch, body, channel, note
-_PUBLISH = ANNOUNCE_LUA + HISTORY_LUA + """
+# KEYS: map, events_version, events_log, history, map queues, map changes, map load
+# ARGV: expected, new epoch, channel, note, token, then (name, entry or '') pairs
+_PUBLISH = ANNOUNCE_LUA + HISTORY_LUA + CHANGES_LUA + """
 local cur = tonumber(redis.call('HGET', KEYS[1], 'epoch') or '0')
 local expected = tonumber(ARGV[1])
 local new = tonumber(ARGV[2])
-if cur == new and redis.call('HGET', KEYS[1], 'body') == ARGV[3] then return 1 end
+if cur == new and redis.call('HGET', KEYS[1], 'token') == ARGV[5] then return 1 end
 if cur ~= expected or new ~= expected + 1 then return 0 end
-redis.call('HSET', KEYS[1], 'epoch', ARGV[2], 'body', ARGV[3])
-vpq_record_epoch(KEYS[4], ARGV[2], ARGV[5])
-vpq_announce(KEYS[2], KEYS[3], ARGV[4], {type='map', epoch=new})
+vpq_apply_changes(KEYS[5], KEYS[6], KEYS[7], ARGV[2], ARGV, 6)
+redis.call('HSET', KEYS[1], 'epoch', ARGV[2], 'token', ARGV[5])
+vpq_record_epoch(KEYS[4], ARGV[2], ARGV[4])
+vpq_announce(KEYS[2], KEYS[3], ARGV[3], {type='map', epoch=new})
+return 1
+"""
+
+# KEYS: map, map queues, map changes, map load ; ARGV: epoch the body was read at, then (name, entry) pairs
+_MIGRATE = CHANGES_LUA + """
+if not redis.call('HEXISTS', KEYS[1], 'body') then return 0 end
+if (redis.call('HGET', KEYS[1], 'epoch') or '0') ~= ARGV[1] then return -1 end
+vpq_apply_changes(KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV, 2)
+redis.call('HDEL', KEYS[1], 'body')
 return 1
 """
 
@@ -223,36 +249,157 @@ class MapStore:
         self._lineage = client.register_script(_LINEAGE)
         self._split = client.register_script(_SPLIT)
         self._open_new = client.register_script(_OPEN_NEW)
+        self._delta = client.register_script(DELTA_LUA)
+        self._migrate = client.register_script(_MIGRATE)
+        self._load = client.register_script(LOAD_LUA)
 
     async def current(self) -> dict[str, Any] | None:
-        """The stored map, or None before the first publish."""
-        raw = await self._client.hget(self._keys.map(), "body")
-        return orjson.loads(raw) if raw is not None else None
+        """The stored map (every entry, read atomically), or None before the first publish."""
+        k = self._keys
+        async with self._client.pipeline(transaction=True) as pipe:
+            pipe.hget(k.map(), "epoch")
+            pipe.hgetall(k.map_queues())
+            epoch, raw = await pipe.execute()
+        if epoch is None:
+            return None
+        return {"epoch": int(epoch), "queues": {name: decode_entry(v) for name, v in sorted(raw.items())}}
+
+    async def migrate_whole_map(self) -> bool:
+        """Store a map kept in the earlier one-document form (``p:map`` field ``body``) per
+        queue, at its epoch, and drop the document; False when there is none. Safe to run
+        from several processes at once (the first one does it)."""
+        for _ in range(8):
+            async with self._client.pipeline(transaction=True) as pipe:
+                pipe.hget(self._keys.map(), "epoch")
+                pipe.hget(self._keys.map(), "body")
+                epoch, body = await pipe.execute()
+            if body is None:
+                return False
+            queues = orjson.loads(body)["queues"]
+            k = self._keys
+            done = await self._migrate(keys=[k.map(), *self.map_keys()], args=[epoch or "0", *change_args(queues)])
+            if int(done) >= 0:
+                return bool(done)
+        raise MapConflictError("the stored map kept changing while it was being migrated")
 
     async def epoch(self) -> int:
         """The stored map's epoch (0 before the first publish)."""
         raw = await self._client.hget(self._keys.map(), "epoch")
         return int(raw) if raw is not None else 0
 
+    async def entries(self, names: Iterable[str]) -> tuple[int, dict[str, dict[str, Any]]]:
+        """The epoch and the entries of those of ``names`` the map places, read atomically."""
+        wanted = list(dict.fromkeys(names))
+        k = self._keys
+        async with self._client.pipeline(transaction=True) as pipe:
+            pipe.hget(k.map(), "epoch")
+            if wanted:
+                pipe.hmget(k.map_queues(), wanted)
+            got = await pipe.execute()
+        epoch = int(got[0]) if got[0] is not None else 0
+        raw = got[1] if wanted else []
+        return epoch, {n: decode_entry(r) for n, r in zip(wanted, raw, strict=True) if r is not None}
+
+    async def commit_base(self, names: Iterable[str]) -> tuple[int, dict[str, dict[str, Any]], dict[int, int]]:
+        """``entries(names)`` and ``load()`` read together atomically (one round trip)."""
+        wanted = list(dict.fromkeys(names))
+        k = self._keys
+        async with self._client.pipeline(transaction=True) as pipe:
+            pipe.hget(k.map(), "epoch")
+            pipe.hgetall(k.map_load())
+            if wanted:
+                pipe.hmget(k.map_queues(), wanted)
+            got = await pipe.execute()
+        epoch = int(got[0]) if got[0] is not None else 0
+        load = {int(pp): int(n) for pp, n in got[1].items() if int(n) > 0}
+        raw = got[2] if wanted else []
+        return epoch, {n: decode_entry(r) for n, r in zip(wanted, raw, strict=True) if r is not None}, load
+
+    async def load(self) -> dict[int, int]:
+        """How many vps the map places on each pp (pps with none absent)."""
+        raw = await self._client.hgetall(self._keys.map_load())
+        return {int(pp): int(n) for pp, n in raw.items() if int(n) > 0}
+
+    async def delta(self, since: int) -> tuple[int, list[tuple[str, int]]]:
+        """The stored epoch and every queue whose entry changed (or went) after epoch
+        ``since``, with the epoch of that change, read atomically."""
+        k = self._keys
+        epoch, flat = await self._delta(keys=[k.map(), k.map_changes()], args=[int(since)])
+        return int(epoch), [(flat[i], int(float(flat[i + 1]))) for i in range(0, len(flat), 2)]
+
+    async def load_queues(
+        self, names: Iterable[str] = (), ids: Iterable[int] = ()
+    ) -> tuple[int, list[tuple[str, str | None, dict[str, Any] | None]]]:
+        """The epoch and, for each of ``names`` and each known queue id of ``ids``: the
+        name, its registry record (raw JSON, None when not registered) and its map entry
+        (None when not placed), all read atomically."""
+        names, ids = list(names), [int(i) for i in ids]
+        k = self._keys
+        out = await self._load(
+            keys=[k.map(), k.map_queues(), k.queues(), k.queue_ids()], args=[len(names), *names, *ids]
+        )
+        rows = [
+            (out[i], out[i + 1] or None, decode_entry(out[i + 2]) if out[i + 2] else None)
+            for i in range(1, len(out), 3)
+        ]
+        return int(out[0]), rows
+
+    def map_keys(self) -> list[str]:
+        """The keys the per-queue storage of a publish touches (map queues, changes, load)."""
+        k = self._keys
+        return [k.map_queues(), k.map_changes(), k.map_load()]
+
+    async def publish_changes(
+        self, changes: Changes, expected_epoch: int, *, note: Mapping[str, Any] | None = None, checked: bool = False,
+        token: str | None = None,
+    ) -> bool:
+        """Compare-and-swap of ``changes`` at ``expected_epoch + 1``; see the module
+        docstring. ``checked``: the caller vouches that every entry is well-formed.
+        ``token`` names what is published (default: a digest of ``changes``); a retry of a
+        publish that took effect is recognised by it."""
+        if not checked:
+            check_map({"epoch": expected_epoch + 1, "queues": {n: q for n, q in changes.items() if q is not None}})
+        k = self._keys
+        pairs = change_args(changes)
+        ok = await self._publish(
+            keys=[k.map(), k.events_version(), k.events_log(), k.map_history(), *self.map_keys()],
+            args=[
+                _nonneg(expected_epoch, "epoch"), expected_epoch + 1, k.events(), encode_note(note),
+                token if token is not None else publish_token(pairs), *pairs,
+            ],
+        )
+        return bool(ok)
+
     async def publish(
         self, new_map: Mapping[str, Any], expected_epoch: int, *, checked: bool = False,
-        note: Mapping[str, Any] | None = None,
+        note: Mapping[str, Any] | None = None, base: Mapping[str, Any] | None = None,
     ) -> bool:
-        """Compare-and-swap; see the module docstring. ValueError on a malformed map
-        or when ``new_map["epoch"] != expected_epoch + 1``. ``checked=True``: the caller
-        vouches that every queue entry is well-formed (built from validated parts), so
-        the O(map) ``check_map`` is skipped. ``note``: what the change is, recorded in the
-        map history with the epoch (``metadata.map_history``)."""
+        """Compare-and-swap of a whole map; see the module docstring. ValueError on a
+        malformed map or when ``new_map["epoch"] != expected_epoch + 1``. ``checked=True``:
+        the caller vouches that every queue entry is well-formed, so ``check_map`` is
+        skipped. ``note``: what the change is, recorded in the map history with the epoch
+        (``metadata.map_history``). ``base``: the map the caller read at ``expected_epoch``
+        (saves reading it again)."""
         if not checked:
             check_map(new_map)
         if new_map["epoch"] != expected_epoch + 1:
             raise ValueError(f"new map epoch must be {expected_epoch + 1}, got {new_map['epoch']}")
-        k = self._keys
-        ok = await self._publish(
-            keys=[k.map(), k.events_version(), k.events_log(), k.map_history()],
-            args=[expected_epoch, new_map["epoch"], encode_map(new_map), k.events(), encode_note(note)],
-        )
-        return bool(ok)
+        changes = await self.changes_to(new_map, expected_epoch, base)
+        if changes is None:
+            return False
+        return await self.publish_changes(changes, expected_epoch, note=note, checked=True, token=map_token(new_map))
+
+    async def changes_to(
+        self, new_map: Mapping[str, Any], expected_epoch: int, base: Mapping[str, Any] | None = None
+    ) -> dict[str, Mapping[str, Any] | None] | None:
+        """The changes from the stored map (``base`` when given, read at ``expected_epoch``)
+        to ``new_map``; None when the stored map is at neither ``expected_epoch`` nor the
+        new epoch (the CAS is lost anyway)."""
+        if base is None or int(base["epoch"]) != expected_epoch:
+            base = await self.current() or {"epoch": 0, "queues": {}}
+            if int(base["epoch"]) not in (expected_epoch, expected_epoch + 1):
+                return None
+        return changes_between(base["queues"], new_map["queues"])
 
     async def history(self, limit: int) -> list[dict[str, Any]]:
         """The latest ``limit`` (>= 1) map epochs, newest first (``map_history.entries``)."""
@@ -274,7 +421,7 @@ class MapStore:
             if nxt is None:
                 return cur
             nxt = {"epoch": cur["epoch"] + 1, "queues": nxt["queues"]}
-            if await self.publish(nxt, cur["epoch"]):
+            if await self.publish(nxt, cur["epoch"], base=cur):
                 return nxt
         raise MapConflictError(f"placement map update lost the epoch race {max_attempts} times")
 

@@ -52,14 +52,16 @@ class MetadataStore:
         self.leases = LeaseManager(self.client, self.keys)
         self.groups = GroupStore(self.client, self.keys)
         self.acks = AckStateStore(self.client, self.keys)
-        self.fences = FenceStore(self.client, self.keys)
+        self.fences = FenceStore(self.client, self.keys, self.maps)
         self.leaders = PartitionLeaders(self.client, self.keys)
         self.redrive = RedriveStore(self.client, self.keys)
         self.announcer = Announcer(self.client, self.keys)
 
     async def start(self) -> None:
-        """Check that Redis answers (``MetadataUnavailable`` otherwise)."""
+        """Check that Redis answers (``MetadataUnavailable`` otherwise) and store a map
+        left in the earlier one-document form per queue (``MapStore.migrate_whole_map``)."""
         await self.ping()
+        await self.maps.migrate_whole_map()
 
     async def ping(self) -> None:
         """One round trip to Redis; ``MetadataUnavailable`` when it does not answer."""

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Protocol
@@ -97,7 +97,7 @@ class Router(Protocol):
 
 
 class RoutingCache(Protocol):
-    async def refresh(self) -> None: ...
+    async def refresh(self, names: Iterable[str] = (), ids: Iterable[int] = (), *, sync: bool = True) -> None: ...
 
     async def refresh_map(self) -> None: ...
 
@@ -259,7 +259,7 @@ class Appender:
                 if looked_up_unknown:
                     raise NotFound("queue_not_found", f"queue {queue!r} does not exist", queue=queue) from None
                 looked_up_unknown = True
-                await self._cache.refresh()
+                await self._cache.refresh([queue], sync=False)
                 continue
             except QueueNotPlacedError as exc:
                 last = Unavailable("queue_not_placed", str(exc), retry_after=self._policy.retry_after_s)

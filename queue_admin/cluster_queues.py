@@ -31,9 +31,10 @@
   those groups that exists, deleted the same way (so its own DLQs go too). The
   records stay in the shared segments until the write nodes' compaction drops them
   (their queue id is never reused, so nothing reads them meanwhile).
-- ``get``/``list`` read Redis (admin calls: always fresh).
+- ``get``/``list`` read Redis (admin calls: always fresh); ``get`` reads the one queue's
+  map entry, ``list`` the whole map.
 - After every successful put/delete, ``on_queue_change(name, map in force)`` (the
-  gateway's map cache takes the published map and re-reads the one record, coalesced)
+  gateway's map cache re-reads the queue if it holds it, coalesced)
   or else ``on_change()`` runs, so the next produce through this process sees it.
 
 A put that fails after the registry accepted it (e.g. Redis away) leaves the config
@@ -123,7 +124,8 @@ class QueueAdmin:
     async def get(self, name: str) -> dict[str, Any]:
         with metadata_errors():
             rec = await self._md.queues.require(name)
-            return self.info(rec, await self._current(), await self._md.groups.groups(name))
+            epoch, placed = await self._md.maps.entries([name])
+            return self.info(rec, {"epoch": epoch, "queues": placed}, await self._md.groups.groups(name))
 
     async def list(self) -> list[dict[str, Any]]:
         with metadata_errors():

@@ -1,36 +1,32 @@
 """Group commit of placement-map changes: the queue admin's writer of the map.
 
-Every queue PUT (creation, growth) and DELETE changes the placement map, and the map is
-one document published whole with a compare-and-swap (``MapStore.publish``). Reading
-and publishing it once per change costs the whole map per queue: quadratic in the
-number of queues. ``MapBatcher`` gathers the changes that arrive while a commit is under
-way and publishes them together, like a journal's group commit:
+Every queue PUT (creation, growth) and DELETE changes the placement map, one compare-and-
+swap on the map's epoch each (``MapStore.publish_changes``; the map is stored per queue,
+``metadata.map_entries``). ``MapBatcher`` gathers the changes that arrive while a commit
+is under way and publishes them together, like a journal's group commit:
 
 - ``place(name, V)`` / ``remove(name)`` queue a request and wait for the publish that
-  includes it; both answer the map in force afterwards (``place`` also says whether the
-  commit created the queue from lineage it read back complete).
+  includes it. Both answer the map in force afterwards restricted to the commit's
+  queues, ``{"epoch", "queues": {name: entry}}`` (``place`` also says whether the commit
+  created the queue from lineage it read back complete).
 - One commit runs at a time, on a task started on demand that ends when nothing is
   pending; ``stop()`` cancels it and fails what it held (``Unavailable``). A commit takes
   pending requests in arrival order, at most ``max_batch`` and at most one per queue
   name (a later request for a name waits for the next commit, so per-name order holds).
   A request whose waiter was cancelled before its commit is dropped.
-- The base of a commit is the map this batcher last read or published (kept with its
-  vp count per pp), not a fresh read. A lost CAS (another gateway, the remap job)
-  drops it and the commit starts over from a fresh read (at most ``max_attempts``
-  times, then ``MapConflictError``). A commit that changes nothing checks the stored
-  epoch (one round trip) before answering from the kept map, so "already placed" is
-  never decided on a stale map; likewise a commit that would create a queue the kept
-  map lacks checks the epoch first, so "not placed yet" is never decided on a stale map
-  either (a read node splitting a queue the gateway created after this batcher's last
-  commit would otherwise "create" it again and open its new vps at the log ends).
+- A commit reads what it needs in one round trip (``MapStore.commit_base``): the epoch,
+  the entries of its own queues and the vps per pp; nothing it does depends on the
+  number of queues in the map. A lost CAS (another gateway, the remap job) makes it
+  read again (at most ``max_attempts`` times, then ``MapConflictError``).
 - Lineage first (the rule of ``queue_admin.cluster_queues``), for all creations of a commit
   at once: read their lineage (one round trip), drop lineage that is not a clean
-  creation, plan each placement against the base load plus the queues planned before it
-  in the same commit, open every missing vp at the base epoch and read lineage back
+  creation, plan each placement against the stored load plus the queues planned before it
+  in the same commit, open every missing vp at the read epoch and read lineage back
   (one round trip), and take the pps the lineage holds. A queue whose lineage is still
   incomplete (a concurrent creator in another process got there first with another
   plan and has not finished) fails alone with a retryable 503 ``placement_conflict``.
-- Then all edits go into ONE map at epoch + 1 (``cluster_placement.apply_edits``).
+- Then all edits go into ONE publish at epoch + 1 (``cluster_placement.apply_edits``
+  on the commit's entries; only the entries that differ are written).
 
 Redis errors reach every waiter of the commit as they are (the admin maps them).
 """
@@ -45,6 +41,7 @@ from typing import Any, NamedTuple
 
 from vpq.common.errors import Unavailable
 from vpq.metadata.aio import cancel_and_wait
+from vpq.metadata.map_entries import changes_between
 from vpq.metadata.map_history import queue_changes, queues_note
 from vpq.metadata.maps import LineageRange, MapConflictError, MapStore
 from vpq.queue_admin.cluster_placement import (
@@ -52,7 +49,6 @@ from vpq.queue_admin.cluster_placement import (
     add_load,
     apply_edits,
     clean_creation,
-    placement_load,
     plan_placement,
 )
 
@@ -98,8 +94,6 @@ class MapBatcher:
         self._max_attempts = max_attempts
         self._pending: list[_Request] = []
         self._task: asyncio.Task[None] | None = None
-        self._map: dict[str, Any] | None = None  # last map read or published, None: read again
-        self._load: dict[int, int] = {}  # placement_load of self._map
         self.commits = 0
         self.publishes = 0
 
@@ -155,7 +149,6 @@ class MapBatcher:
                     try:
                         await self._commit(batch)
                     except Exception as exc:  # every waiter of the commit gets it
-                        self._map = None  # (a publish may have taken effect unanswered)
                         self._fail(batch, exc)
                 batch = []
         except asyncio.CancelledError:
@@ -165,29 +158,13 @@ class MapBatcher:
             if self._task is asyncio.current_task():
                 self._task = None
 
-    async def _base(self) -> tuple[dict[str, Any], dict[int, int], bool]:
-        """The map to edit, its load, and whether it was just read (not the kept one)."""
-        if self._map is None:
-            m = await self._maps.current() or {"epoch": 0, "queues": {}}
-            self._map, self._load = m, placement_load(m["queues"])
-            return self._map, self._load, True
-        return self._map, self._load, False
-
     async def _commit(self, batch: list[_Request]) -> None:
         self.commits += 1
         todo = batch
         for _ in range(self._max_attempts):
-            base, load, fresh = await self._base()
-            queues = base["queues"]
-            creating = [r for r in todo if r.kind == "place" and r.name not in queues]
-            if creating and not fresh and await self._maps.epoch() != int(base["epoch"]):
-                # The kept map is behind: a queue missing from it may well be placed (by
-                # another gateway, or by the gateway when this is a read node splitting
-                # a queue). Creating it from the kept map would re-open the lineage of its
-                # new vps at the log ends instead of copying their parents' at the split.
-                self._map = None
-                continue
-            placements = await self._lineage_first(creating, base, load) if creating else {}
+            epoch, placed, load = await self._maps.commit_base(r.name for r in todo)
+            creating = [r for r in todo if r.kind == "place" and r.name not in placed]
+            placements = await self._lineage_first(creating, epoch, load) if creating else {}
             for r in creating:
                 if r.name not in placements:
                     self._fail([r], Unavailable(
@@ -196,22 +173,16 @@ class MapBatcher:
                     ))
             todo = [r for r in todo if not r.future.done()]
             edits = [MapEdit(r.kind, r.name, r.virtual_partitions, placements.get(r.name)) for r in todo]
-            nxt, nxt_load, changed = apply_edits(queues, load, edits)
+            nxt, _load, changed = apply_edits(placed, load, edits)
             if not changed:
-                if await self._maps.epoch() == base["epoch"]:
-                    self._resolve(todo, base, set())
-                    return
-                self._map = None
-                continue
-            new_map = {"epoch": int(base["epoch"]) + 1, "queues": nxt}
-            # checked: base entries were published before, new ones built by QueuePlacement
-            note = queues_note(queue_changes(queues, nxt, (e.queue for e in edits)))
-            if await self._maps.publish(new_map, int(base["epoch"]), checked=True, note=note):
-                self.publishes += 1
-                self._map, self._load = new_map, nxt_load
-                self._resolve(todo, new_map, set(placements))
+                self._resolve(todo, {"epoch": epoch, "queues": placed}, set())
                 return
-            self._map = None
+            # checked: stored entries were published before, new ones built by QueuePlacement
+            note = queues_note(queue_changes(placed, nxt, (e.queue for e in edits)))
+            if await self._maps.publish_changes(changes_between(placed, nxt), epoch, checked=True, note=note):
+                self.publishes += 1
+                self._resolve(todo, {"epoch": epoch + 1, "queues": nxt}, set(placements))
+                return
         raise MapConflictError(f"placement map update lost the epoch race {self._max_attempts} times")
 
     @staticmethod
@@ -235,7 +206,7 @@ class MapBatcher:
             return {}
 
     async def _lineage_first(
-        self, creating: Sequence[_Request], base: dict[str, Any], load: dict[int, int]
+        self, creating: Sequence[_Request], epoch: int, load: dict[int, int]
     ) -> dict[str, tuple[int, ...]]:
         """Open the lineage of every queue of ``creating`` (see the module docstring);
         the placement each one's lineage holds, for those whose lineage is complete."""
@@ -255,7 +226,7 @@ class MapBatcher:
             opens += [(r.name, vp, pp) for vp, pp in enumerate(plan) if vp not in found[r.name]]
         lineage: dict[str, dict[int, list[LineageRange]]] = dict(found)
         if opens:
-            lineage.update(await maps.open_ranges(opens, int(base["epoch"]), await self._starts()))
+            lineage.update(await maps.open_ranges(opens, epoch, await self._starts()))
         out: dict[str, tuple[int, ...]] = {}
         for r in creating:
             lin = lineage[r.name]

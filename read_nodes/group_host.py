@@ -324,6 +324,9 @@ class GroupHost:
 
     async def _check_queue(self) -> None:
         rec = self.parts.map_cache.queue(self.queue)
+        if rec is None:  # not held (dropped from the cache's LRU): hold it again
+            await self.parts.map_cache.refresh([self.queue], sync=False)
+            rec = self.parts.map_cache.queue(self.queue)
         if rec is None or rec.id != self.record.id:
             rec = await self.parts.md.queues.get(self.queue)  # the cache may lag behind Redis
             if rec is None or rec.id != self.record.id:

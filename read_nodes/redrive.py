@@ -220,6 +220,9 @@ class Redriver:
         if rec is None:
             return 0  # nothing was ever dead-lettered
         entry = self._cache.entry(dlq)
+        if entry is None:  # the node holds only queues it used: load the DLQ's placement
+            await self._cache.refresh(names=[dlq], sync=False)
+            entry = self._cache.entry(dlq)
         vps = entry.virtual_partitions if entry is not None else rec.virtual_partitions
         placement = entry.placement if entry is not None and entry.placement is not None else ()
         order = LineageOrder(await md.maps.lineage_all(dlq))

@@ -131,7 +131,7 @@ class ReadNodeService:
         await md.start()
         listener = self._listener = md.event_listener()
         await listener.start()
-        cache = self._cache = MapCache(md.queues, md.maps, listener)
+        cache = self._cache = MapCache(md.queues, md.maps, listener, capacity=s.redis.map_cache_queues)
         await cache.start()
         self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1024, limit_per_host=256))
         self._partition_count = await md.read_partition_count() or s.cluster.physical_partitions
@@ -213,11 +213,7 @@ class ReadNodeService:
         self.parts = None
 
     def _placeable_partitions(self) -> list[int]:
-        pps = set(range(self._partition_count))
-        if self._cache is not None and self._cache.map is not None:
-            for q in self._cache.map["queues"].values():
-                pps.update(q["placement"])
-        return sorted(pps)
+        return list(range(self._partition_count))  # the admin adds the pps the map already uses
 
     async def _resolve_context(self, context_id: int) -> IsolationContext:
         ctx = self._contexts.get(context_id)
@@ -261,6 +257,8 @@ class ReadNodeService:
     async def _open_host(self, queue: str, group: str, create_start: str | None) -> GroupHost:
         parts = self._parts()
         md = parts.md
+        if parts.map_cache.entry(queue) is None:
+            await parts.map_cache.refresh([queue], sync=False)  # held from now on, while the group uses it
         rec = parts.map_cache.queue(queue) or await md.queues.get(queue)
         if rec is None:
             raise NotFound("queue_not_found", f"queue {queue!r} does not exist", queue=queue)

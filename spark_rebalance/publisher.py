@@ -207,7 +207,7 @@ class Publisher:
             new = {"epoch": cur["epoch"] + 1, "queues": queues}
             splits = [(st.queue, min(st.old_vs), st.to_vps) for st in steps]
             note = remap_note("split", splits=splits, imbalance=imbalance)
-            if await self._maps.publish(new, cur["epoch"], note=note):
+            if await self._maps.publish(new, cur["epoch"], note=note, base=cur):
                 res.epochs.append(new["epoch"])
                 for s in steps:
                     for old_v in s.old_vs:
@@ -233,7 +233,7 @@ class Publisher:
             try:
                 r = await self._fences.publish_fenced(
                     {"epoch": epoch, "queues": cur["queues"]}, cur["epoch"], fence,
-                    note=remap_note("fence", fenced=len(kept)),
+                    note=remap_note("fence", fenced=len(kept)), base=cur,
                 )
             except BaseException:
                 await self._resolve_own(fence)  # it may have been applied before the error
@@ -347,7 +347,7 @@ class Publisher:
             went = [VpMove(q, root, a, b) for q, fq in fence.queues.items() for root, (a, b) in fq.moves.items()
                     if (q, root) in moved and (q, root) not in failed]
             note = remap_note("final", moves=went, imbalance=imbalance, rolled_back=len(failed))
-            r = await self._fences.publish_unfenced(final, cur["epoch"], fence.id, note=note)
+            r = await self._fences.publish_unfenced(final, cur["epoch"], fence.id, note=note, base=cur)
             if r == PUBLISHED:
                 res.epochs.append(final["epoch"])
                 res.fenced_ms = (self._clock() - fenced_at) * 1000.0
@@ -395,7 +395,7 @@ class Publisher:
                     (forward if went else back).append(VpMove(q, root, a, b))
             final = {"epoch": cur["epoch"] + 1, "queues": final_queues(cur["queues"], fence, moved)}
             note = remap_note("recovery", moves=forward, rolled_back=len(back))
-            r = await self._fences.publish_unfenced(final, cur["epoch"], fence.id, note=note)
+            r = await self._fences.publish_unfenced(final, cur["epoch"], fence.id, note=note, base=cur)
             if r == PUBLISHED:
                 return Recovery(fence.id, final["epoch"], tuple(forward), tuple(back))
             if r == GONE:

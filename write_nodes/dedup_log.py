@@ -24,7 +24,7 @@ are skipped.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 
 from vpq.codec.columnar import MAGIC_COLUMNAR, build_columnar_batch, columns_of, decode, scan
 from vpq.codec.errors import CorruptBatchError
@@ -108,9 +108,13 @@ async def rebuild(
     scan_ms: int,
     window_of: WindowOf,
     max_records: int | None = None,
+    load_queues: Callable[[set[int]], Awaitable[None]] | None = None,
 ) -> int:
     """Index the recent dedup ids of ``log`` (see the module docstring), reading at most
-    the last ``max_records`` offsets; returns how many records were read."""
+    the last ``max_records`` offsets; returns how many records were read.
+    ``load_queues(ids)``, when given, is awaited before a batch with queue ids not met
+    yet is indexed, so that ``window_of`` knows them (a node holds only the queues it
+    has used)."""
     if scan_ms <= 0:
         return 0
     pos = log.offset_for_timestamp(now_ms - scan_ms)
@@ -119,6 +123,7 @@ async def rebuild(
     if max_records is not None:
         pos = max(pos, log.durable_end_offset - max_records)
     seen = 0
+    met: set[int] = set()
     while pos < log.durable_end_offset:
         try:
             data = log.read(pos, REBUILD_READ_BYTES)
@@ -134,6 +139,14 @@ async def rebuild(
                 continue
             seen += view.record_count
             if view.magic == MAGIC_COLUMNAR:
+                if load_queues is not None:
+                    try:
+                        new = set(routes(view)[0]) - met
+                    except CorruptBatchError:
+                        new = set()
+                    if new:
+                        met |= new
+                        await load_queues(new)
                 _index_batch(index, view, pos, window_of)
             pos = view.next_offset
         await asyncio.sleep(0)

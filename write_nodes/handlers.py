@@ -193,35 +193,23 @@ class PlacementGuard:
 
     def __init__(self, cache: MapCache) -> None:
         self._cache = cache
-        self._lock = asyncio.Lock()
-        self._generation = 0
 
     @property
     def epoch(self) -> int:
         return self._cache.epoch
 
     async def refresh_if_needed(self, sender_epoch: int, queue_ids: Iterable[int]) -> None:
-        """Reload the map and queue registry when the sender routed with a newer epoch
-        or a queue id is unknown here. Concurrent callers share one reload."""
-        ids = tuple(queue_ids)
-
-        def needed() -> bool:
-            return sender_epoch > self._cache.epoch or any(self._cache.queue_by_id(q) is None for q in ids)
-
-        if not needed():
+        """Bring the map up to date when the sender routed with a newer epoch, and load
+        the queue ids unknown here. Concurrent callers share reads (``MapCache``)."""
+        cache = self._cache
+        unknown = [q for q in dict.fromkeys(queue_ids) if cache.queue_by_id(q) is None]
+        sync = sender_epoch > cache.epoch
+        if not unknown and not sync:
             return
-        seen = self._generation
-        async with self._lock:
-            if self._generation != seen and not sender_epoch > self._cache.epoch:
-                return  # someone reloaded while we waited: what it found is what there is
-            if not needed():
-                return
-            try:
-                await self._cache.refresh()
-            except (MetadataUnavailable, OSError) as exc:
-                raise Unavailable("metadata_unavailable", f"cannot reload the placement map: {exc}") from exc
-            finally:
-                self._generation += 1
+        try:
+            await cache.refresh(ids=unknown, sync=sync)
+        except (MetadataUnavailable, OSError) as exc:
+            raise Unavailable("metadata_unavailable", f"cannot reload the placement map: {exc}") from exc
 
     def check(self, pp: int, keys: Iterable[Sequence[int]]) -> dict[int, tuple[str, int]]:
         """queue id -> (queue name, V of the map) when every key's (queue id, vp), its

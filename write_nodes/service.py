@@ -49,7 +49,7 @@ from vpq.metadata.errors import MetadataUnavailable
 from vpq.metadata.events import EventListener
 from vpq.metadata.lease_keeper import LeaseKeeper
 from vpq.metadata.map_cache import MapCache
-from vpq.metadata.queue_config import dedup_window_of
+from vpq.metadata.queue_config import MAX_DEDUP_WINDOW_MS
 from vpq.metadata.store import MetadataStore
 from vpq.traffic.stats_writer import StatsWriter
 from vpq.traffic.traffic_counter import TrafficCounter
@@ -300,7 +300,7 @@ class WriteNodeService:
                 )
             self._listener = md.event_listener(use_pubsub=self._use_pubsub)
             await self._listener.start()
-            self._cache = MapCache(md.queues, md.maps, self._listener)
+            self._cache = MapCache(md.queues, md.maps, self._listener, capacity=s.redis.map_cache_queues)
             await self._cache.start()
             self._fence = FenceView(md.fences, self._listener)
             await self._fence.start()
@@ -382,19 +382,24 @@ class WriteNodeService:
         )
 
     async def _prepare_partition(self, part: OwnedPartition) -> None:
-        """Rebuild the partition's dedup index from its log: the records of the last
-        largest ``dedup_window_ms`` among the known queues (plus a clock-skew margin), at
-        most ``REBUILD_RECORDS_PER_ID * log.dedup_max_ids`` of them."""
+        """Rebuild the partition's dedup index from its log: the records of the longest
+        window a queue may have (``MAX_DEDUP_WINDOW_MS`` plus a clock-skew margin), at
+        most ``REBUILD_RECORDS_PER_ID * log.dedup_max_ids`` of them; each record indexed
+        under its own queue's window."""
         cache = self._cache
         assert cache is not None and part.log is not None
         guard = PlacementGuard(cache)
         index = DedupIndex(self.settings.log.dedup_max_ids)
-        scan_ms = max((dedup_window_of(q.config) for q in cache.queues()), default=0)
+        # the node holds only the queues it has used, so the scan covers the longest
+        # window any queue may have (bounded by the record count below), and the queues
+        # met in it are loaded to learn their own windows
+        scan_ms = MAX_DEDUP_WINDOW_MS
         started = time.perf_counter()
         max_ids = self.settings.log.dedup_max_ids
         seen = await rebuild(
             part.log, index, wall_ms(), scan_ms + DEDUP_SKEW_MS if scan_ms else 0, guard.dedup_window_ms,
             max_records=REBUILD_RECORDS_PER_ID * max_ids,
+            load_queues=lambda ids: cache.refresh(ids=ids, sync=False),
         )  # fmt: skip
         part.dedup = index
         part.log.on_rewind = index.forget_from  # offsets a full disk gave back are reused

@@ -85,7 +85,8 @@ def test_queue_delete_removes_every_key_of_the_queue_and_its_groups(api: Api, rd
     assert _owned_by("kept", after) >= durable  # nothing of the other queue went (sessions may expire)
     assert not rds.hexists(f"{PREFIX}:queues", "gone") and rds.hexists(f"{PREFIX}:queues", "kept")
     assert "gone" not in set(rds.hvals(f"{PREFIX}:queue_ids"))
-    assert '"gone"' not in (rds.hget(f"{PREFIX}:map", "body") or "")
+    assert not rds.hexists(f"{PREFIX}:map:queues", "gone") and rds.hexists(f"{PREFIX}:map:queues", "kept")
+    assert rds.zscore(f"{PREFIX}:map:changes", "gone") is not None  # its tombstone: nodes learn that it went
     # what is left beyond the other queue's keys is cluster-wide, owned by no queue
     assert after - _owned_by("kept", after) <= (before - _owned_by("gone", before) - kept_before) | {
         f"{PREFIX}:fence_floor"

@@ -50,6 +50,6 @@ def test_a_segment_stays_while_a_queue_in_it_is_within_its_retention(platform: P
         if batch:
             api.ack("keeper", "g", cid, [m["id"] for m in batch])
         got += batch
-    assert [m["id"] for m in got] == kept
+    assert [m["id"] for m in got] == kept, api.group("keeper", "g")
     assert [m["value"]["i"] for m in got] == list(range(40))
     assert api.group("keeper", "g")["expired"] == 0

@@ -132,16 +132,61 @@ async def test_bulk_open_read_and_delete_lineage(md: MetadataStore) -> None:
     await md.maps.delete_lineages([])
 
 
-async def test_stored_body_is_canonical_json(md: MetadataStore) -> None:
-    import json
-
+async def test_map_is_stored_per_queue_with_its_changes_and_load(md: MetadataStore) -> None:
     m = {"queues": {"b": {"virtual_partitions": 1, "placement": [0]}, "a": {"placement": [1, 2], "virtual_partitions": 2}}}
     assert await md.maps.publish({"epoch": 1, **m}, 0, checked=True)
-    body = await md.client.hget(md.keys.map(), "body")
-    assert body == json.dumps({"epoch": 1, **m}, sort_keys=True, separators=(",", ":"))
-    # unchecked publishes still refuse malformed maps
+    stored = await md.client.hgetall(md.keys.map_queues())
+    assert stored == {"a": '{"placement":[1,2],"virtual_partitions":2}', "b": '{"placement":[0],"virtual_partitions":1}'}
+    assert await md.client.hget(md.keys.map(), "body") is None  # no whole-map document any more
+    assert await md.maps.load() == {0: 1, 1: 1, 2: 1}
+    assert await md.maps.delta(0) == (1, [("a", 1), ("b", 1)])
+    # a publish writes only what changed: b moves, a is left alone, c comes, nothing else is indexed
+    assert await md.maps.publish_changes({"b": {"virtual_partitions": 1, "placement": [2]},
+                                          "c": {"virtual_partitions": 1, "placement": [2]}}, 1)
+    assert await md.maps.delta(1) == (2, [("b", 2), ("c", 2)])
+    assert await md.maps.load() == {1: 1, 2: 3}
+    assert await md.maps.entries(["a", "zz"]) == (2, {"a": {"virtual_partitions": 2, "placement": [1, 2]}})
+    # a removal keeps a tombstone in the change index, so caches learn that the queue went
+    assert await md.maps.publish({"epoch": 3, "queues": {"a": m["queues"]["a"], "c": {"virtual_partitions": 1,
+                                                                                     "placement": [2]}}}, 2)
+    assert await md.maps.delta(2) == (3, [("b", 3)])
+    assert await md.maps.load() == {1: 1, 2: 2}
+    assert sorted((await md.maps.current())["queues"]) == ["a", "c"]
+    # a retried publish_changes is answered True again, a different one at the same epoch is not
+    assert await md.maps.publish_changes({"c": {"virtual_partitions": 2, "placement": [2, 0]}}, 3)
+    assert await md.maps.publish_changes({"c": {"virtual_partitions": 2, "placement": [2, 0]}}, 3)
+    assert not await md.maps.publish_changes({"c": {"virtual_partitions": 2, "placement": [0, 0]}}, 3)
+    assert await md.maps.load() == {0: 1, 1: 1, 2: 2}
+    # registry records and entries are read together, by name or by id
+    rec, _ = await md.queues.create_or_update("c", {"virtual_partitions": 2})
+    epoch, rows = await md.maps.load_queues(["a"], [rec.id, 999])
+    assert epoch == 4 and [(n, r is not None, e) for n, r, e in rows] == [
+        ("a", False, {"virtual_partitions": 2, "placement": [1, 2]}),
+        ("c", True, {"virtual_partitions": 2, "placement": [2, 0]}),
+    ]
+    # unchecked publishes still refuse malformed entries
     with pytest.raises(ValueError):
-        await md.maps.publish({"epoch": 2, "queues": {"a": {"virtual_partitions": 2, "placement": [0]}}}, 1)
+        await md.maps.publish({"epoch": 5, "queues": {"a": {"virtual_partitions": 2, "placement": [0]}}}, 4)
+    with pytest.raises(ValueError):
+        await md.maps.publish_changes({"a": {"virtual_partitions": 3, "placement": [0, 0, 0]}}, 4)
+
+
+async def test_publish_cost_does_not_grow_with_the_map(md: MetadataStore) -> None:
+    """What one publish sends and writes is its own changes: counted in Redis commands."""
+    many = {f"q{i}": {"virtual_partitions": 1, "placement": [i % 4]} for i in range(5000)}
+    assert await md.maps.publish_changes(many, 0, checked=True)
+
+    async def sent() -> tuple[int, int]:
+        stats, cmds = await md.client.info("stats"), await md.client.info("commandstats")
+        writes = sum(int(v["calls"]) for k, v in cmds.items() if k in ("cmdstat_hset", "cmdstat_zadd", "cmdstat_hdel"))
+        return int(stats["total_net_input_bytes"]), writes
+
+    bytes0, writes0 = await sent()
+    assert await md.maps.publish_changes({"new": {"virtual_partitions": 1, "placement": [1]}}, 1)
+    bytes1, writes1 = await sent()
+    assert bytes1 - bytes0 < 2000  # the map of 5000 queues is ~200 kB: none of it travels
+    assert writes1 - writes0 <= 3  # the entry, its change index, the epoch
+    assert await md.maps.epoch() == 2 and (await md.maps.load())[1] == 1251
 
 
 async def test_bulk_open_starts_each_pp_at_the_given_offset(md: MetadataStore) -> None:
@@ -169,3 +214,19 @@ async def test_every_publish_is_recorded_once_in_the_history(md: MetadataStore) 
     assert [e["epoch"] for e in await md.maps.history(1)] == [2]
     with pytest.raises(ValueError):
         await md.maps.history(0)
+
+
+async def test_a_map_kept_as_one_document_is_migrated_per_queue(md: MetadataStore) -> None:
+    import json
+
+    old = {"epoch": 3, "queues": {"a": {"virtual_partitions": 2, "placement": [0, 1]}, "b": {"virtual_partitions": 1,
+                                                                                          "placement": [1]}}}
+    await md.client.hset(md.keys.map(), mapping={"epoch": 3, "body": json.dumps(old)})
+    assert await md.maps.migrate_whole_map()
+    assert await md.client.hget(md.keys.map(), "body") is None
+    assert await md.maps.current() == old
+    assert await md.maps.delta(0) == (3, [("a", 3), ("b", 3)])
+    assert await md.maps.load() == {0: 1, 1: 2}
+    assert not await md.maps.migrate_whole_map()  # done once
+    assert await md.maps.publish_changes({"a": None}, 3)
+    assert await md.maps.load() == {1: 1}

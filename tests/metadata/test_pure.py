@@ -10,6 +10,7 @@ from vpq.config.settings import QueueDefaults, RedisSettings
 from vpq.metadata.connection import client_from_settings
 from vpq.metadata.errors import QueueConfigError
 from vpq.metadata.keys import Keys
+from vpq.metadata.map_entries import changes_between, decode_entry, encode_entry, map_token
 from vpq.metadata.names import check_id, check_name
 from vpq.metadata.queue_config import FIELDS, default_config, validate_partial
 
@@ -18,6 +19,7 @@ def test_every_key_is_under_the_prefix_and_distinct() -> None:
     k = Keys("vpq-a")
     names = [
         k.queues(), k.queue_ids(), k.queue_seq(), k.contexts(), k.context_ids(), k.context_seq(), k.map(),
+        k.map_queues(), k.map_changes(), k.map_load(), k.map_history(),
         k.lineage("q"), k.nodes("write"), k.node_info("write"), k.lease("pp:1"), k.fence("pp:1"), k.fence_floor(),
         k.groups("q"), k.group("q", "g"), k.group_deadlines("q", "g"), k.group_members("q", "g"),
         k.group_start("q", "g"), k.acks("q", "g"), k.events(), k.events_version(), k.events_log(),
@@ -70,3 +72,28 @@ def test_none_means_absent_and_bools_are_not_ints() -> None:
 def test_client_needs_a_url() -> None:
     with pytest.raises(ValueError):
         client_from_settings(RedisSettings())
+
+
+_entry = st.lists(st.integers(0, 7), min_size=1, max_size=4).filter(lambda p: len(p) & (len(p) - 1) == 0).map(
+    lambda p: {"virtual_partitions": len(p), "placement": p}
+)
+_queues = st.dictionaries(st.sampled_from("abcdef"), _entry, max_size=6)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_queues, _queues)
+def test_changes_between_lead_from_one_map_to_the_other(base: dict, new: dict) -> None:
+    changes = changes_between(base, new)
+    out = dict(base)
+    for name, q in changes.items():
+        if q is None:
+            out.pop(name)
+        else:
+            out[name] = q
+    assert out == new
+    assert all(base.get(n) != q for n, q in changes.items())  # nothing unchanged is written
+    assert (map_token({"queues": base}) == map_token({"queues": new})) == (base == new)
+    for q in new.values():
+        assert decode_entry(encode_entry(q)) == q
+        assert encode_entry(q) == encode_entry({"virtual_partitions": q["virtual_partitions"],
+                                                "placement": tuple(q["placement"])})

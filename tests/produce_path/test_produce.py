@@ -243,6 +243,7 @@ async def test_large_partition_batches_are_split_in_order(md, rig) -> None:
 async def test_stale_map_refreshes_the_cache_and_reroutes(md, rig) -> None:
     qid = await place(md, "moving", [0, 0])
     r = await rig()
+    await r.cache.refresh(["moving"], sync=False)  # the queue is in use here
     old_epoch = r.cache.epoch
     # another process moves vp 1 to pp 5; this cache has not heard about it yet
     await md.maps.update(lambda m: {"queues": {**m["queues"], "moving": {"virtual_partitions": 2, "placement": [0, 5]}}})

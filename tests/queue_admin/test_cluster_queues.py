@@ -158,13 +158,13 @@ async def test_concurrent_creators_agree(md: MetadataStore) -> None:
 
 async def test_lost_compare_and_swap_is_retried(md: MetadataStore) -> None:
     admin = admin_for(md)
-    await admin.put("first", {"virtual_partitions": 1})  # the admin now works from its kept map (epoch 1)
+    await admin.put("first", {"virtual_partitions": 1})
     real_open = md.maps.open_ranges
-    real_publish = md.maps.publish
+    real_publish = md.maps.publish_changes
     published: list[bool] = []
 
-    async def counting_publish(new_map: Any, expected_epoch: int, **kw: Any) -> bool:
-        published.append(await real_publish(new_map, expected_epoch, **kw))
+    async def counting_publish(changes: Any, expected_epoch: int, **kw: Any) -> bool:
+        published.append(await real_publish(changes, expected_epoch, **kw))
         return published[-1]
 
     async def racing_open(opens: Any, epoch: int, starts: Any = None) -> Any:
@@ -178,12 +178,12 @@ async def test_lost_compare_and_swap_is_retried(md: MetadataStore) -> None:
         return await real_open(opens, epoch, starts)
 
     md.maps.open_ranges = racing_open  # type: ignore[method-assign]
-    md.maps.publish = counting_publish  # type: ignore[method-assign]
+    md.maps.publish_changes = counting_publish  # type: ignore[method-assign]
     try:
         info, _ = await admin.put("mine", {"virtual_partitions": 2})
     finally:
         md.maps.open_ranges = real_open  # type: ignore[method-assign]
-        md.maps.publish = real_publish  # type: ignore[method-assign]
+        md.maps.publish_changes = real_publish  # type: ignore[method-assign]
     assert published == [True, False, True]  # the rival's win, our lost CAS, our retry
     m = await md.maps.current()
     assert m is not None and set(m["queues"]) == {"first", "other", "mine"} and m["epoch"] == 3

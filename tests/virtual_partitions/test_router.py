@@ -37,6 +37,7 @@ async def env(redis_url: str, key_prefix: str) -> AsyncIterator[Env]:
     cache = MapCache(md.queues, md.maps, listener)
     await listener.start()
     await cache.start()
+    await cache.refresh(["orders", "unplaced"], sync=False)  # what a miss does (the router itself does no I/O)
     try:
         yield Env(md, ProduceRouter(cache, md.contexts), cache, probe)
     finally:

@@ -141,8 +141,9 @@ async def test_newer_sender_epoch_refreshes_the_map(tmp_path, redis_url, key_pre
     service = WriteNodeService(settings, "w0", 0, redis_url, use_pubsub=False)
     await service.start()
     try:
-        await place_queue(md, "q", [0, 0])  # epoch 2 moves vp 1 to pp 0
         async with aiohttp.ClientSession() as http:
+            assert (await append(http, service.address, 1, batch(qid, [1]), 1))[0] == 200  # q is now held by the node
+            await place_queue(md, "q", [0, 0])  # epoch 2 moves vp 1 to pp 0
             status, body = await append(http, service.address, 0, batch(qid, [1]), 1)
             assert (status, body["error"]["code"], body["error"]["epoch"]) == (503, "stale_map", 1)
             assert await append(http, service.address, 0, batch(qid, [1]), 2) == (200, {"base_offset": 0, "last_offset": 0})

@@ -106,8 +106,9 @@ async def test_dedup_holds_across_a_restart_and_a_takeover(tmp_path, redis_url, 
 
 async def test_a_queue_with_window_zero_stores_every_copy(node) -> None:
     service, md, qid, http = node
-    await md.queues.create_or_update("q", {"dedup_window_ms": 0})
     client = WriteNodeClient(http)
+    await client.append_many(service.address, [Frame(0, dedup_batch(qid, [0], ["first"]))], 1)  # the node loads q
+    await md.queues.create_or_update("q", {"dedup_window_ms": 0})
 
     async def off() -> bool:
         return service.ownership is not None and (await _window(service, qid)) == 0
@@ -115,7 +116,7 @@ async def test_a_queue_with_window_zero_stores_every_copy(node) -> None:
     await eventually(off, "the node to see dedup_window_ms 0")
     for _ in range(2):
         await client.append_many(service.address, [Frame(0, dedup_batch(qid, [0], ["same"]))], 1)
-    assert await stored(http, service.address, 0) == [("same", b"m-0"), ("same", b"m-0")]
+    assert await stored(http, service.address, 0) == [("first", b"m-0"), ("same", b"m-0"), ("same", b"m-0")]
 
 
 async def _window(service: WriteNodeService, qid: int) -> int:
