@@ -16,6 +16,7 @@ from vpq.cli.bench_platform import bench_drain, bench_latency, bench_produce
 from vpq.cli.bench_powerloss import bench_powerloss
 from vpq.cli.bench_queues import bench_queues
 from vpq.cli.bench_rebalance import bench_rebalance
+from vpq.cli.bench_replication import bench_replication, bench_replication_faults
 
 bench_app = typer.Typer(help="Benchmarks: print figures and ratios; the last line is JSON.", no_args_is_help=True)
 
@@ -35,5 +36,7 @@ bench_app.command("catchup")(bench_catchup)
 bench_app.command("envflood")(bench_envflood)
 bench_app.command("delayed")(bench_delayed)
 bench_app.command("powerloss")(bench_powerloss)
+bench_app.command("replication")(bench_replication)
+bench_app.command("replication-faults")(bench_replication_faults)
 bench_app.command("compaction")(bench_compaction)
 bench_app.command("queues")(bench_queues)

@@ -261,6 +261,10 @@ def _node_fields() -> list[Field]:
     ]
 
 
+def _names(value: Any) -> str:
+    return ",".join(str(v) for v in value) if isinstance(value, list) else cell(value)
+
+
 def _pp_fields() -> list[Field]:
     def messages(r: Mapping[str, Any]) -> str:
         start, end = r.get("start_offset"), r.get("end_offset")
@@ -269,6 +273,9 @@ def _pp_fields() -> list[Field]:
     return [
         (Column("id", "id", 0, right=True), _get("id")),
         (Column("owner", "owner", 0, shrink=True), _get("owner")),
+        (Column("leader_epoch", "epoch", 2, right=True), _get("leader_epoch")),
+        (Column("replicas", "replicas", 2, shrink=True), _get("replicas", fmt=_names)),
+        (Column("in_sync_replicas", "in sync", 2, shrink=True), _get("in_sync_replicas", fmt=_names)),
         (Column("online", "online", 1), _get("online")),
         (Column("messages", "messages", 0, right=True), messages),
         (Column("bytes", "size", 0, right=True), _get("bytes", fmt=h.size)),

@@ -51,6 +51,12 @@ def up(
     physical_partitions: Optional[int] = typer.Option(
         None, "--physical-partitions", help="physical partitions when the cluster is new (default 4)"
     ),
+    replication_factor: Optional[int] = typer.Option(
+        None, "--replication-factor", help="copies of each physical partition on distinct write nodes (default 1)"
+    ),
+    min_insync: Optional[int] = typer.Option(
+        None, "--min-insync", help="produce answers 503 while fewer replicas are in sync (default: the replication factor)"
+    ),
     redis_url: Optional[str] = typer.Option(
         None, "--redis-url", envvar="VPQ_REDIS_URL", help="use this Redis; without it vpq starts its own"
     ),
@@ -74,6 +80,8 @@ def up(
         "cluster.write_nodes": write_nodes,
         "cluster.read_nodes": read_nodes,
         "cluster.physical_partitions": physical_partitions,
+        "cluster.replication_factor": replication_factor,
+        "cluster.min_insync": min_insync,
         "redis.url": redis_url,
         "cluster.single_process": single_process or None,
     }

@@ -106,6 +106,30 @@ class ClusterSettings(BaseModel):
     read_nodes: int = Field(1, ge=1, le=64)
     physical_partitions: int = Field(4, ge=1, le=4096)
     single_process: bool = False
+    replication_factor: int = Field(
+        1, ge=1, le=64, description="copies of each physical partition, on distinct write nodes (at most write_nodes)"
+    )
+    min_insync: int = Field(
+        0, ge=0, le=64, description="produce answers 503 while fewer replicas are in sync; 0 = replication_factor"
+    )
+    replica_lag_max_ms: int = Field(
+        3000, ge=50, description="a follower not caught up with the leader for this long leaves the in-sync set"
+    )
+    replica_fetch_wait_ms: int = Field(500, ge=1, le=30000, description="long-poll of a follower's fetch")
+
+    @model_validator(mode="after")
+    def _replication_fits(self) -> ClusterSettings:
+        if self.replication_factor > self.write_nodes:
+            raise ValueError(
+                f"replication_factor {self.replication_factor} exceeds write_nodes {self.write_nodes}"
+            )
+        if self.min_insync > self.replication_factor:
+            raise ValueError(f"min_insync {self.min_insync} exceeds replication_factor {self.replication_factor}")
+        return self
+
+    @property
+    def effective_min_insync(self) -> int:
+        return self.min_insync or self.replication_factor
 
 
 class AuthToken(BaseModel):

@@ -42,6 +42,7 @@ from vpq.gateway.cluster_metrics import NodeMetricsScraper, registered_nodes
 from vpq.metadata.api_errors import metadata_errors
 from vpq.metadata.events import EventListener
 from vpq.metadata.map_cache import MapCache
+from vpq.metadata.partition_leaders import LeaderRecord
 from vpq.metadata.queues import QueueRecord
 from vpq.metadata.store import MetadataStore
 from vpq.node_rpc.node_directory import ReadNodeDirectory, WriteNodeDirectory
@@ -57,6 +58,32 @@ from vpq.virtual_partitions.router import ProduceRouter
 
 log = logging.getLogger("vpq.gateway.cluster")
 T = TypeVar("T")
+
+
+def replication_fields(
+    rec: LeaderRecord | None, owner: str | None, names: dict[int, str], reported: dict[str, Any]
+) -> dict[str, Any]:
+    """``leader``, ``replicas``, ``in_sync_replicas``, ``leader_epoch`` (and the leader's
+    ``high_watermark`` when it reported one) of a partition: from its leadership record
+    when replicated, else the single copy on its owner (epoch 0)."""
+    if rec is None:
+        copies = [owner] if owner is not None else []
+        return {"leader": owner, "replicas": copies, "in_sync_replicas": copies, "leader_epoch": 0}
+
+    def name(i: int) -> str:
+        return names.get(i, f"w{i}")
+
+    out: dict[str, Any] = {
+        "leader": name(rec.leader) if rec.leader >= 0 else None,
+        "replicas": [name(i) for i in rec.replicas],
+        "in_sync_replicas": [name(i) for i in rec.isr],
+        "leader_epoch": rec.epoch,
+    }
+    if isinstance(reported.get("high_watermark"), int):
+        out["high_watermark"] = reported["high_watermark"]
+    if isinstance(reported.get("replica_lag"), dict):
+        out["replica_lag"] = reported["replica_lag"]
+    return out
 
 
 class ClusterBackend:
@@ -271,6 +298,7 @@ class ClusterBackend:
             read_nodes = await md.nodes.nodes("read")
             await writers.refresh()
             epoch = await md.maps.epoch()
+            records = await md.leaders.get_many(range(self._partition_count))
         listings = await asyncio.gather(*(client.partitions(n.address) for n in write_nodes), return_exceptions=True)
         reported: dict[int, dict[str, Any]] = {}
         reachable: dict[str, bool] = {}
@@ -287,18 +315,21 @@ class ClusterBackend:
                 log.warning("listing partitions of %s failed: %r", node.address, listing)
         owners = writers.owners()
         pps = sorted(set(owners) | set(reported))
+        names = {n.meta["index"]: n.node_id for n in write_nodes if isinstance(n.meta.get("index"), int)}
         partitions = []
         for pp in pps:
             ref = owners.get(pp)
             p = reported.get(pp, {})
+            owner = ref.node_id if ref is not None else None
             partitions.append(
                 {
                     "id": pp,
-                    "owner": ref.node_id if ref is not None else None,
+                    "owner": owner,
                     "end_offset": int(p.get("end_offset", 0)),
                     "start_offset": int(p.get("start_offset", 0)),
                     "bytes": int(p.get("bytes", 0)),
                     "online": bool(p.get("online", False)) and ref is not None,
+                    **replication_fields(records.get(pp), owner, names, p),
                 }
             )
         return {

@@ -266,6 +266,12 @@ class PhysicalPartitionInfo(BaseModel):
     owner: str | None = Field(..., description="id of the write node holding it, null while unowned")
     end_offset: int
     bytes: int
+    leader: str | None = Field(None, description="write node leading it (the owner when not replicated)")
+    replicas: list[str] = Field(default_factory=list, description="write nodes holding a copy, the home node first")
+    in_sync_replicas: list[str] = Field(
+        default_factory=list, description="replicas that have fsynced every acknowledged message"
+    )
+    leader_epoch: int = Field(0, description="leader epoch (0 when not replicated)")
 
 
 class ClusterInfo(BaseModel):

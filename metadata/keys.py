@@ -35,6 +35,8 @@ key                                       type    content
 ``p:redrive:{dlq}``                       hash    ``queue_id:pp`` -> redrive cursor (``metadata.redrive``)
 ``p:cluster:physical_partitions``         string  the cluster's pp count (``metadata.partition_count``)
 ``p:remap:fence``                         hash    the remap fence (``metadata.fences``)
+``p:pp_leader:{pp}``                      hash    leader, leader_id, epoch, replicas, isr of a
+                                                  replicated pp (``metadata.partition_leaders``)
 ``p:events``                              pubsub  change announcements (JSON)
 ``p:events:version``                      string  announcement counter
 ``p:events:log``                          list    recent announcements, newest first (capped)
@@ -134,6 +136,10 @@ class Keys:
     # ack state
     def acks(self, queue: str, group: str) -> str:
         return f"{self.prefix}:ackstate:{queue}:{group}"
+
+    # replicated partitions
+    def pp_leader(self, pp: int) -> str:
+        return f"{self.prefix}:pp_leader:{int(pp)}"
 
     # dead-letter redrive
     def redrive(self, dlq: str) -> str:

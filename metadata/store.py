@@ -28,6 +28,7 @@ from vpq.metadata.keys import Keys
 from vpq.metadata.leases import LeaseManager, NodeRegistry
 from vpq.metadata.maps import MapStore
 from vpq.metadata.partition_count import get_or_init_partition_count, read_partition_count
+from vpq.metadata.partition_leaders import PartitionLeaders
 from vpq.metadata.queues import QueueRegistry
 from vpq.metadata.redrive import RedriveStore
 
@@ -52,6 +53,7 @@ class MetadataStore:
         self.groups = GroupStore(self.client, self.keys)
         self.acks = AckStateStore(self.client, self.keys)
         self.fences = FenceStore(self.client, self.keys, self.maps)
+        self.leaders = PartitionLeaders(self.client, self.keys)
         self.redrive = RedriveStore(self.client, self.keys)
         self.announcer = Announcer(self.client, self.keys)
 

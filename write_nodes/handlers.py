@@ -76,9 +76,12 @@ from vpq.write_nodes import dedup_log
 from vpq.write_nodes.disk_guard import DiskGuard
 from vpq.write_nodes.errors import DiskFullError, LogIOError, OffsetOutOfRangeError
 from vpq.write_nodes.fence import FenceView
-from vpq.write_nodes.log import wall_clock_ms
+from vpq.write_nodes.log import PartitionLog, wall_clock_ms
 from vpq.write_nodes.metrics import WriteNodeMetrics
 from vpq.write_nodes.ownership import NOT_OWNER, PARTITION_OFFLINE, OwnedPartition, PartitionOwnership, State
+from vpq.write_nodes.replica_leader import LeaderState
+from vpq.write_nodes.replica_log import trim_batches
+from vpq.write_nodes.replication import ReplicaManager
 
 log = logging.getLogger(__name__)
 
@@ -270,9 +273,11 @@ class WriteNodeHandlers:
         data_dir: Path | None = None,
         clock_ms: Callable[[], int] = wall_clock_ms,
         disk: DiskGuard | None = None,
+        replication: ReplicaManager | None = None,
     ) -> None:
         self._clock_ms = clock_ms
         self._node_id = node_id
+        self._replication = replication
         self._disk = disk
         self._data_dir = data_dir
         self._fence = fence
@@ -367,14 +372,19 @@ class WriteNodeHandlers:
             self._fence.check(self._guard.epoch, ((queues[k[0]][0], k[1]) for k in summary))
         part = self._ownership.serving(pp)
         assert part.log is not None
+        state = self._replication.state(pp) if self._replication is not None else None
+        if state is not None:
+            state.check_insync()
         frame.part, frame.queues = part, queues
         try:
             window_of = self._guard.dedup_window_ms
             if part.dedup is not None and any(window_of(qid) > 0 for qid in queues):
-                return dedup_log.admit(part.log, part.dedup, frame.batch, frame.view, self._clock_ms(), window_of)
-            return part.log.submit_checked(frame.batch, frame.view)
+                durable = dedup_log.admit(part.log, part.dedup, frame.batch, frame.view, self._clock_ms(), window_of)
+            else:
+                durable = part.log.submit_checked(frame.batch, frame.view)
         except ValueError as exc:
             raise BadRequest(CORRUPT_BATCH, f"corrupt record batch: {exc}") from None
+        return durable if state is None else _replicated(durable, state)
 
     def _count(self, frame: _Frame, elapsed_s: float) -> None:
         if self._traffic is not None:
@@ -390,17 +400,24 @@ class WriteNodeHandlers:
         part = self._ownership.serving(pp)
         plog = part.log
         assert plog is not None
-        if wait_ms > 0 and plog.durable_end_offset <= max(offset, plog.start_offset):
-            await plog.wait_for(max(offset, plog.start_offset), wait_ms / 1000.0)
+        state = self._replication.state(pp) if self._replication is not None else None
+        if wait_ms > 0 and _visible_end(plog, state) <= max(offset, plog.start_offset):
+            if state is None:
+                await plog.wait_for(max(offset, plog.start_offset), wait_ms / 1000.0)
+            else:
+                await state.wait_past(max(offset, plog.start_offset) + 1, wait_ms / 1000.0)
             part = self._ownership.serving(pp)  # lost, closed or offline while waiting?
             plog = part.log
             assert plog is not None
+            state = self._replication.state(pp) if self._replication is not None else None
         pos = max(offset, plog.start_offset)
-        end = plog.durable_end_offset
+        end = _visible_end(plog, state)
         data = b""
         if pos < end:
             try:
                 data = plog.read(pos, max_bytes)
+                if state is not None:
+                    data = trim_batches(data, end)
             except OffsetOutOfRangeError:
                 data = b""
             except LogIOError as exc:
@@ -412,9 +429,12 @@ class WriteNodeHandlers:
         )
 
     async def partitions(self, request: web.Request) -> web.Response:
-        body: dict[str, Any] = {
-            "node_id": self._node_id, "map_epoch": self._guard.epoch, "partitions": self._ownership.snapshot()
-        }
+        rows = self._ownership.snapshot()
+        body: dict[str, Any] = {"node_id": self._node_id, "map_epoch": self._guard.epoch, "partitions": rows}
+        if self._replication is not None:
+            for row in rows:
+                row.update(self._replication.leader_row(row["id"]))
+            body["followers"] = self._replication.follower_rows()
         if self._data_dir is not None:
             try:
                 usage = shutil.disk_usage(self._data_dir)
@@ -424,7 +444,13 @@ class WriteNodeHandlers:
         return json_response(body)
 
     async def metrics(self, request: web.Request) -> web.Response:
-        text = self._metrics.render(self._ownership.snapshot(), self._guard.epoch)
+        rows = self._ownership.snapshot()
+        counters = None
+        if self._replication is not None:
+            for row in rows:
+                row.update(self._replication.leader_row(row["id"]))
+            counters = self._replication.counters()
+        text = self._metrics.render(rows, self._guard.epoch, counters)
         return web.Response(body=text, headers={"Content-Type": self._metrics.content_type})
 
     def _log_failure(self, pp: int, part: OwnedPartition, exc: LogIOError) -> VpqError:
@@ -440,6 +466,22 @@ class WriteNodeHandlers:
         if full is not None:
             return full
         return Unavailable(PARTITION_OFFLINE, f"partition {pp} is offline: {exc}", partition=pp, state="offline")
+
+
+def _visible_end(plog: PartitionLog, state: LeaderState | None) -> int:
+    """What readers may see: the durable end, or the high watermark when replicated."""
+    return plog.durable_end_offset if state is None else min(plog.durable_end_offset, state.high_watermark)
+
+
+async def _replicated(
+    durable: Awaitable[tuple[int, int] | Deduplicated], state: LeaderState
+) -> tuple[int, int] | Deduplicated:
+    """The answer once every in-sync replica has fsynced what it names (for duplicates,
+    the records stored before)."""
+    answer = await durable
+    last = max(answer.offsets, default=-1) if isinstance(answer, Deduplicated) else answer[1]
+    await state.wait_past(last + 1)
+    return answer
 
 
 def build_app(handlers: WriteNodeHandlers, *, client_max_size: int) -> web.Application:

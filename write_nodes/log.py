@@ -272,6 +272,20 @@ class PartitionLog(LogCompaction):
         fut = self._submit_now(restamp_base_offset(batch, base), base, view.record_count, view.max_ts)
         return _durable(fut, base, base + view.record_count - 1)
 
+    def submit_replica(self, batch: bytes) -> asyncio.Future[None]:
+        """Place one batch copied from a leader as it is (its offsets kept): its base
+        offset must be the log's next offset and its CRC valid (``ValueError``
+        otherwise, nothing placed). The future resolves once it is durable."""
+        self._check_online()
+        view = BatchView(batch, 0)
+        if view.size != len(batch):
+            raise ValueError(f"expected exactly one batch, got {len(batch)} bytes for a {view.size}-byte batch")
+        if view.base_offset != self._next_offset:
+            raise ValueError(f"batch at offset {view.base_offset} does not continue the log at {self._next_offset}")
+        if not view.verify_crc():
+            raise ValueError(f"batch at offset {view.base_offset}: CRC mismatch")
+        return self._submit_now(batch, view.base_offset, view.record_count, view.max_ts)
+
     async def _submit(self, batch: bytes, base: int, count: int, max_ts: int) -> tuple[int, int]:
         await self._submit_now(batch, base, count, max_ts)
         return base, base + count - 1

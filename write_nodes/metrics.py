@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from vpq.common.counter_table import CounterTable
 from vpq.config.settings import LogSettings
@@ -80,6 +80,7 @@ class _PartitionGauges:
     def __init__(self) -> None:
         self.rows: Sequence[Mapping[str, Any]] = ()
         self.map_epoch = 0
+        self.replication: Mapping[str, int] = {}
 
     def collect(self) -> Iterator[Metric]:
         fams = {
@@ -103,8 +104,38 @@ class _PartitionGauges:
             online.add_metric([pp], 1.0 if row.get("online") else 0.0)
         yield from fams.values()
         yield online
+        yield from self._replication_metrics()
         yield GaugeMetricFamily("vpq_write_node_partitions", "Partitions this node holds.", value=len(self.rows))
         yield GaugeMetricFamily("vpq_write_node_map_epoch", "Epoch of this node's placement map.", value=self.map_epoch)
+
+
+    def _replication_metrics(self) -> Iterator[Metric]:
+        """Per led partition (rows with a ``leader_epoch``): epoch, high watermark, size
+        of the in-sync set and each follower's lag; the node's in-sync set changes."""
+        epoch = _gauge("vpq_partition_leader_epoch", "Leader epoch of a partition this node leads.")
+        hw = _gauge("vpq_partition_high_watermark", "Offsets below it are fsynced on every in-sync replica.")
+        isr = _gauge("vpq_partition_in_sync_replicas", "Replicas in the in-sync set of a partition this node leads.")
+        lag = GaugeMetricFamily(
+            "vpq_replica_lag_records", "Records a follower lacks of the leader's durable log.", labels=["partition", "replica"]
+        )
+        for row in self.rows:
+            if "leader_epoch" not in row:
+                continue
+            pp = str(row["id"])
+            epoch.add_metric([pp], float(row["leader_epoch"]))
+            hw.add_metric([pp], float(row.get("high_watermark", 0)))
+            isr.add_metric([pp], float(len(row.get("in_sync_replicas", ()))))
+            for replica, n in (row.get("replica_lag") or {}).items():
+                lag.add_metric([pp, str(replica)], float(n))
+        if not self.replication:
+            return
+        yield from (epoch, hw, isr, lag)
+        for key, doc in (
+            ("isr_shrinks", "Followers this node took out of an in-sync set."),
+            ("isr_expands", "Followers this node added back to an in-sync set."),
+            ("truncations", "Times a follower on this node truncated its log where it diverged from the leader."),
+        ):
+            yield CounterMetricFamily(f"vpq_replication_{key}", doc, value=float(self.replication.get(key, 0)))
 
 
 class WriteNodeMetrics:
@@ -218,11 +249,16 @@ class WriteNodeMetrics:
         )
 
     # ---------------------------------------------------------------- scraping
-    def render(self, partitions: Sequence[Mapping[str, Any]], map_epoch: int) -> bytes:
+    def render(
+        self, partitions: Sequence[Mapping[str, Any]], map_epoch: int, replication: Mapping[str, int] | None = None
+    ) -> bytes:
         """The Prometheus text of every series; ``partitions`` are the rows of
-        ``PartitionOwnership.snapshot()`` (the partitions held now)."""
+        ``PartitionOwnership.snapshot()`` (the partitions held now; with replication,
+        with the leader fields of ``ReplicaManager.leader_row``), ``replication`` the
+        manager's counters (``isr_shrinks``, ``isr_expands``, ``truncations``)."""
         self._gauges.rows = partitions
         self._gauges.map_epoch = map_epoch
+        self._gauges.replication = replication or {}
         try:
             return generate_latest(self.registry)
         finally:

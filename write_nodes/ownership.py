@@ -50,7 +50,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from vpq.common.errors import Unavailable
 from vpq.config.settings import LogSettings
@@ -80,6 +80,22 @@ def default_log_factory(directory: Path, settings: LogSettings, pp: int) -> Part
 def partition_dir(partitions_dir: Path, pp: int) -> Path:
     """The log directory of ``pp``: ``<data_dir>/partitions/pp-00003``."""
     return partitions_dir / f"pp-{pp:05d}"
+
+
+class ReplicationHooks(Protocol):
+    """What ownership asks the replica manager (``write_nodes.replication``) when
+    partitions are replicated: leadership is taken only by an eligible replica and won
+    by epoch compare-and-swap; the manager learns when a log opens and closes."""
+
+    def is_replica(self, pp: int) -> bool: ...
+
+    async def eligible(self, pp: int) -> bool: ...
+
+    async def claim(self, pp: int) -> bool: ...
+
+    async def opened(self, pp: int, plog: PartitionLog) -> None: ...
+
+    def closed(self, pp: int) -> None: ...
 
 
 class PartitionBusyError(RuntimeError):
@@ -176,6 +192,7 @@ class PartitionOwnership:
         reopen_backoff_s: float = 1.0,
         max_reopen_backoff_s: float = 60.0,
         drain_timeout_s: float = 30.0,
+        replication: ReplicationHooks | None = None,
         on_open: Callable[[OwnedPartition], Awaitable[None]] | None = None,
     ) -> None:
         """``on_open`` runs once a partition's log has started, before it serves (the
@@ -198,6 +215,7 @@ class PartitionOwnership:
         self._reopen_backoff_s = reopen_backoff_s
         self._max_reopen_backoff_s = max_reopen_backoff_s
         self._drain_timeout_s = drain_timeout_s
+        self._replication = replication
         self._on_open = on_open
         self._parts: dict[int, OwnedPartition] = {}
         self._unowned_rounds: dict[int, int] = {}
@@ -310,6 +328,10 @@ class PartitionOwnership:
             if owner is not None and owner.node_id != self.node_id:
                 self._unowned_rounds.pop(pp, None)
                 continue
+            if self._replication is not None:  # any in-sync replica may lead; the epoch CAS decides
+                if self._replication.is_replica(pp) and await self._replication.eligible(pp):
+                    await self._take(pp)
+                continue
             if self.is_home(pp):
                 await self._take(pp)
                 continue
@@ -321,7 +343,7 @@ class PartitionOwnership:
                 await self._take(pp)
         for part in list(self._parts.values()):
             pp = part.pp
-            if self.is_home(pp) or part.state is State.CLOSING:
+            if self._replication is not None or self.is_home(pp) or part.state is State.CLOSING:
                 continue
             if (pp % self.write_nodes) in homes:
                 rounds = self._home_rounds.get(pp, 0) + 1
@@ -348,6 +370,10 @@ class PartitionOwnership:
             return
         self._unowned_rounds.pop(pp, None)
         self._home_rounds.pop(pp, None)
+        if self._replication is not None and not await self._replication.claim(pp):
+            with contextlib.suppress(MetadataUnavailable, OSError):
+                await self._keeper.release(resource)
+            return
         part = OwnedPartition(pp, token, resource)
         self._parts[pp] = part
         log.info("acquired the lease of partition %d (token %d)", pp, token)
@@ -381,6 +407,15 @@ class PartitionOwnership:
                 log.exception("partition %d failed to open", part.pp)
                 self._set_offline(part, f"cannot open the log: {exc!r}")
                 return
+            if self._replication is not None:  # the leader epoch's history entry, before any append
+                try:
+                    await self._replication.opened(part.pp, plog)
+                except Exception as exc:
+                    log.exception("partition %d: cannot start leading", part.pp)
+                    with contextlib.suppress(LogIOError):
+                        await plog.stop()
+                    self._set_offline(part, f"cannot start leading: {exc!r}")
+                    return
             part.log, part.report = plog, report
             if part.closed or part.state is not State.OPENING:
                 return  # lost meanwhile: _close (waiting on the mutex) closes the log
@@ -457,8 +492,21 @@ class PartitionOwnership:
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
 
+    async def give_up(self, pp: int, why: str) -> None:
+        """Stop serving ``pp`` at once, close its log and release its lease (a newer
+        leader epoch exists)."""
+        part = self._parts.get(pp)
+        if part is None or part.state is State.CLOSING:
+            return
+        part.state = State.CLOSING
+        task = asyncio.create_task(self._close(part, release=True, why=why), name=f"give-up-pp-{pp}")
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
     async def _close(self, part: OwnedPartition, *, release: bool, why: str) -> None:
         part.state = State.CLOSING
+        if self._replication is not None:
+            self._replication.closed(part.pp)
         async with part.mutex:
             if part.closed:
                 return

@@ -11,7 +11,11 @@
 5. registers the node (role ``write``, its address, meta ``{"index"}``) and keeps the
    registration and its leases alive (``LeaseKeeper``, TTL ``redis.lease_ttl_ms``);
 6. acquires and opens its home partitions (``PartitionOwnership``), then keeps
-   taking over dead siblings' partitions and handing them back; each partition's dedup
+   taking over dead siblings' partitions and handing them back; with
+   ``cluster.replication_factor`` >= 2 every node keeps its own copies under
+   ``<data_dir>/write-node-<i>/`` instead, leads the partitions it wins the leader
+   epoch of and follows the others it holds a replica of (``write_nodes.replication``),
+   serving ``POST /internal/v1/replica/fetch`` to its followers; each partition's dedup
    index (``write_nodes.dedup``) is rebuilt from its log before it serves;
 7. compacts its partitions every ``log.compaction_interval_ms`` (``Compactor``: records
    of deleted queues and records past their queue's ``retention_ms`` go).
@@ -58,12 +62,21 @@ from vpq.write_nodes.handlers import PlacementGuard, WriteNodeHandlers, build_ap
 from vpq.write_nodes.log import PartitionLog
 from vpq.write_nodes.metrics import WriteNodeMetrics
 from vpq.write_nodes.ownership import WRITE_ROLE, LogFactory, OwnedPartition, PartitionOwnership
+from vpq.write_nodes.replica_follower import FETCH_PATH
+from vpq.write_nodes.replica_handlers import ReplicaFetchHandler
+from vpq.write_nodes.replication import ReplicaManager
 from vpq.write_nodes.storage import OS_STORAGE, Storage
 
 log = logging.getLogger(__name__)
 
 STATS_SUBDIR = "stats"
 PARTITIONS_SUBDIR = "partitions"
+
+
+def replica_partitions_dir(data_dir: Path, node_index: int) -> Path:
+    """Where write node ``node_index`` keeps its replicas when partitions are
+    replicated: ``<data_dir>/write-node-<i>/partitions`` (no directory is shared)."""
+    return data_dir / f"write-node-{node_index}" / PARTITIONS_SUBDIR
 MIN_BODY_LIMIT = 64 << 20
 DEDUP_SKEW_MS = 10_000  # extra log scanned at open for clocks of gateways and nodes that differ
 REBUILD_RECORDS_PER_ID = 2  # the rebuild reads at most this many records per id the index may hold
@@ -252,6 +265,7 @@ class WriteNodeService:
         self._runner: web.AppRunner | None = None
         self._keeper: LeaseKeeper | None = None
         self._ownership: PartitionOwnership | None = None
+        self._replication: ReplicaManager | None = None
         self._compactor: Compactor | None = None
         self._sock: socket.socket | None = None
         self.partition_count = 0
@@ -305,12 +319,27 @@ class WriteNodeService:
                 address=self.address,
                 meta={"index": self.node_index, "pid": os.getpid()},
             )
+            partitions_dir = s.data_dir.resolve() / PARTITIONS_SUBDIR
+            if s.cluster.replication_factor >= 2:  # each replica has its own copy
+                partitions_dir = replica_partitions_dir(s.data_dir.resolve(), self.node_index)
+                self._replication = ReplicaManager(
+                    node_id=self.node_id,
+                    node_index=self.node_index,
+                    cluster=s.cluster,
+                    partition_count=self.partition_count,
+                    partitions_dir=partitions_dir,
+                    log_settings=s.log,
+                    log_factory=self._log_factory,
+                    leaders=md.leaders,
+                    nodes=md.nodes,
+                )
             self._ownership = PartitionOwnership(
                 node_id=self.node_id,
                 node_index=self.node_index,
                 write_nodes=s.cluster.write_nodes,
                 partition_count=self.partition_count,
-                partitions_dir=s.data_dir.resolve() / PARTITIONS_SUBDIR,
+                partitions_dir=partitions_dir,
+                replication=self._replication,
                 log_settings=s.log,
                 keeper=self._keeper,
                 leases=md.leases,
@@ -325,15 +354,22 @@ class WriteNodeService:
             handlers = WriteNodeHandlers(
                 self.node_id, self._ownership, guard, self._traffic, self.metrics, fence=self._fence,
                 data_dir=s.data_dir, disk=DiskGuard(s.data_dir, s.log.min_free_bytes),
+                replication=self._replication,
             )
             body_limit = max(MIN_BODY_LIMIT, 2 * s.gateway.max_request_bytes)
             app = build_app(handlers, client_max_size=body_limit)
+            if self._replication is not None:
+                fetcher = ReplicaFetchHandler(self._ownership, self._replication)
+                app.router.add_post(FETCH_PATH, fetcher.fetch)
+                self._replication.on_fenced = self._ownership.give_up
             wire_fence(app, self._fence, self._ownership, lambda epoch: guard.refresh_if_needed(epoch, ()))
             self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=5.0)
             await self._runner.setup()
             await web.SockSite(self._runner, sock).start()
             await self._keeper.start()
             await self._ownership.start()
+            if self._replication is not None:
+                await self._replication.start()
             self._compactor = Compactor(md.queues, self._ownership, s.log.compaction_interval_ms / 1000.0)
             self._compactor.start()
         except BaseException:
@@ -392,6 +428,8 @@ class WriteNodeService:
         return self._compactor
 
     async def _teardown(self, release: bool) -> None:
+        if self._replication is not None:
+            await self._replication.stop()
         if self._compactor is not None:
             await self._compactor.stop()
             self._compactor = None
@@ -414,5 +452,5 @@ class WriteNodeService:
             await self._listener.stop()
         if self._md is not None:
             await self._md.stop()
-        self._ownership = self._keeper = self._runner = self._traffic = self._sock = None
+        self._ownership = self._keeper = self._runner = self._traffic = self._sock = self._replication = None
         self._cache = self._listener = self._md = self._fence = None

@@ -1,7 +1,7 @@
 """Start and stop a vpq platform (``vpq up``) for the benchmark when none is running.
 
 ``VpqProcess.start()`` runs ``<venv>/bin/vpq up --data-dir DIR --host 127.0.0.1 --port P
---physical-partitions K`` as a child in its own session (so its node processes form
+--physical-partitions K [extra_args]`` (with ``env`` added to the environment) as a child in its own session (so its node processes form
 one process group), with its output in ``DIR/vpq-up.log``, and waits until
 ``/readyz`` answers 200. It raises :class:`VpqProcessError` (with the end of the log)
 when the command exits, keeps restarting crashed nodes (:func:`crash_looping`), or is
@@ -53,12 +53,16 @@ class VpqProcess:
         physical_partitions: int = 8,
         host: str = "127.0.0.1",
         binary: Path | None = None,
+        extra_args: list[str] | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.data_dir = data_dir
         self.port = port
         self.physical_partitions = physical_partitions
         self.host = host
         self.binary = binary or vpq_binary()
+        self.extra_args = list(extra_args or [])
+        self.env = dict(env or {})
         self.proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
 
@@ -79,6 +83,7 @@ class VpqProcess:
             "--host", self.host,
             "--port", str(self.port),
             "--physical-partitions", str(self.physical_partitions),
+            *self.extra_args,
         ]
 
     def log_text(self) -> str:
@@ -96,8 +101,10 @@ class VpqProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         argv = self.command()
         self._log = open(self.data_dir / LOG_NAME, "ab")
+        env = {**os.environ, **self.env} if self.env else None
         self.proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
+            argv, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
+            env=env,
         )
         deadline = time.monotonic() + timeout_s
         async with AsyncClient(self.url, timeout=2.0) as client:

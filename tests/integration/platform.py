@@ -25,6 +25,8 @@ class Platform:
     write_nodes: int = 1
     read_nodes: int = 1
     physical_partitions: int = 4
+    replication_factor: int = 1
+    min_insync: int = 0
     redis_url: str | None = None
     port: int = 0
     env: dict[str, str] = field(default_factory=dict)
@@ -47,6 +49,10 @@ class Platform:
             "--physical-partitions", str(self.physical_partitions),
             *self.extra_args,
         ]
+        if self.replication_factor > 1:
+            argv += ["--replication-factor", str(self.replication_factor)]
+        if self.min_insync:
+            argv += ["--min-insync", str(self.min_insync)]
         if self.redis_url:
             argv += ["--redis-url", self.redis_url]
         env = dict(os.environ)
