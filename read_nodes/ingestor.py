@@ -257,6 +257,10 @@ class Ingestor:
             result.blocked = True
             return self._save(stream, tailer, start, c)
         index = tailer.index  # type: ignore[attr-defined]
+        # the index end that goes with these entries: the tailer indexes more records
+        # while this scan awaits a read (``_record``, ``drain_due``), and those are not
+        # in ``entries``, so the cursor may pass only what was indexed when they were taken
+        indexed_end = index.end_offset(pp)
         entries = index.entries_from(pp, self.queue_id, c, self._batch, ctx_id)
         v = delivery.virtual_partitions
         mask = v - 1
@@ -355,7 +359,7 @@ class Ingestor:
                 result.ingested += 1
             c = offset + 1
         if not stopped and len(entries) < self._batch:
-            c = max(c, index.end_offset(pp))
+            c = max(c, indexed_end)
         return self._save(stream, tailer, start, c)
 
     def _expired(self, timestamp_ms: int | None) -> bool:
