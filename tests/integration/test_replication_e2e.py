@@ -1,7 +1,7 @@
 """Replicated partitions on real processes: cluster API, min_insync, and every fault kind
 of ``load.replication_faults`` (SIGKILL, SIGSTOP, wiped and damaged disks, power loss)
 under a retrying per-key producer, each followed by a checking consumer. The quick form
-runs ``VPQ_FAULT_CYCLES`` cycles per fault (default 2); ``vpq bench replication-faults``
+runs ``VPQ_FAULT_CYCLES`` cycles per fault (default 1); ``vpq bench replication-faults``
 runs the full campaign (20 cycles each)."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from vpq.load.replication_faults import FAULTS, FaultConfig, run_fault_campaign
 
 pytestmark = pytest.mark.integration
 
-CYCLES = int(os.environ.get("VPQ_FAULT_CYCLES", "2"))
+CYCLES = int(os.environ.get("VPQ_FAULT_CYCLES", "1"))
 
 
 def _pid(p: Platform, node_id: str) -> int:
