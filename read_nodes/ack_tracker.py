@@ -61,6 +61,8 @@ from typing import Any
 
 from sortedcontainers import SortedList
 
+from vpq.read_nodes.offset_set import OffsetSet
+
 
 def _offset(value: object, what: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
@@ -223,7 +225,7 @@ class _Partition:
         # them and its scanned_to are not listed: the pair form is exact only once the
         # watermark has passed that point
         self.unlisted_below = 0
-        self.deferred: SortedList = SortedList()  # outstanding offsets of deferred (delayed) messages
+        self.deferred = OffsetSet()  # outstanding offsets of deferred (delayed) messages, 8 bytes each
         # the ``delayed`` of a restored state: kept (for ``defer``) until the scan passes delay_to
         self.restored_delay: tuple[int, int, int] | None = None
         self.delay_to = 0
