@@ -62,6 +62,7 @@ from vpq.read_nodes.delivery_types import DeadLetter, Delivery, DeliveryConfig, 
 from vpq.read_nodes.expiry import GroupExpiry
 from vpq.read_nodes.group_members import GroupMembers, new_consumer_id
 from vpq.read_nodes.ingestor import Ingestor
+from vpq.read_nodes.lag_report import group_info, oldest_unacked_by_context
 from vpq.read_nodes.lineage_order import LineageOrder
 from vpq.read_nodes.messages import render_message
 from vpq.read_nodes.metrics import DeliveryCounters, NoCounters
@@ -538,64 +539,14 @@ class GroupHost:
         self._notify()
 
     async def info(self) -> dict[str, Any]:
+        """The group's public answer (``lag_report.group_info``)."""
         self._check_open()
-        members = [
-            {
-                "consumer_id": m.consumer_id,
-                "lane": m.ctx.lane,
-                "env": m.ctx.env,
-                "set": m.ctx.set,
-                "virtual_partitions": list(m.vps),
-                "in_flight": m.inflight,
-            }
-            for m in self.delivery.members()
-        ]
-        lag = self.delivery.lag()
-        total = lag.total
-        by_lane, by_env, by_set = dict(lag.by_lane), dict(lag.by_env), dict(lag.by_set)
-        by_vp = dict(lag.by_vp)
-        for (ctx_id, vp), n in self.ingestor.backlog().items():
-            try:
-                env, set_, lane = await self.parts.md.contexts.resolve(ctx_id)
-            except KeyError:
-                continue
-            total += n
-            by_lane[lane] = by_lane.get(lane, 0) + n
-            by_env[env] = by_env.get(env, 0) + n
-            by_set[set_] = by_set.get(set_, 0) + n
-            by_vp[vp] = by_vp.get(vp, 0) + n
-        by_ctx = await self.oldest_unacked_by_context()
-        oldest = min(by_ctx.values()) if by_ctx else None
-        expired = await self.expiry.total()
-        return {
-            "queue": self.queue,
-            "group": self.group,
-            "members": members,
-            "expired": expired,
-            "lag": {
-                "total": total, "by_lane": by_lane, "by_env": by_env, "by_set": by_set,
-                "by_virtual_partition": {str(vp): n for vp, n in sorted(by_vp.items())},
-                "oldest_unacked_age_ms": None if oldest is None else max(0, wall_ms() - oldest),
-            },
-        }
+        return await group_info(self)
 
     async def oldest_unacked_by_context(self) -> dict[IsolationContext, int]:
         """Per message context, the timestamp of the group's oldest message not acked
-        nor dead-lettered (held here, or still in the log)."""
-        oldest = dict(self.delivery.lag().oldest_by_context)
-        source = self.parts.source
-        for pp, offset in self.ingestor.oldest_backlog():
-            tailed = source.cached(pp, offset)
-            if tailed is None:
-                try:
-                    tailed = await source.get(pp, offset)
-                except VpqError:
-                    continue
-            if tailed is not None and tailed.record.timestamp_ms:
-                ts = tailed.record.timestamp_ms
-                cur = oldest.get(tailed.ctx)
-                oldest[tailed.ctx] = ts if cur is None else min(cur, ts)
-        return oldest
+        nor dead-lettered (``lag_report.oldest_unacked_by_context``)."""
+        return await oldest_unacked_by_context(self)
 
     def stats(self) -> dict[str, int]:
         s = self.delivery.stats()

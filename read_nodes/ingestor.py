@@ -62,6 +62,7 @@ from vpq.codec.system_headers import split as split_attributes
 from vpq.common.errors import VpqError
 from vpq.read_nodes.delivery import GroupDelivery
 from vpq.read_nodes.delivery_types import Admission, DeliveryEntry, DeliveryFull, stream_ctx_id, stream_of, stream_pp
+from vpq.read_nodes.lag_report import backlog, oldest_backlog
 from vpq.read_nodes.lineage_order import Decision, LineageOrder
 from vpq.read_nodes.parked_keys import ParkedKeys, ParkKey
 from vpq.read_nodes.tailer import Listener
@@ -564,64 +565,9 @@ class Ingestor:
 
     # -------------------------------------------------------------------- lag
     def backlog(self, sample: int = 20_000) -> dict[tuple[int, int], int]:
-        """Indexed records of the queue not ingested yet (parked keys' included), by
-        (context id, vp under the group's current V). Exact while a stream holds at
-        most ``sample`` of them; beyond that the stream's (exact) count is split in
-        the proportions of its oldest ``sample`` records (so the cost stays bounded)."""
-        out: dict[tuple[int, int], int] = {}
-        mask = self.delivery.virtual_partitions - 1
-        for pp in self.starts:
-            tailer = self._pool.get(pp)
-            if tailer is not None:
-                self._streams(pp, tailer.index)
-        for stream, c in self.cursors.items():
-            pp = stream_pp(stream)
-            tailer = self._pool.get(pp)
-            if tailer is None:
-                continue
-            ctx_id = stream_ctx_id(stream)
-            low = c
-            parked_low = self.parked.lowest(stream) if len(self.parked) else None
-            if parked_low is not None and parked_low < low:
-                low = parked_low
-            seen: dict[int, int] = {}
-            if parked_low is not None and parked_low < c:
-                hashes = {h for (cid, h) in self.parked.keys() if cid == ctx_id}
-                for _offset, ref in tailer.index.entries_from(pp, self.queue_id, parked_low, sample, ctx_id):
-                    if _offset >= c:
-                        break
-                    h = ref & 0xFFFFFFFF
-                    if h in hashes:
-                        seen[h & mask] = seen.get(h & mask, 0) + 1
-            total = tailer.index.count_from(pp, self.queue_id, c, ctx_id)
-            if total:
-                tail: dict[int, int] = {}
-                for _offset, ref in tailer.index.entries_from(pp, self.queue_id, c, min(total, sample), ctx_id):
-                    vp = (ref & 0xFFFFFFFF) & mask
-                    tail[vp] = tail.get(vp, 0) + 1
-                looked = sum(tail.values())
-                if looked < total:
-                    scaled = {vp: n * total // looked for vp, n in tail.items()}
-                    scaled[max(tail, key=tail.__getitem__)] += total - sum(scaled.values())
-                    tail = scaled
-                for vp, n in tail.items():
-                    seen[vp] = seen.get(vp, 0) + n
-            for vp, n in seen.items():
-                out[(ctx_id, vp)] = out.get((ctx_id, vp), 0) + n
-        return out
+        """Records not ingested yet by (context id, vp): ``lag_report.backlog``."""
+        return backlog(self, sample)
 
     def oldest_backlog(self) -> list[tuple[int, int]]:
-        """Per stream with records not ingested yet, the ``(pp, offset)`` of its oldest
-        one (a parked key's, or the first past the cursor)."""
-        out = []
-        for stream, c in self.cursors.items():
-            pp = stream_pp(stream)
-            tailer = self._pool.get(pp)
-            if tailer is None:
-                continue
-            low = self.parked.lowest(stream) if len(self.parked) else None
-            first = tailer.index.offsets_from(pp, self.queue_id, c, 1, stream_ctx_id(stream))
-            cand = [x for x in (low, first[0] if first else None) if x is not None]
-            if cand:
-                out.append((pp, min(cand)))
-        return out
+        """Per stream, the oldest record not ingested yet: ``lag_report.oldest_backlog``."""
+        return oldest_backlog(self)
