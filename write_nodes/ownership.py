@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from vpq.common.errors import Unavailable
+from vpq.common.lifecycle import run_rounds
 from vpq.config.settings import LogSettings
 from vpq.metadata.aio import cancel_and_wait
 from vpq.metadata.errors import MetadataUnavailable
@@ -295,16 +296,7 @@ class PartitionOwnership:
             await self._close(part, release=release, why="node stopping")
 
     async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self._interval_s)
-            try:
-                await self.tick()
-            except asyncio.CancelledError:
-                raise
-            except (MetadataUnavailable, OSError) as exc:
-                log.warning("ownership round failed: %s", exc)
-            except Exception:
-                log.exception("ownership round failed")
+        await run_rounds(self._interval_s, self.tick, log, "ownership", (MetadataUnavailable, OSError))
 
     # ------------------------------------------------------------- maintenance
     async def tick(self) -> None:

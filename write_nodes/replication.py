@@ -37,6 +37,7 @@ from typing import Any
 import aiohttp
 
 from vpq.common.errors import Unavailable
+from vpq.common.lifecycle import run_rounds
 from vpq.config.settings import ClusterSettings, LogSettings
 from vpq.metadata.aio import cancel_and_wait
 from vpq.metadata.errors import MetadataUnavailable
@@ -225,16 +226,7 @@ class ReplicaManager:
 
     # ------------------------------------------------------------------ rounds
     async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self._interval_s)
-            try:
-                await self.tick()
-            except asyncio.CancelledError:
-                raise
-            except (MetadataUnavailable, OSError) as exc:
-                log.warning("replication round failed: %s", exc)
-            except Exception:
-                log.exception("replication round failed")
+        await run_rounds(self._interval_s, self.tick, log, "replication", (MetadataUnavailable, OSError))
 
     async def tick(self) -> None:
         now = time.monotonic()
