@@ -5,17 +5,21 @@ it (produce, consume and replication work)."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import aiohttp
 import pytest
 import requests
 from aiohttp import web
 
 from tests.live_platform import LivePlatform, platform_settings, running
+from vpq.common.errors import InternalError
 from vpq.config.settings import ClusterSettings
+from vpq.node_rpc.call import CLUSTER_SECRET_MISMATCH, call_node
 from vpq.node_rpc.cluster_auth import (
     BAD_CLUSTER_SECRET,
     CLUSTER_SECRET_HEADER,
@@ -117,3 +121,18 @@ def test_check_cluster_secret() -> None:
         with pytest.raises(Exception) as info:
             check_cluster_secret(SECRET, presented)
         assert info.value.status == 401
+
+
+@pytest.mark.parametrize("secret", [None, "another"])
+def test_a_refused_secret_is_a_500_for_the_caller(live: LivePlatform, secret: str | None) -> None:
+    """A client with no or another secret gets a server error naming the node, never the
+    node's 401 (which would read as the user's bad token once relayed by the gateway)."""
+
+    async def call() -> None:
+        async with aiohttp.ClientSession(headers=client_headers(secret)) as session:
+            await call_node(session, "GET", live.writers[0].address, "/internal/v1/partitions", role="write", timeout_s=5)
+
+    with pytest.raises(InternalError) as info:
+        asyncio.run(call())
+    assert info.value.status == 500 and info.value.code == CLUSTER_SECRET_MISMATCH
+    assert live.writers[0].address in info.value.message and SECRET not in info.value.message
