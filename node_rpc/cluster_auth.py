@@ -5,11 +5,11 @@
   ``aiohttp.ClientSession`` a process uses to call nodes, so every request it sends to
   a node carries ``X-Vpq-Cluster-Secret`` (nothing when ``secret`` is None).
 - Nodes: ``cluster_secret_middlewares(secret)`` go into a node app's middleware list,
-  after its error middleware. Every request whose path starts with ``/internal/`` must
-  carry the secret, else 401 ``cluster_secret_required`` (no header) or
-  ``bad_cluster_secret`` (another value), raised as ``Unauthorized`` before the handler
-  runs, so a refused call reads no body and changes nothing. The comparison is
-  ``hmac.compare_digest``. Other paths (none today; health checks if added) stay open.
+  after its error middleware. Every request must carry the secret, whatever its path
+  (unknown paths included), except those in ``OPEN_PATHS`` (health checks, should a node
+  serve any): else 401 ``cluster_secret_required`` (no header) or ``bad_cluster_secret``
+  (another value), raised as ``Unauthorized`` before the handler runs, so a refused
+  call reads no body and changes nothing. The comparison is ``hmac.compare_digest``.
   With ``secret`` None the list is empty: every call is accepted.
 """
 
@@ -27,7 +27,7 @@ CLUSTER_SECRET_HEADER = "X-Vpq-Cluster-Secret"
 
 CLUSTER_SECRET_REQUIRED = "cluster_secret_required"
 BAD_CLUSTER_SECRET = "bad_cluster_secret"
-PROTECTED_PREFIX = "/internal/"
+OPEN_PATHS = frozenset({"/healthz", "/readyz"})
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 Middleware = Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]
@@ -47,13 +47,13 @@ def check_cluster_secret(expected: str, presented: str | None) -> None:
 
 
 def cluster_secret_middlewares(secret: str | None) -> list[Middleware]:
-    """The middlewares enforcing ``secret`` on ``/internal/`` paths (none for None)."""
+    """The middlewares enforcing ``secret`` (none for None)."""
     if secret is None:
         return []
 
     @web.middleware
     async def _require_secret(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.path.startswith(PROTECTED_PREFIX):
+        if request.path not in OPEN_PATHS:
             check_cluster_secret(secret, request.headers.get(CLUSTER_SECRET_HEADER))
         return await handler(request)
 

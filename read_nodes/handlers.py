@@ -248,7 +248,7 @@ async def metrics(request: web.Request) -> web.Response:
 
 def build_app(service: ReadNodeService, cluster_secret: str | None = None) -> web.Application:
     """The aiohttp application of the read node's internal API; with ``cluster_secret``
-    every ``/internal/`` call must carry it (``node_rpc.cluster_auth``)."""
+    every call must carry it (``node_rpc.cluster_auth``)."""
     middlewares = [error_middleware, *cluster_secret_middlewares(cluster_secret)]
     app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY_BYTES)
     app[SERVICE_KEY] = service

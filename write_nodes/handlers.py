@@ -492,7 +492,7 @@ def build_app(
     handlers: WriteNodeHandlers, *, client_max_size: int, cluster_secret: str | None = None
 ) -> web.Application:
     """The aiohttp application of the write node's internal API; with ``cluster_secret``
-    every ``/internal/`` call must carry it (``node_rpc.cluster_auth``)."""
+    every call must carry it (``node_rpc.cluster_auth``)."""
     app = web.Application(
         middlewares=[error_middleware, *cluster_secret_middlewares(cluster_secret)], client_max_size=client_max_size
     )
