@@ -11,6 +11,9 @@ Finding the platform, as ``vpq up`` left it:
   naming it and exit status 2); the cut-over publisher follows ``rebalance.publisher``;
 - Redis: ``--redis-url`` (or ``VPQ_REDIS_URL``), else ``<data-dir>/run/redis.url``,
   else the settings' ``redis.url``. None of them, or a Redis that does not answer:
+  a one-line error and exit status 1;
+- the cluster secret: the file the settings' ``cluster.secret_file`` names (``vpq up``
+  records it), sent on every fence call to a write node; a file that cannot be used:
   a one-line error and exit status 1.
 
 One run: read the map, the cluster's partition count and the live write nodes from
@@ -44,6 +47,7 @@ from rich.markup import escape
 
 from vpq.cli.progress import SparkWatcher, Stages
 from vpq.cli.rebalance_report import print_outcome
+from vpq.common.cluster_secret import ClusterSecretError, load_cluster_secret
 from vpq.common.errors import VpqError
 from vpq.common.runfiles import read_redis_url, read_settings, settings_path
 from vpq.config.overrides import apply_overrides, describe_error, parse_assignments
@@ -52,6 +56,7 @@ from vpq.metadata.connection import ClientOptions
 from vpq.metadata.errors import MetadataUnavailable
 from vpq.metadata.maps import MapConflictError
 from vpq.metadata.store import MetadataStore
+from vpq.node_rpc.cluster_auth import client_headers
 from vpq.spark_rebalance.fence_client import WRITE_ROLE, HttpFenceClient
 from vpq.spark_rebalance.publisher import Publisher, PublisherOptions, describe
 from vpq.virtual_partitions.placement import PlacementMap
@@ -173,6 +178,11 @@ async def run_rebalance(target: Target, dry_run: bool, master: str, every: float
     """The command's body; returns the exit status."""
     from vpq.spark_rebalance.session import make_spark, stop_spark  # pyspark: loaded when used
 
+    try:  # the fences go to the write nodes, which check the cluster secret
+        secret = load_cluster_secret(target.settings.cluster.secret_file)
+    except ClusterSecretError as exc:
+        err_console.print(f"[red]error:[/] {escape(str(exc))}")
+        return 1
     md = MetadataStore(target.settings.redis, url=target.redis_url, options=CLIENT_OPTIONS)
     try:
         try:
@@ -184,7 +194,7 @@ async def run_rebalance(target: Target, dry_run: bool, master: str, every: float
             stages.stage(f"starting Spark ({master})")
             spark = make_spark(master)
         try:
-            async with aiohttp.ClientSession() as session:
+            async with aiohttp.ClientSession(headers=client_headers(secret)) as session:
                 publisher = Publisher(
                     md, HttpFenceClient(session, md.leases, md.nodes),
                     PublisherOptions.from_settings(target.settings.rebalance.publisher),

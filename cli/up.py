@@ -10,6 +10,11 @@ KEY=VALUE`` and the specific flags; a bad key or value exits with status 2 and a
 message naming it) and handed to every child as ``<data-dir>/run/settings.json``;
 each role builds its tuning (``ReadNodeOptions``, ``AppendPolicy``, ...) from them.
 
+The nodes always check a cluster secret (``node_rpc.cluster_auth``): the file named by
+``cluster.secret_file``, else ``<data-dir>/run/cluster.secret``, created once (32 random
+bytes as hex, mode 0600) and kept across restarts. A secret file the loader refuses
+(``common.cluster_secret``) exits with status 1 and the reason.
+
 It needs the server extra (``pip install 'vpq[server]'``): the settings, the run files
 and the roles are imported when the command runs, so that the client CLI loads without
 them; without the extra it prints which one to install and exits with status 1.
@@ -148,7 +153,26 @@ async def _wait_redis(server: RedisServer, timeout_s: float = 15.0) -> None:
     raise RedisServerError(f"embedded redis-server did not answer on port {server.port}")
 
 
+def _with_cluster_secret(settings: Settings) -> tuple[Settings, str]:
+    """The settings naming the cluster secret file (created when none is configured) and
+    the secret; ``ClusterSecretError`` when the file cannot be used."""
+    from vpq.common.cluster_secret import create_cluster_secret, load_cluster_secret
+    from vpq.common.runfiles import cluster_secret_path
+
+    path = settings.cluster.secret_file
+    if path is None:
+        path = cluster_secret_path(settings.data_dir)
+        if create_cluster_secret(path):
+            console.print(f"[dim]vpq:[/dim] created the cluster secret {path}")
+    path = path.resolve()
+    secret = load_cluster_secret(path)
+    assert secret is not None
+    cluster = settings.cluster.model_copy(update={"secret_file": path})
+    return settings.model_copy(update={"cluster": cluster}), secret
+
+
 async def _up(settings: Settings) -> int:
+    from vpq.common.cluster_secret import ClusterSecretError
     from vpq.common.runfiles import write_redis_url, write_settings
 
     data_dir = settings.data_dir
@@ -156,6 +180,12 @@ async def _up(settings: Settings) -> int:
         lock_fd = _lock_data_dir(data_dir)
     except RuntimeError as exc:
         console.print(f"[red]error:[/red] {exc}")
+        return 1
+    try:
+        settings, secret = _with_cluster_secret(settings)
+    except ClusterSecretError as exc:
+        console.print(f"[red]error:[/red] {escape(str(exc))}")
+        os.close(lock_fd)
         return 1
     gw = settings.gateway
     if gw.port != 0 and not _port_free(gw.host, gw.port):
@@ -189,7 +219,7 @@ async def _up(settings: Settings) -> int:
         write_redis_url(data_dir, redis_url)
 
         if settings.cluster.single_process:
-            in_process = await _start_in_process(settings, redis_url)
+            in_process = await _start_in_process(settings, redis_url, secret)
         else:
             await _start_children(supervisor, settings, settings_file, redis_url)
 
@@ -227,8 +257,8 @@ async def _start_children(supervisor: Supervisor, settings: Settings, settings_f
     await supervisor.start_child(ChildSpec("gateway", [py, "-m", "vpq.gateway.main", *common]))
 
 
-async def _start_in_process(settings: Settings, redis_url: str) -> list:
-    """Every vpq role in this process (the roles stay separate objects)."""
+async def _start_in_process(settings: Settings, redis_url: str, secret: str) -> list:
+    """Every vpq role in this process (the roles stay separate objects), with ``secret``."""
     from vpq.gateway.app import create_app
     from vpq.gateway.cluster_backend import ClusterBackend
     from vpq.gateway.server import GatewayServer
@@ -238,14 +268,14 @@ async def _start_in_process(settings: Settings, redis_url: str) -> list:
     started: list = []
     try:
         for i in range(settings.cluster.write_nodes):
-            node = WriteNodeService(settings, f"w{i}", i, redis_url)
+            node = WriteNodeService(settings, f"w{i}", i, redis_url, cluster_secret=secret)
             await node.start()
             started.append(node)
         for j in range(settings.cluster.read_nodes):
-            node = ReadNodeService(settings, f"r{j}", redis_url)
+            node = ReadNodeService(settings, f"r{j}", redis_url, cluster_secret=secret)
             await node.start()
             started.append(node)
-        backend = ClusterBackend(settings, redis_url)
+        backend = ClusterBackend(settings, redis_url, cluster_secret=secret)
         server = GatewayServer(create_app(settings.gateway, backend, queue_defaults=settings.queues), settings.gateway)
         await server.start()
         started.append(server)

@@ -1,5 +1,5 @@
 """Shared entry-point plumbing for role processes (``python -m <role>.main``):
-logging, the event loop, and running a start()/stop() component until SIGTERM/SIGINT."""
+logging, the cluster secret, the event loop, and running a start()/stop() component until SIGTERM/SIGINT."""
 
 from __future__ import annotations
 
@@ -8,9 +8,11 @@ import logging
 import signal
 import sys
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any, Protocol
 
 from vpq.common import gc_policy
+from vpq.common.cluster_secret import ClusterSecretError, load_cluster_secret
 
 
 class Component(Protocol):
@@ -50,6 +52,16 @@ async def run_until_signalled(
                 await component.stop()
             except Exception:  # keep stopping the others; the error is logged
                 logging.getLogger("vpq").exception("error while stopping %r", component)
+
+
+def cluster_secret_or_exit(path: Path | None) -> str | None:
+    """``load_cluster_secret(path)``; a file it refuses ends the process with status 2 and
+    the reason on stderr."""
+    try:
+        return load_cluster_secret(path)
+    except ClusterSecretError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def run(main: Callable[[], Awaitable[None]]) -> None:

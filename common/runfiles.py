@@ -17,6 +17,11 @@ def settings_path(data_dir: Path) -> Path:
     return run_dir(data_dir) / "settings.json"
 
 
+def cluster_secret_path(data_dir: Path) -> Path:
+    """The cluster secret ``vpq up`` creates when none is configured."""
+    return run_dir(data_dir) / "cluster.secret"
+
+
 def redis_url_path(data_dir: Path) -> Path:
     return run_dir(data_dir) / "redis.url"
 

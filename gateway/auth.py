@@ -11,6 +11,9 @@ When enabled (see ``routes_spec.Access`` for what each route needs):
   ``unauthorized`` / ``invalid_token`` with ``WWW-Authenticate: Bearer``;
 * a known token without the needed scope on the queue: 403 ``forbidden``.
 
+``GET /metrics`` needs a valid token with any scopes or none (``Access.VALID_TOKEN``): a
+scraper can hold a token with ``scopes = {}``, which opens nothing else.
+
 Scopes are independent: ``admin`` does not imply ``produce`` or ``consume``. A group's
 dead-letter queue ``{queue}.{group}.dlq`` is a queue like any other: a pattern such as
 ``orders*`` covers it.
@@ -80,7 +83,7 @@ class Authorizer:
             return None
         token = self.authenticate(authorization)
         access = spec.access
-        if access is Access.ANY_TOKEN:
+        if access in (Access.ANY_TOKEN, Access.VALID_TOKEN):
             return token
         if access is Access.ADMIN_GLOBAL:
             if "*" not in token.scopes.get("admin", ()):

@@ -6,7 +6,8 @@ Parts (built in ``start()``, stopped in reverse by ``stop()``):
   map in memory, kept fresh by announcements);
 - ``WriteNodeDirectory`` / ``ReadNodeDirectory`` (who owns which pp, which read node
   serves which group), refreshed by node announcements and on errors;
-- one ``aiohttp.ClientSession`` shared by ``WriteNodeClient`` and ``ReadNodeClient``;
+- one ``aiohttp.ClientSession`` shared by ``WriteNodeClient`` and ``ReadNodeClient``,
+  sending ``cluster_secret`` on every call (``node_rpc.cluster_auth``);
 - the ``Appender`` (``produce_path.produce``) for produce, ``QueueAdmin`` for queue
   admin, ``GroupCaller`` for consumer calls, a ``TrafficMeter`` for queue traffic;
 - a ``NodeMetricsScraper``: ``metrics_text()`` ends with every live node's metrics
@@ -45,6 +46,7 @@ from vpq.metadata.map_cache import MapCache
 from vpq.metadata.partition_leaders import LeaderRecord
 from vpq.metadata.queues import QueueRecord
 from vpq.metadata.store import MetadataStore
+from vpq.node_rpc.cluster_auth import client_headers
 from vpq.node_rpc.node_directory import ReadNodeDirectory, WriteNodeDirectory
 from vpq.node_rpc.read_node_client import ReadNodeClient
 from vpq.node_rpc.write_node_client import WriteNodeClient
@@ -88,10 +90,14 @@ def replication_fields(
 
 class ClusterBackend:
     """See the module docstring. ``policy`` tunes the produce retries and batch size
-    (default: from ``settings.produce``)."""
+    (default: from ``settings.produce``); ``cluster_secret`` goes with every call to a
+    node (``common.cluster_secret``)."""
 
-    def __init__(self, settings: Settings, redis_url: str, *, policy: AppendPolicy | None = None) -> None:
+    def __init__(
+        self, settings: Settings, redis_url: str, *, policy: AppendPolicy | None = None, cluster_secret: str | None = None
+    ) -> None:
         self._settings = settings
+        self._cluster_secret = cluster_secret
         self._redis_url = redis_url
         self._policy = policy or AppendPolicy.from_settings(settings.produce)
         self._partition_count = settings.cluster.physical_partitions
@@ -125,7 +131,10 @@ class ClusterBackend:
                 md.queues, md.maps, listener, capacity=self._settings.redis.map_cache_queues
             )
             await cache.start()
-            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1024, limit_per_host=256))
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=1024, limit_per_host=256),
+                headers=client_headers(self._cluster_secret),
+            )
             writers = self._writers = WriteNodeDirectory(md.nodes, md.leases, self._partition_count)
             readers = self._readers = ReadNodeDirectory(md.nodes, down_ttl_s=self._settings.redis.lease_ttl_ms / 1000.0)
             listener.add_callback(writers.on_event)

@@ -6,7 +6,7 @@ import argparse
 import logging
 from pathlib import Path
 
-from vpq.common.process_main import run, run_until_signalled, setup_logging
+from vpq.common.process_main import cluster_secret_or_exit, run, run_until_signalled, setup_logging
 from vpq.common.runfiles import read_settings
 from vpq.gateway.app import create_app
 from vpq.gateway.cluster_backend import ClusterBackend
@@ -24,9 +24,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     setup_logging("gateway")
     settings = read_settings(args.settings)
+    secret = cluster_secret_or_exit(settings.cluster.secret_file)
 
     async def amain() -> None:
-        backend = ClusterBackend(settings, args.redis_url)
+        backend = ClusterBackend(settings, args.redis_url, cluster_secret=secret)
         app = create_app(settings.gateway, backend, queue_defaults=settings.queues)
         server = GatewayServer(app, settings.gateway)
 

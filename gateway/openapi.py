@@ -52,6 +52,7 @@ ACCESS_TEXT = {
     Access.ADMIN: "Needs the `admin` scope on the queue (when auth is enabled).",
     Access.ADMIN_GLOBAL: "Needs the `admin` scope on `*` (when auth is enabled).",
     Access.ANY_TOKEN: "Needs any valid token (when auth is enabled); answers only the queues it has a scope on.",
+    Access.VALID_TOKEN: "Needs any valid token (when auth is enabled), with or without scopes.",
 }
 
 _PARAM_TEXT = {
@@ -97,7 +98,7 @@ def _error_statuses(spec: RouteSpec) -> list[int]:
         statuses.add(400)
     if spec.access is not Access.OPEN:
         statuses.add(401)
-        if spec.access is not Access.ANY_TOKEN:
+        if spec.access not in (Access.ANY_TOKEN, Access.VALID_TOKEN):
             statuses.add(403)
     return sorted(statuses)
 

@@ -153,7 +153,7 @@ ROUTES: tuple[RouteSpec, ...] = (
         errors=(503,), description="200 once every node has joined, else 503 not_ready.",
     ),
     RouteSpec(
-        "GET", "/metrics", meta.metrics, "metrics", "Prometheus metrics", "service", Access.OPEN,
+        "GET", "/metrics", meta.metrics, "metrics", "Prometheus metrics", "service", Access.VALID_TOKEN,
         response_media="text/plain",
     ),
     RouteSpec(

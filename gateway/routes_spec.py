@@ -19,12 +19,14 @@ _PARAM_RE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 class Access(str, Enum):
     """What a caller needs for a route when auth is enabled.
 
-    * ``OPEN``: nothing (health, readiness, metrics, OpenAPI, docs).
+    * ``OPEN``: nothing (health, readiness, OpenAPI, docs).
     * ``PRODUCE`` / ``CONSUME`` / ``ADMIN``: that scope on a pattern matching ``{queue}``.
     * ``ADMIN_GLOBAL``: the ``admin`` scope with the pattern ``*`` (cluster-wide views:
       they reveal every queue and node).
     * ``ANY_TOKEN``: any valid token; the answer is filtered to the queues the token has
       some scope on (``GET /v1/queues``).
+    * ``VALID_TOKEN``: any valid token, whatever its scopes (one with no scope at all is
+      enough, e.g. a Prometheus scraper's); the answer is not filtered (``GET /metrics``).
     """
 
     OPEN = "open"
@@ -33,6 +35,7 @@ class Access(str, Enum):
     ADMIN = "admin"
     ADMIN_GLOBAL = "admin_global"
     ANY_TOKEN = "any_token"
+    VALID_TOKEN = "valid_token"
 
 
 @dataclass(frozen=True)

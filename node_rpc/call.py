@@ -8,7 +8,10 @@ Contract of every call:
 - 4xx/5xx: the node's ``common.errors`` JSON is rebuilt with ``VpqError.from_dict`` into
   the same exception type, code, message and details, so a node's error reaches the user
   unchanged through the gateway. A body that is not that JSON becomes a ``VpqError`` with
-  code ``http_<status>`` (class by status, e.g. 503 -> ``Unavailable``).
+  code ``http_<status>`` (class by status, e.g. 503 -> ``Unavailable``). A node refusing
+  the caller's cluster secret (401 ``cluster_secret_required`` / ``bad_cluster_secret``,
+  ``node_rpc.cluster_auth``) is a misconfigured cluster, not the user's fault: a 500
+  ``InternalError`` with code ``cluster_secret_mismatch`` naming the node.
 - The node cannot be reached (connection refused or reset, timeout, truncated answer):
   ``Unavailable`` (503, retryable, ``retry_after`` 1 s) with code ``node_unreachable`` and
   details ``role`` and ``node`` (the address), naming the node in its message. An append
@@ -29,12 +32,18 @@ import orjson
 from multidict import CIMultiDictProxy
 
 from vpq.common.errors import InternalError, Unavailable, VpqError
+from vpq.node_rpc.cluster_auth import BAD_CLUSTER_SECRET, CLUSTER_SECRET_REQUIRED
 
 NODE_UNREACHABLE = "node_unreachable"
 """Code of the ``Unavailable`` raised when a node cannot be reached."""
 
 BAD_NODE_ANSWER = "bad_node_answer"
 """Code of the ``InternalError`` raised when a node answers 2xx with a malformed body."""
+
+CLUSTER_SECRET_MISMATCH = "cluster_secret_mismatch"
+"""Code of the ``InternalError`` raised when a node refuses the caller's cluster secret."""
+
+SECRET_REFUSALS = (CLUSTER_SECRET_REQUIRED, BAD_CLUSTER_SECRET)
 
 MAX_WAIT_MS = 30_000
 """Longest wait (ms) a node's long poll or read accepts; a longer one is capped."""
@@ -65,6 +74,13 @@ def error_from_answer(status: int, body: bytes, role: str, address: str) -> VpqE
     except orjson.JSONDecodeError:
         data = None
     if isinstance(data, Mapping) and isinstance(data.get("error"), Mapping):
+        if status == 401 and data["error"].get("code") in SECRET_REFUSALS:
+            return InternalError(
+                CLUSTER_SECRET_MISMATCH,
+                f"{role} node {address} refused this process's cluster secret ({data['error']['code']})",
+                role=role,
+                node=address,
+            )
         return VpqError.from_dict(data, status)
     err = VpqError.from_dict({}, status)
     err.message = f"{role} node {address} answered HTTP {status} without an error body"

@@ -25,6 +25,8 @@ Bodies are validated like the public API's (same limits: ``max_messages``
 ``common.errors`` JSON with its status, so it reaches the user unchanged
 through the gateway; a group held by another live node is 409 ``not_owner``
 with detail ``owner``; Redis trouble is 503 ``metadata_unavailable`` (retryable).
+With a cluster secret, a call without it is 401 ``cluster_secret_required`` or
+``bad_cluster_secret`` before any handler runs (``node_rpc.cluster_auth``).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from vpq.common.errors import BadRequest, InternalError, MethodNotAllowed, NotFo
 from vpq.isolation.context import IsolationContext, IsolationError
 from vpq.metadata.errors import MetadataUnavailable
 from vpq.metadata.names import check_name
+from vpq.node_rpc.cluster_auth import cluster_secret_middlewares
 from vpq.node_rpc.read_node_client import MESSAGE_COUNT_HEADER
 
 if TYPE_CHECKING:
@@ -243,8 +246,11 @@ async def metrics(request: web.Request) -> web.Response:
     return web.Response(body=text, headers={"Content-Type": service.metrics.content_type})
 
 
-def build_app(service: ReadNodeService) -> web.Application:
-    app = web.Application(middlewares=[error_middleware], client_max_size=MAX_BODY_BYTES)
+def build_app(service: ReadNodeService, cluster_secret: str | None = None) -> web.Application:
+    """The aiohttp application of the read node's internal API; with ``cluster_secret``
+    every call must carry it (``node_rpc.cluster_auth``)."""
+    middlewares = [error_middleware, *cluster_secret_middlewares(cluster_secret)]
+    app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY_BYTES)
     app[SERVICE_KEY] = service
     base = "/internal/v1/queues/{queue}/groups/{group}"
     app.router.add_post(f"{base}/consumers", join)

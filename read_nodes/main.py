@@ -12,7 +12,7 @@ import argparse
 import logging
 from pathlib import Path
 
-from vpq.common.process_main import run, run_until_signalled, setup_logging
+from vpq.common.process_main import cluster_secret_or_exit, run, run_until_signalled, setup_logging
 from vpq.common.runfiles import read_settings
 from vpq.read_nodes.service import ReadNodeService
 
@@ -32,9 +32,12 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     setup_logging(f"read-node {args.node_id}", args.log_level)
     settings = read_settings(args.settings)
+    secret = cluster_secret_or_exit(settings.cluster.secret_file)
 
     async def amain() -> None:
-        service = ReadNodeService(settings, args.node_id, args.redis_url, host=args.host, port=args.port)
+        service = ReadNodeService(
+            settings, args.node_id, args.redis_url, host=args.host, port=args.port, cluster_secret=secret
+        )
 
         def started() -> None:
             logging.getLogger("vpq.read_node").info("read node %s ready on %s", args.node_id, service.address)

@@ -50,6 +50,7 @@ from vpq.metadata.lease_keeper import LeaseKeeper
 from vpq.metadata.leases import group_resource
 from vpq.metadata.map_cache import MapCache
 from vpq.metadata.store import MetadataStore
+from vpq.node_rpc.cluster_auth import client_headers
 from vpq.node_rpc.node_directory import WriteNodeDirectory
 from vpq.node_rpc.write_node_client import WriteNodeClient
 from vpq.produce_path.append_accumulator import AppendAccumulator
@@ -85,8 +86,12 @@ class ReadNodeService:
         port: int = 0,
         *,
         options: ReadNodeOptions | None = None,
+        cluster_secret: str | None = None,
     ) -> None:
+        """``cluster_secret`` (``common.cluster_secret``): every call to this node's
+        internal API must carry it, and this node's calls to write nodes carry it."""
         self.settings = settings
+        self._cluster_secret = cluster_secret
         self.node_id = node_id
         self.redis_url = redis_url
         self.host_name = host
@@ -133,7 +138,9 @@ class ReadNodeService:
         await listener.start()
         cache = self._cache = MapCache(md.queues, md.maps, listener, capacity=s.redis.map_cache_queues)
         await cache.start()
-        self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1024, limit_per_host=256))
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=1024, limit_per_host=256), headers=client_headers(self._cluster_secret)
+        )
         self._partition_count = await md.read_partition_count() or s.cluster.physical_partitions
         writers = WriteNodeDirectory(md.nodes, md.leases, self._partition_count)
         listener.add_callback(writers.on_event)
@@ -159,7 +166,7 @@ class ReadNodeService:
             dead_letters=DeadLetterProducer(appender, admin, source),
         )
         self._redriver = Redriver(md, cache, WriteNodeLetters(writers, write_client, self._resolve_context), appender)
-        self._runner = web.AppRunner(build_app(self), access_log=None, shutdown_timeout=2.0)
+        self._runner = web.AppRunner(build_app(self, self._cluster_secret), access_log=None, shutdown_timeout=2.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host_name, self.port)
         await site.start()

@@ -11,7 +11,8 @@ Tests talk to it over HTTP from their own loop (``url``; the nodes' ``address`` 
 on ``redis_url`` with ``settings``. ``run(coro)`` runs a coroutine on the platform's
 loop; ``serve(app)`` runs one more aiohttp app there (for synchronous tests that need,
 say, a recording proxy in front of the gateway). ``stop()`` stops everything it
-started. ``running(settings)`` is the form fixtures use: it skips (fails under
+started. With ``cluster_secret`` every role checks and sends it
+(``node_rpc.cluster_auth``). ``running(settings)`` is the form fixtures use: it skips (fails under
 ``VPQ_TEST_STRICT=1``) without a redis-server binary, and stops the platform at the end.
 """
 
@@ -58,8 +59,9 @@ def platform_settings(
 class LivePlatform:
     """See the module docstring."""
 
-    def __init__(self, settings: Settings, *, gateway: bool = True) -> None:
+    def __init__(self, settings: Settings, *, gateway: bool = True, cluster_secret: str | None = None) -> None:
         self.settings = settings
+        self.cluster_secret = cluster_secret
         self._with_gateway = gateway
         self._redis = RedisServer(settings.data_dir / "redis", appendonly=False)
         self._loop = asyncio.new_event_loop()
@@ -89,17 +91,17 @@ class LivePlatform:
     async def _start_roles(self) -> None:
         s = self.settings
         for i in range(s.cluster.write_nodes):
-            node = WriteNodeService(s, f"w{i}", i, self.redis_url)
+            node = WriteNodeService(s, f"w{i}", i, self.redis_url, cluster_secret=self.cluster_secret)
             await node.start()
             self._started.append(node)
             self.writers.append(node)
         for j in range(s.cluster.read_nodes):
-            reader = ReadNodeService(s, f"r{j}", self.redis_url)
+            reader = ReadNodeService(s, f"r{j}", self.redis_url, cluster_secret=self.cluster_secret)
             await reader.start()
             self._started.append(reader)
             self.readers.append(reader)
         if self._with_gateway:
-            app = create_app(s.gateway, ClusterBackend(s, self.redis_url), queue_defaults=s.queues)
+            app = create_app(s.gateway, ClusterBackend(s, self.redis_url, cluster_secret=self.cluster_secret), queue_defaults=s.queues)
             server = GatewayServer(app, s.gateway)
             await server.start()
             self._started.append(server)
@@ -166,11 +168,11 @@ class LivePlatform:
 
 
 @contextmanager
-def running(settings: Settings, *, gateway: bool = True) -> Iterator[LivePlatform]:
+def running(settings: Settings, *, gateway: bool = True, cluster_secret: str | None = None) -> Iterator[LivePlatform]:
     """A started ``LivePlatform``, stopped on exit (see the module docstring)."""
     if find_redis_server() is None:
         missing("needs the redis-server binary")
-    live = LivePlatform(settings, gateway=gateway)
+    live = LivePlatform(settings, gateway=gateway, cluster_secret=cluster_secret)
     live.start()
     try:
         yield live

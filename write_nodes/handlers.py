@@ -23,6 +23,9 @@
   ``"disk": {"free_bytes", "total_bytes"}`` of the data directory when the node has one.
 - ``GET /internal/v1/metrics``: Prometheus text (``write_nodes.metrics``).
 
+With a cluster secret, a call without it is 401 ``cluster_secret_required`` or
+``bad_cluster_secret`` before any handler runs (``node_rpc.cluster_auth``).
+
 Errors are ``common.errors`` JSON with the error's status (``error_middleware``):
 ownership answers come from ``PartitionOwnership.serving``; an I/O error of the log
 takes the partition offline (503 ``partition_offline``). Disk (``write_nodes.disk_guard``):
@@ -72,6 +75,7 @@ from vpq.node_rpc.append_frames import (
     error_entry,
     ok_entry,
 )
+from vpq.node_rpc.cluster_auth import cluster_secret_middlewares
 from vpq.write_nodes import dedup_log
 from vpq.write_nodes.disk_guard import DiskGuard
 from vpq.write_nodes.errors import DiskFullError, LogIOError, OffsetOutOfRangeError
@@ -484,9 +488,14 @@ async def _replicated(
     return answer
 
 
-def build_app(handlers: WriteNodeHandlers, *, client_max_size: int) -> web.Application:
-    """The aiohttp application of the write node's internal API."""
-    app = web.Application(middlewares=[error_middleware], client_max_size=client_max_size)
+def build_app(
+    handlers: WriteNodeHandlers, *, client_max_size: int, cluster_secret: str | None = None
+) -> web.Application:
+    """The aiohttp application of the write node's internal API; with ``cluster_secret``
+    every call must carry it (``node_rpc.cluster_auth``)."""
+    app = web.Application(
+        middlewares=[error_middleware, *cluster_secret_middlewares(cluster_secret)], client_max_size=client_max_size
+    )
     app.router.add_post("/internal/v1/append", handlers.append_many)
     app.router.add_get(r"/internal/v1/partitions/{pp:\d{1,9}}/read", handlers.read)
     app.router.add_get("/internal/v1/partitions", handlers.partitions)

@@ -12,7 +12,7 @@ import argparse
 import logging
 from pathlib import Path
 
-from vpq.common.process_main import run, run_until_signalled, setup_logging
+from vpq.common.process_main import cluster_secret_or_exit, run, run_until_signalled, setup_logging
 from vpq.common.runfiles import read_settings
 from vpq.write_nodes.service import WriteNodeService
 
@@ -33,9 +33,12 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     setup_logging(f"write[{args.node_id}]", args.log_level)
     settings = read_settings(args.settings)
+    secret = cluster_secret_or_exit(settings.cluster.secret_file)
 
     async def amain() -> None:
-        service = WriteNodeService(settings, args.node_id, args.index, args.redis_url, args.host, args.port)
+        service = WriteNodeService(
+            settings, args.node_id, args.index, args.redis_url, args.host, args.port, cluster_secret=secret
+        )
 
         def started() -> None:
             logging.getLogger("vpq.write").info("write node %s listening on %s", args.node_id, service.address)

@@ -43,6 +43,7 @@ from vpq.metadata.aio import cancel_and_wait
 from vpq.metadata.errors import MetadataUnavailable
 from vpq.metadata.leases import NodeRegistry
 from vpq.metadata.partition_leaders import LeaderRecord, PartitionLeaders
+from vpq.node_rpc.cluster_auth import client_headers
 from vpq.write_nodes.log import PartitionLog
 from vpq.write_nodes.ownership import WRITE_ROLE, LogFactory, partition_dir
 from vpq.write_nodes.replica_follower import Follower
@@ -74,8 +75,10 @@ class ReplicaManager:
         leaders: PartitionLeaders,
         nodes: NodeRegistry,
         interval_s: float = 0.2,
+        cluster_secret: str | None = None,
     ) -> None:
         self.node_id = node_id
+        self._cluster_secret = cluster_secret
         self.me = node_index
         self.write_nodes = cluster.write_nodes
         self.factor = cluster.replication_factor
@@ -119,7 +122,7 @@ class ReplicaManager:
 
     # -------------------------------------------------------------- lifecycle
     async def start(self) -> None:
-        self._session = aiohttp.ClientSession()
+        self._session = aiohttp.ClientSession(headers=client_headers(self._cluster_secret))
         await self._refresh_nodes()
         self._task = asyncio.create_task(self._run(), name=f"replication-{self.node_id}")
 

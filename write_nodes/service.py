@@ -236,6 +236,7 @@ class WriteNodeService:
         use_pubsub: bool = True,
         takeover: bool = True,
         reopen_backoff_s: float = 1.0,
+        cluster_secret: str | None = None,
     ) -> None:
         """``log_factory`` builds partition logs (tests inject failing I/O; the default,
         ``WriteNodeMetrics.log_factory``, feeds the fsync and group-commit metrics);
@@ -243,7 +244,9 @@ class WriteNodeService:
         simulated disk);
         ``use_pubsub=False`` makes the map cache rely on polling and on-demand reloads;
         ``takeover=False`` never takes a dead sibling's partitions; an offline partition
-        is reopened after ``reopen_backoff_s`` (doubling on each failure)."""
+        is reopened after ``reopen_backoff_s`` (doubling on each failure);
+        ``cluster_secret`` (``common.cluster_secret``): every call to this node's internal
+        API must carry it, and this node's calls to other nodes carry it."""
         if not 0 <= node_index < settings.cluster.write_nodes:
             raise ValueError(f"node index {node_index} outside [0, {settings.cluster.write_nodes})")
         self.settings = settings
@@ -257,6 +260,7 @@ class WriteNodeService:
         self._use_pubsub = use_pubsub
         self._takeover = takeover
         self._reopen_backoff_s = reopen_backoff_s
+        self._cluster_secret = cluster_secret
         self._md: MetadataStore | None = None
         self._listener: EventListener | None = None
         self._cache: MapCache | None = None
@@ -332,6 +336,7 @@ class WriteNodeService:
                     log_factory=self._log_factory,
                     leaders=md.leaders,
                     nodes=md.nodes,
+                    cluster_secret=self._cluster_secret,
                 )
             self._ownership = PartitionOwnership(
                 node_id=self.node_id,
@@ -357,7 +362,7 @@ class WriteNodeService:
                 replication=self._replication,
             )
             body_limit = max(MIN_BODY_LIMIT, 2 * s.gateway.max_request_bytes)
-            app = build_app(handlers, client_max_size=body_limit)
+            app = build_app(handlers, client_max_size=body_limit, cluster_secret=self._cluster_secret)
             if self._replication is not None:
                 fetcher = ReplicaFetchHandler(self._ownership, self._replication)
                 app.router.add_post(FETCH_PATH, fetcher.fetch)

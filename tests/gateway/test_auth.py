@@ -109,9 +109,22 @@ async def test_queue_list_is_filtered_to_visible_queues(secured: TestClient) -> 
     await error_of(await secured.get("/v1/queues"), 401)
 
 
-@pytest.mark.parametrize("path", ["/healthz", "/readyz", "/metrics", "/openapi.json", "/docs"])
+@pytest.mark.parametrize("path", ["/healthz", "/readyz", "/openapi.json", "/docs"])
 async def test_open_endpoints_need_no_token(secured: TestClient, path: str) -> None:
     assert (await secured.get(path)).status == 200
+
+
+async def test_metrics_need_a_valid_token_of_any_scope(make_client: MakeClient) -> None:
+    scraper = AuthToken(token="scrape", scopes={})
+    client = await make_client(GatewaySettings(auth_enabled=True, tokens=[*TOKENS, scraper]))
+    r = await client.get("/metrics")
+    await error_of(r, 401, "unauthorized")
+    assert r.headers["WWW-Authenticate"].startswith("Bearer")
+    await error_of(await client.get("/metrics", headers=bearer("nope")), 401, "invalid_token")
+    for token in ("scrape", "prod-tok", "root"):
+        r = await client.get("/metrics", headers=bearer(token))
+        assert r.status == 200, token
+        assert "vpq_" in await r.text()
 
 
 async def test_auth_comes_before_body_validation(secured: TestClient, backend: RecordingBackend) -> None:
@@ -133,7 +146,8 @@ def test_every_non_open_route_declares_what_it_needs() -> None:
     assert {by_op[o] for o in ("putQueue", "getQueue", "deleteQueue")} == {Access.ADMIN}
     assert {by_op[o] for o in ("getCluster", "getCurrentMap")} == {Access.ADMIN_GLOBAL}
     assert by_op["listQueues"] is Access.ANY_TOKEN
-    assert {by_op[o] for o in ("healthz", "readyz", "metrics", "openapi", "docs")} == {Access.OPEN}
+    assert by_op["metrics"] is Access.VALID_TOKEN
+    assert {by_op[o] for o in ("healthz", "readyz", "openapi", "docs")} == {Access.OPEN}
     for r in ROUTES:
         if r.access in (Access.PRODUCE, Access.CONSUME, Access.ADMIN):
             assert "queue" in r.path_params

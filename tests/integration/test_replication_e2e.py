@@ -18,6 +18,7 @@ from tests.integration.api import Api
 from tests.integration.conftest import FAST
 from tests.integration.platform import Platform
 from vpq.load.replication_faults import FAULTS, FaultConfig, run_fault_campaign
+from vpq.node_rpc.cluster_auth import CLUSTER_SECRET_HEADER
 
 pytestmark = pytest.mark.integration
 
@@ -51,8 +52,9 @@ def test_cluster_shows_leaders_replicas_isr_and_epochs(tmp_path):
             assert x["replicas"] == [f"w{x['id']}", f"w{1 - x['id']}"]
             assert sorted(x["in_sync_replicas"]) == ["w0", "w1"]
             assert x["leader_epoch"] >= 1
+        secret = {CLUSTER_SECRET_HEADER: (tmp_path / "vpq" / "run" / "cluster.secret").read_text().strip()}
         for node in api.cluster()["write_nodes"]:  # replication metrics of each leader
-            text = requests.get(f"http://{node['address']}/internal/v1/metrics", timeout=10).text
+            text = requests.get(f"http://{node['address']}/internal/v1/metrics", headers=secret, timeout=10).text
             assert 'vpq_partition_leader_epoch{partition="' in text
             assert 'vpq_replica_lag_records{partition="' in text
             assert "vpq_partition_in_sync_replicas" in text and "vpq_replication_isr_shrinks_total" in text
