@@ -97,6 +97,8 @@ class MetadataClient(aioredis.Redis):
         except _PASS_THROUGH:
             raise
         except RedisError as exc:
+            if isinstance(exc, (ConnectionError, TimeoutError)) and self.replica_waiter is not None:
+                self.replica_waiter.forget()  # the master may be another one next time
             raise _unavailable(exc) from exc
 
     def pipeline(self, transaction: bool = True, shard_hint: str | None = None) -> _Pipeline:

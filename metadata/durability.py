@@ -17,16 +17,20 @@ Contract of ``run_durably(client, script, keys, args)``:
 - otherwise the script and ``WAIT 1 <replica_wait_ms>`` go in one pipeline on one
   connection (``WAIT`` counts the replicas that have that connection's writes), so
   the call returns only once a replica has the change in memory;
-- when no replica acknowledges within ``replica_wait_ms`` the change is still in
-  effect on the master, but the call raises ``ReplicaNotAcknowledged`` (a
+- when no replica acknowledges within ``replica_wait_ms`` the replica count is read
+  again: when the master has no online replica any more (it left; or the connection
+  now reaches a newly promoted master), the call succeeds as in the first case.
+  Otherwise the change is still in effect on the master, but the call raises ``ReplicaNotAcknowledged`` (a
   ``MetadataUnavailable``: retryable, HTTP 503), the waiter's ``timeouts`` counter
-  grows, a warning is logged and the replica count is read again on the next call.
+  grows and a warning is logged.
   Failing is the safer answer: the caller treats it like Redis being unreachable and
   retries, and every script run this way is idempotent (a retry finds its own change
   and waits again), whereas reporting success would let it act on a change a failover
   may still undo. A replica that stays unreachable is dropped by the master after
   ``repl-timeout`` (60 s by default): from then on nothing waits until it is back.
 
+The cached count is dropped whenever a command of the client fails with a connection
+error (``metadata.connection``), so after a failover it is read from the new master.
 Clients that are not ``MetadataClient`` (no ``replica_waiter``) just run the script.
 """
 
@@ -113,8 +117,10 @@ async def run_durably(client: Any, script: Any, keys: Sequence[Any], args: Seque
         raise
     waiter.waits += 1
     if int(acked) < 1:
-        waiter.timeouts += 1
         waiter.forget()
+        if await waiter.replicas(client) == 0:
+            return result  # the replica left (or this is a new master after a failover)
+        waiter.timeouts += 1
         log.warning("no Redis replica acknowledged a metadata change within %d ms", waiter.wait_ms)
         raise ReplicaNotAcknowledged(f"no Redis replica acknowledged the change within {waiter.wait_ms} ms")
     return result
