@@ -6,8 +6,8 @@ writes the replica had not received yet. For most of vpq's metadata that is harm
 (ack state and offsets going back a little means redelivery, which at-least-once
 allows). A few changes must survive a failover because other components act on them
 at once and an older copy would let two of them disagree: a new placement-map epoch,
-a partition leadership change (``elect``, the in-sync set), a queue's record. Their
-writers run them through ``run_durably``.
+a partition leadership change (``elect``, the in-sync set), a queue's record, a lease
+grant (its fencing token). Their writers run them through ``run_durably``.
 
 Contract of ``run_durably(client, script, keys, args)``:
 

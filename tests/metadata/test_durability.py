@@ -80,7 +80,7 @@ def _replica_epoch(replica: RedisServer, prefix: str) -> int:
         return int(r.hget(f"{prefix}:map", "epoch") or 0)
 
 
-async def test_map_publish_and_election_wait_for_the_replica(master_and_replica) -> None:
+async def test_map_publish_election_and_lease_grant_wait_for_the_replica(master_and_replica) -> None:
     master, replica = master_and_replica
     await _until_replica_online(master.url)
     md = MetadataStore(RedisSettings(key_prefix="dur"), url=master.url, options=ClientOptions(replica_wait_ms=300))
@@ -92,7 +92,9 @@ async def test_map_publish_and_election_wait_for_the_replica(master_and_replica)
         assert _replica_epoch(replica, "dur") == 1
         rec = await md.leaders.create(7, [0, 1])
         assert (await md.leaders.elect(7, 0, "w0", rec.epoch)).epoch == 1
-        assert waiter.waits == 3
+        token = await md.leases.acquire("pp:7", "w0", 5000)
+        assert token is not None and await md.leases.renew("pp:7", "w0", token, 5000)
+        assert waiter.waits == 4  # create, elect, acquire; not the renewal
 
         # a paused replica acknowledges nothing: the change is made on the master but
         # the call fails (retryable), and a retry after the replica is back succeeds
