@@ -1,7 +1,8 @@
 """Metadata on a Sentinel-managed Redis: SIGKILL of the master under traffic.
 
 A real master (AOF, fsync always), one replica and three Sentinels (tests.sentinel_cluster);
-``vpq up --redis-url redis+sentinel://...``. A producer thread sends small batches back to
+``vpq up --redis-url redis+sentinel://...`` with two write nodes and replication factor 2
+(leadership records are written, and WAITed for, on the replicated master). A producer thread sends small batches back to
 back (a failed request is simply not acknowledged; the next batch is new), a consumer
 thread polls and acks, rejoining when its consumer is gone. Once some traffic went through,
 the master gets SIGKILL. Checks: the Sentinels promote the replica, produce and consume
@@ -160,7 +161,10 @@ def test_sigkill_of_the_redis_master_fails_over_without_losing_acknowledged_mess
     cluster.start()
     try:
         old_master = cluster.master_port()
-        p = Platform(tmp_path / "vpq", physical_partitions=2, redis_url=cluster.url, env=dict(FAST))
+        p = Platform(
+            tmp_path / "vpq", write_nodes=2, replication_factor=2, physical_partitions=2,
+            redis_url=cluster.url, env=dict(FAST),
+        )
         for platform in p.running():
             queue, group = unique_name("fo"), "g"
             r = requests.put(f"{platform.url}/v1/queues/{queue}", json={}, timeout=30)
