@@ -20,14 +20,14 @@ Contract of ``run_durably(client, script, keys, args)``:
 - when no replica acknowledges within ``replica_wait_ms`` the replica count is read
   again: when the master has no online replica any more (it left; or the connection
   now reaches a newly promoted master), the call succeeds as in the first case.
-  Otherwise the change is still in effect on the master, but the call raises ``ReplicaNotAcknowledged`` (a
-  ``MetadataUnavailable``: retryable, HTTP 503), the waiter's ``timeouts`` counter
-  grows and a warning is logged.
-  Failing is the safer answer: the caller treats it like Redis being unreachable and
-  retries, and every script run this way is idempotent (a retry finds its own change
-  and waits again), whereas reporting success would let it act on a change a failover
-  may still undo. A replica that stays unreachable is dropped by the master after
-  ``repl-timeout`` (60 s by default): from then on nothing waits until it is back.
+  Otherwise the change is still in effect on the master, but the call raises
+  ``ReplicaNotAcknowledged`` (a ``MetadataUnavailable``: retryable, HTTP 503), the
+  waiter's ``timeouts`` counter grows and a warning is logged. Failing is the safer
+  answer: the caller treats it like Redis being unreachable and retries, and every
+  script run this way is idempotent (a retry finds its own change and waits again),
+  whereas reporting success would let it act on a change a failover may still undo.
+  A replica that stays unreachable is dropped by the master after ``repl-timeout``
+  (60 s by default): from then on nothing waits until it is back.
 
 The cached count is dropped whenever a command of the client fails with a connection
 error (``metadata.connection``), so after a failover it is read from the new master.
