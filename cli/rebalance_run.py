@@ -51,6 +51,7 @@ from vpq.common.cluster_secret import ClusterSecretError, load_cluster_secret
 from vpq.common.errors import VpqError
 from vpq.common.runfiles import read_redis_url, read_settings, settings_path
 from vpq.config.overrides import apply_overrides, describe_error, parse_assignments
+from vpq.config.redis_url import check_redis_url
 from vpq.config.settings import Settings, load_settings
 from vpq.metadata.connection import ClientOptions
 from vpq.metadata.errors import MetadataUnavailable
@@ -84,7 +85,7 @@ def resolve_target(
 ) -> Target:
     """Settings and Redis URL of the platform to rebalance; see the module docstring.
     ``overrides`` (dotted keys, from ``--set``) apply to whichever settings are found;
-    a bad key or value raises ``ValueError``."""
+    a bad key or value, or a malformed ``redis+sentinel://`` URL, raises ``ValueError``."""
     given = dict(overrides or {})
     if data_dir is not None:
         given["data_dir"] = data_dir
@@ -106,7 +107,7 @@ def resolve_target(
         settings = apply_overrides(settings, overrides or {})
     settings = settings.model_copy(update={"data_dir": dd})
     if redis_url:
-        return Target(settings, redis_url, "--redis-url / VPQ_REDIS_URL")
+        return Target(settings, check_redis_url(redis_url), "--redis-url / VPQ_REDIS_URL")
     found = read_redis_url(dd)
     if found:
         return Target(settings, found, str(dd / "run" / "redis.url"))

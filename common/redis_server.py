@@ -61,6 +61,8 @@ class RedisServer:
     appendfsync: str = "everysec"
     host: str = "127.0.0.1"
     aof_rewrite_min_size: str = "1mb"
+    extra_args: tuple[str, ...] = ()
+    """More ``--option value`` arguments (e.g. ``("--replicaof", "127.0.0.1", "6379")``)."""
     proc: subprocess.Popen | None = field(default=None, repr=False)
 
     @property
@@ -90,6 +92,7 @@ class RedisServer:
             "--daemonize", "no",
             "--protected-mode", "no",
             "--logfile", "redis.log",
+            *self.extra_args,
         ]
 
     def start(self, timeout: float = 10.0) -> None:

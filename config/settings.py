@@ -30,6 +30,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from vpq.config.redis_url import check_redis_url
+
 MiB = 1024 * 1024
 DAY_MS = 24 * 3600 * 1000
 
@@ -84,12 +86,32 @@ class RedisClientSettings(BaseModel):
     health_check_interval: int = Field(10, ge=0, description="seconds an idle connection may sit before a PING check")
     max_connections: int = Field(100, ge=1, description="connections per client; more commands wait for a free one")
     pool_timeout: float = Field(10.0, gt=0, description="seconds a command waits for a free connection")
+    replica_wait_ms: int = Field(
+        1000, ge=1, le=60000,
+        description="how long a change that must not be lost (map epoch, partition leadership, queue record) "
+        "waits for a Redis replica's acknowledgement (WAIT) when the master has one; fails after it",
+    )
+    replica_check_s: float = Field(
+        5.0, gt=0, description="seconds the master's count of online replicas is cached (INFO replication)"
+    )
+
+    @model_validator(mode="after")
+    def _wait_below_socket_timeout(self) -> RedisClientSettings:
+        if self.replica_wait_ms / 1000.0 >= self.socket_timeout:
+            raise ValueError(
+                f"replica_wait_ms {self.replica_wait_ms} must be below socket_timeout ({self.socket_timeout} s)"
+            )
+        return self
 
 
 class RedisSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    url: str | None = Field(None, description="Redis URL; none means vpq starts its own embedded Redis")
+    url: str | None = Field(
+        None,
+        description="Redis URL (redis://, rediss://, unix:// or redis+sentinel://h1:p1,h2:p2/master-name); "
+        "none means vpq starts its own embedded Redis",
+    )
     key_prefix: str = Field("vpq", pattern=r"^[A-Za-z0-9._:-]{1,64}$")
     lease_ttl_ms: int = Field(10000, ge=100)
     poll_fallback_ms: int = Field(1000, ge=10, description="metadata polling when pub/sub is quiet")
@@ -97,6 +119,11 @@ class RedisSettings(BaseModel):
         100_000, ge=1, description="queues each process keeps in its placement-map cache (least recently used dropped)"
     )
     client: RedisClientSettings = RedisClientSettings()
+
+    @field_validator("url")
+    @classmethod
+    def _url_parses(cls, url: str | None) -> str | None:
+        return None if url is None else check_redis_url(url)
 
 
 class ClusterSettings(BaseModel):

@@ -32,8 +32,8 @@ from collections.abc import Callable
 from typing import Any
 
 import psutil
-import redis.asyncio as aioredis
 
+from vpq.metadata.connection import create_client
 from vpq.sdk.client import AsyncClient
 
 ROLES = {
@@ -113,7 +113,7 @@ async def run_queue_scale(
 ) -> dict[str, Any]:
     """See the module docstring; ``on_step`` sees each step's figures as they come."""
     pids = role_pids(root_pid)
-    redis = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    redis = create_client(redis_url)  # any URL the platform takes, redis+sentinel:// too
     steps: list[dict[str, Any]] = []
     try:
         base = {"rss": rss_by_role(pids), "redis_used": int((await redis.info("memory"))["used_memory"])}

@@ -15,6 +15,8 @@ Contract (every change is one Lua script, so map and fence always move together)
 - ``publish_unfenced(map, expected_epoch, fence_id)``: compare-and-swap publish AND
   removal of the fence ``fence_id``. ``PUBLISHED``, ``CONFLICT`` or ``GONE`` (-1: that
   fence no longer exists, e.g. another run recovered it). Idempotent like the above.
+- Both publishes wait for a Redis replica's acknowledgement like any map publish
+  (``metadata.durability``).
 - So a fence and the map epoch always change in the same step: any consistent read
   of (map epoch, fence), ``snapshot()``, tells exactly which vps are fenced in that
   epoch. Other publishers (queue admin) leave the fence alone: a fence stays in force
@@ -38,6 +40,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from vpq.metadata.durability import run_durably
 from vpq.metadata.events import ANNOUNCE_LUA
 from vpq.metadata.keys import Keys
 from vpq.metadata.map_entries import CHANGES_LUA, change_args, map_token
@@ -199,6 +202,7 @@ class FenceStore:
     """Reads and changes the fence together with the map (the caller owns the client)."""
 
     def __init__(self, client: aioredis.Redis, keys: Keys, maps: MapStore | None = None) -> None:
+        self._client = client
         self._keys = keys
         self._maps = maps if maps is not None else MapStore(client, keys)
         self._fenced = client.register_script(_PUBLISH_FENCED)
@@ -237,7 +241,7 @@ class FenceStore:
             expected_epoch, new_map["epoch"], self._keys.events(), fence.id, fence.to_json(), encode_note(note),
             map_token(new_map), *change_args(changes),
         ]
-        return int(await self._fenced(keys=self._map_keys(), args=args))
+        return int(await run_durably(self._client, self._fenced, self._map_keys(), args))
 
     async def publish_unfenced(
         self, new_map: Mapping[str, Any], expected_epoch: int, fence_id: str, *, note: Mapping[str, Any] | None = None,
@@ -253,7 +257,7 @@ class FenceStore:
             expected_epoch, new_map["epoch"], self._keys.events(), fence_id, encode_note(note), map_token(new_map),
             *change_args(changes),
         ]
-        return int(await self._unfenced(keys=self._map_keys(), args=args))
+        return int(await run_durably(self._client, self._unfenced, self._map_keys(), args))
 
 
 def _check_next(new_map: Mapping[str, Any], expected_epoch: int) -> None:

@@ -23,6 +23,9 @@ token. ``renew``/``release`` succeed only for the current (node, token) pair, so
 a stale owner learns it has lost the lease; ``check_fence(resource, token)`` is
 True only for the live lease's token, and stores that must reject stale
 writers check it atomically inside their own scripts (see ``metadata.acks``).
+A grant waits for a Redis replica's acknowledgement when the master has one
+(``metadata.durability``), so a failover cannot hand the same token out twice;
+renewals do not wait (a lost renewal only makes a lease expire sooner).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from typing import Any, NamedTuple
 
 import redis.asyncio as aioredis
 
+from vpq.metadata.durability import run_durably
 from vpq.metadata.events import ANNOUNCE_LUA
 from vpq.metadata.keys import Keys
 from vpq.metadata.names import check_id, check_name
@@ -230,7 +234,8 @@ class LeaseManager:
         """A new fencing token when ``node_id`` now holds ``resource``, None when another
         node does. Re-acquiring one's own lease issues a new, higher token."""
         k = self._keys
-        token = await self._acquire(
+        token = await run_durably(
+            self._client, self._acquire,
             keys=[k.lease(_check_resource(resource)), k.fence(resource), k.fence_floor()],
             args=[check_id("node id", node_id), _check_ttl(ttl_ms)],
         )

@@ -12,7 +12,10 @@ Map contract (storage per queue: ``metadata.map_entries``):
   "epoch": n}`` and records it in the map history (``metadata.map_history``;
   ``history(limit)`` reads it) atomically with it. It costs the changes, not the map.
   Of any number of concurrent publishers starting from the same epoch exactly one
-  wins. A retry of a publish that already succeeded returns True again.
+  wins. A retry of a publish that already succeeded returns True again. When the Redis
+  master has a replica, the publish returns only once a replica has it (and everything
+  written before it, lineage included), else raises ``ReplicaNotAcknowledged``
+  (``metadata.durability``).
 - ``publish(new_map, expected_epoch, base=...)`` publishes a whole map: the changes from
   ``base`` (the map the caller read at ``expected_epoch``; read again when not given)
   to ``new_map``, with the same CAS.
@@ -55,6 +58,7 @@ from typing import Any, NamedTuple
 import orjson
 import redis.asyncio as aioredis
 
+from vpq.metadata.durability import run_durably
 from vpq.metadata.events import ANNOUNCE_LUA
 from vpq.metadata.keys import Keys
 from vpq.metadata.map_entries import (
@@ -361,7 +365,8 @@ class MapStore:
             check_map({"epoch": expected_epoch + 1, "queues": {n: q for n, q in changes.items() if q is not None}})
         k = self._keys
         pairs = change_args(changes)
-        ok = await self._publish(
+        ok = await run_durably(
+            self._client, self._publish,
             keys=[k.map(), k.events_version(), k.events_log(), k.map_history(), *self.map_keys()],
             args=[
                 _nonneg(expected_epoch, "epoch"), expected_epoch + 1, k.events(), encode_note(note),

@@ -16,7 +16,9 @@ believe they lead one epoch:
   in-sync set (always containing itself).
 
 Every script is idempotent for the same arguments (a retried ``elect`` that already
-succeeded answers the record it wrote), as ``metadata.connection`` requires.
+succeeded answers the record it wrote), as ``metadata.connection`` requires. Every
+change waits for a Redis replica's acknowledgement when the master has one
+(``metadata.durability``): a leader epoch undone by a failover could be won twice.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from vpq.metadata.durability import run_durably
 from vpq.metadata.keys import Keys
 
 _CREATE = """
@@ -126,19 +129,20 @@ class PartitionLeaders:
         if not replicas:
             raise ValueError("a partition needs at least one replica")
         ordered = json.dumps(list(dict.fromkeys(int(r) for r in replicas)))  # home node first
-        rec = _record(pp, await self._create(keys=[self._keys.pp_leader(pp)], args=[ordered]))
+        rec = _record(pp, await run_durably(self._client, self._create, [self._keys.pp_leader(pp)], [ordered]))
         assert rec is not None
         return rec
 
     async def elect(self, pp: int, node: int, node_id: str, expected_epoch: int, *, force: bool = False) -> LeaderRecord | None:
         """The new record when ``node`` now leads ``pp`` (see module doc), else None."""
-        flat = await self._elect(
-            keys=[self._keys.pp_leader(pp)], args=[int(node), node_id, int(expected_epoch), "1" if force else "0"]
+        flat = await run_durably(
+            self._client, self._elect, [self._keys.pp_leader(pp)],
+            [int(node), node_id, int(expected_epoch), "1" if force else "0"],
         )
         return _record(pp, flat) if flat else None
 
     async def set_isr(self, pp: int, node: int, epoch: int, isr: Iterable[int]) -> bool:
         """Replace the in-sync set; False when ``node`` no longer leads ``epoch``."""
         members = set(isr) | {int(node)}
-        ok = await self._set_isr(keys=[self._keys.pp_leader(pp)], args=[int(node), int(epoch), _list(members)])
+        ok = await run_durably(self._client, self._set_isr, [self._keys.pp_leader(pp)], [int(node), int(epoch), _list(members)])
         return bool(ok)

@@ -33,6 +33,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from vpq.config.settings import QueueDefaults
+from vpq.metadata.durability import run_durably
 from vpq.metadata.errors import QueueConflictError, QueueNotFoundError
 from vpq.metadata.events import ANNOUNCE_LUA
 from vpq.metadata.keys import Keys
@@ -161,7 +162,8 @@ class QueueRegistry:
         check_name("queue", name)
         partial = validate_partial(config or {}, self._defaults.max_virtual_partitions)
         k = self._keys
-        status, payload = await self._create_or_update(
+        status, payload = await run_durably(
+            self._client, self._create_or_update,
             keys=[k.queues(), k.queue_ids(), k.queue_seq(), k.events_version(), k.events_log()],
             args=[
                 name, json.dumps(partial) if partial else "{}", self._default_json, k.events(),
@@ -223,8 +225,9 @@ class QueueRegistry:
         """Remove ``name`` from the registry; returns its last record.
         Raises ``QueueNotFoundError`` when there is no such queue."""
         k = self._keys
-        raw = await self._delete(
-            keys=[k.queues(), k.queue_ids(), k.events_version(), k.events_log()], args=[name, k.events()]
+        raw = await run_durably(
+            self._client, self._delete,
+            keys=[k.queues(), k.queue_ids(), k.events_version(), k.events_log()], args=[name, k.events()],
         )
         if not raw:
             raise QueueNotFoundError(name)
