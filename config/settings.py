@@ -116,6 +116,9 @@ class ClusterSettings(BaseModel):
         3000, ge=50, description="a follower not caught up with the leader for this long leaves the in-sync set"
     )
     replica_fetch_wait_ms: int = Field(500, ge=1, le=30000, description="long-poll of a follower's fetch")
+    secret_file: Path | None = Field(
+        None, description="file holding the secret shared by the nodes of a cluster (vpq serve --cluster-secret-file)"
+    )
 
     @model_validator(mode="after")
     def _replication_fits(self) -> ClusterSettings:

@@ -85,12 +85,16 @@ class ReadNodeService:
         port: int = 0,
         *,
         options: ReadNodeOptions | None = None,
+        advertise: str | None = None,
     ) -> None:
+        """``advertise`` (``host:port``) is the address registered for the gateways to
+        reach this node (default: the bound ``host:port``)."""
         self.settings = settings
         self.node_id = node_id
         self.redis_url = redis_url
         self.host_name = host
         self.port = port
+        self._advertise = advertise
         self.options = options or ReadNodeOptions.from_settings(settings.read_nodes)
         self.metrics = ReadNodeMetrics()
         self.parts: NodeParts | None = None
@@ -113,7 +117,7 @@ class ReadNodeService:
 
     @property
     def address(self) -> str:
-        """``host:port`` the node listens on (after ``start``)."""
+        """``host:port`` registered for this node (after ``start``): ``advertise``, else the bound address."""
         return self._address
 
     # ---------------------------------------------------------------- lifecycle
@@ -164,7 +168,7 @@ class ReadNodeService:
         site = web.TCPSite(self._runner, self.host_name, self.port)
         await site.start()
         bound = self._runner.addresses[0]
-        self._address = f"{self.host_name}:{bound[1]}"
+        self._address = self._advertise or f"{self.host_name}:{bound[1]}"
         self._keeper = LeaseKeeper(
             md.leases, self.node_id, s.redis.lease_ttl_ms, on_lost=self._on_lost, nodes=md.nodes, role=ROLE,
             address=self._address,
