@@ -113,6 +113,7 @@ def write_node(
     """Run a write node (the first one creates the cluster)."""
     require_extra("vpq serve", "server")
     from vpq.cli.serve_setup import (
+        SHAPE_KEYS,
         ServeError,
         advertised,
         build_settings,
@@ -124,8 +125,9 @@ def write_node(
 
     node = _node_id(node_id, "write")
     try:
-        settings = build_settings(
-            config, assignments, {**_common(data_dir, redis_url, cluster_secret_file), "cluster.min_insync": min_insync}
+        settings, held = build_settings(
+            config, assignments, {**_common(data_dir, redis_url, cluster_secret_file), "cluster.min_insync": min_insync},
+            SHAPE_KEYS,
         )
         host, port = parse_bind(bind or "127.0.0.1:0", 0)
         address = advertised(host, advertise)
@@ -133,7 +135,7 @@ def write_node(
             "physical_partitions": physical_partitions, "replication_factor": replication_factor,
             "write_nodes": write_nodes,
         }  # fmt: skip
-        explicit = explicit_shape(settings, flags)
+        explicit = explicit_shape(settings, held, flags)
         settings, node_index, created = asyncio.run(settle_write_node(settings, redis_url, node, explicit, index))
     except ServeError as exc:
         raise _fail(exc)
@@ -166,7 +168,7 @@ def read_node(
 
     node = _node_id(node_id, "read")
     try:
-        settings = build_settings(config, assignments, _common(data_dir, redis_url, cluster_secret_file))
+        settings, _ = build_settings(config, assignments, _common(data_dir, redis_url, cluster_secret_file))
         host, port = parse_bind(bind or "127.0.0.1:0", 0)
         address = advertised(host, advertise)
         settings = asyncio.run(settle_reader(settings, redis_url, lambda m: console.print(f"[dim]vpq:[/dim] {m}")))
@@ -197,7 +199,7 @@ def gateway(
     from vpq.gateway.main import serve
 
     try:
-        settings = build_settings(config, assignments, _common(data_dir, redis_url, cluster_secret_file))
+        settings, _ = build_settings(config, assignments, _common(data_dir, redis_url, cluster_secret_file))
         gw = settings.gateway
         host, port = parse_bind(bind or f"{gw.host}:{gw.port}", gw.port)
         address = advertised(host, advertise) or f"{host}:{port}"

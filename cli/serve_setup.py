@@ -6,9 +6,10 @@ shape and a write node's index.
   may not be a wildcard (``0.0.0.0``, ``::``) nor its port 0: other nodes dial exactly
   the advertised address. ``advertised(bind, advertise)`` is what the node registers
   (``advertise``, else None: the bound address), refusing a wildcard bind without one.
-- ``build_settings(config, assignments, flags)``: the settings, from ``--config``,
+- ``build_settings(config, assignments, flags, held)``: the settings, from ``--config``,
   ``VPQ_`` variables, ``--set`` and the flags (highest), as ``vpq up`` builds them;
-  ``ServeError`` (exit 2) on a bad key or value.
+  ``ServeError`` (exit 2) on a bad key or value. A write node holds its ``--set``
+  shape values apart (``held``) so that they are compared with the stored shape.
 - ``settle_write_node``: reads the cluster's shape from Redis, storing one when there is
   none (the explicit values, else the settings' defaults); refuses (``ServeError``) when
   a value given explicitly (flag, ``--set``, TOML or ``VPQ_`` variable) differs from the
@@ -110,15 +111,23 @@ def advertised(bind_host: str, advertise: str | None) -> str | None:
     return None
 
 
-def build_settings(config: Path | None, assignments: list[str] | None, flags: Mapping[str, Any]) -> Settings:
-    """The settings from every source (module doc), data directory made absolute."""
+SHAPE_KEYS = tuple(f"cluster.{name}" for name in FIELDS)
+
+
+def build_settings(
+    config: Path | None, assignments: list[str] | None, flags: Mapping[str, Any], held: tuple[str, ...] = ()
+) -> tuple[Settings, dict[str, Any]]:
+    """The settings from every source (module doc), data directory made absolute, and the
+    ``--set`` values of the ``held`` keys, kept out of the settings (a write node's shape
+    values are checked against the stored shape, not against the defaults)."""
     try:
         overrides = parse_assignments(assignments or ())
+        kept = {key: overrides.pop(key) for key in held if key in overrides}
         overrides.update((k, v) for k, v in flags.items() if v is not None)
         settings = load_settings(config, overrides)
     except (FileNotFoundError, ValueError) as exc:
         raise ServeError(describe_error(exc)) from exc
-    return settings.model_copy(update={"data_dir": settings.data_dir.resolve()})
+    return settings.model_copy(update={"data_dir": settings.data_dir.resolve()}), kept
 
 
 def with_shape(settings: Settings, shape: ClusterShape) -> Settings:
@@ -131,11 +140,16 @@ def with_shape(settings: Settings, shape: ClusterShape) -> Settings:
     return settings.model_copy(update={"cluster": cluster})
 
 
-def explicit_shape(settings: Settings, flags: Mapping[str, int | None]) -> dict[str, int]:
-    """The shape values asked for explicitly: the flags, else any source that set them."""
+def explicit_shape(settings: Settings, held: Mapping[str, Any], flags: Mapping[str, int | None]) -> dict[str, int]:
+    """The shape values asked for explicitly: the flags, else ``--set`` (``held``), else any
+    source that set them; ``ServeError`` for a value that is not a positive integer."""
     given = settings.cluster.model_fields_set
     out = {name: getattr(settings.cluster, name) for name in FIELDS if name in given}
+    out.update((key.split(".", 1)[1], value) for key, value in held.items())
     out.update((name, value) for name, value in flags.items() if value is not None)
+    for name, value in out.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ServeError(f"cluster.{name} must be a positive integer, got {value!r}")
     return out
 
 
