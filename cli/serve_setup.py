@@ -212,3 +212,31 @@ async def settle_reader(
         raise ServeError(f"Redis at {redis_url} failed: {exc}", code=1) from exc
     finally:
         await md.stop()
+
+
+async def record_composed_cluster(settings: Settings, redis_url: str) -> str | None:
+    """What ``vpq up`` stores so that roles started later with ``vpq serve`` join its
+    cluster as it is: the shape (create-if-absent; a stored one is kept, as ``vpq up``
+    keeps a stored partition count) and the slots ``w<i>`` -> ``i`` of its write nodes.
+    Returns a note when the stored shape differs or a slot is taken (``vpq up`` runs on
+    as before), None otherwise."""
+    c = settings.cluster
+    want = ClusterShape(c.physical_partitions, c.replication_factor, c.write_nodes)
+    md = MetadataStore(settings.redis, url=redis_url, queue_defaults=settings.queues)
+    notes: list[str] = []
+    try:
+        await md.start()
+        stored = await md.get_or_create_shape(want)
+        if stored != want:
+            wrong = mismatches(stored, {name: getattr(want, name) for name in FIELDS})
+            notes.append("the cluster in Redis keeps its shape; asked for " + ", ".join(wrong))
+        for i in range(c.write_nodes):
+            try:
+                await md.claim_write_slot(f"w{i}", stored.write_nodes, i)
+            except SlotError as exc:
+                notes.append(f"write node w{i}: {exc}")
+    except MetadataUnavailable as exc:
+        notes.append(f"could not record the cluster's shape: {exc}")
+    finally:
+        await md.stop()
+    return "; ".join(notes) or None

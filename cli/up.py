@@ -149,6 +149,7 @@ async def _wait_redis(server: RedisServer, timeout_s: float = 15.0) -> None:
 
 
 async def _up(settings: Settings) -> int:
+    from vpq.cli.serve_setup import record_composed_cluster
     from vpq.common.runfiles import write_redis_url, write_settings
 
     data_dir = settings.data_dir
@@ -187,6 +188,9 @@ async def _up(settings: Settings) -> int:
         )
         settings_file = write_settings(settings)
         write_redis_url(data_dir, redis_url)
+        note = await record_composed_cluster(settings, redis_url)
+        if note:
+            console.print(f"[yellow]vpq:[/yellow] {escape(note)}")
 
         if settings.cluster.single_process:
             in_process = await _start_in_process(settings, redis_url)

@@ -12,6 +12,9 @@ from vpq.cli.serve_setup import (
     explicit_shape,
     parse_advertise,
     parse_bind,
+    record_composed_cluster,
+    settle_reader,
+    settle_write_node,
 )
 
 
@@ -67,3 +70,22 @@ def test_explicit_shape_values_come_from_flags_or_any_source(tmp_path, monkeypat
     assert explicit_shape(build_settings(None, [], {})[0], {}, {}) == {"physical_partitions": 16}
     with pytest.raises(ServeError, match="nosuch"):
         build_settings(None, ["cluster.nosuch=1"], {})
+
+
+async def test_serve_joins_a_cluster_vpq_up_created(tmp_path, redis_url) -> None:
+    up_settings, _ = build_settings(None, ["cluster.write_nodes=2", "cluster.replication_factor=2"], {"data_dir": tmp_path})
+    assert await record_composed_cluster(up_settings, redis_url) is None
+    assert await record_composed_cluster(up_settings, redis_url) is None  # a restart of vpq up
+    plain, _ = build_settings(None, [], {"data_dir": tmp_path})
+    settings, index, created = await settle_write_node(plain, redis_url, "w1", {}, None)
+    assert (index, created) == (1, False)  # vpq up's w1 slot, its shape adopted
+    assert (settings.cluster.write_nodes, settings.cluster.replication_factor) == (2, 2)
+    with pytest.raises(ServeError, match="all 2 write-node slots are taken"):
+        await settle_write_node(plain, redis_url, "other", {}, None)
+    with pytest.raises(ServeError, match="physical_partitions 8 \\(the cluster has 4\\)"):
+        await settle_write_node(plain, redis_url, "w0", {"physical_partitions": 8}, None)
+    reader = await settle_reader(plain, redis_url, lambda m: None)
+    assert reader.cluster.physical_partitions == 4 and reader.cluster.write_nodes == 2
+    bigger, _ = build_settings(None, ["cluster.write_nodes=3"], {"data_dir": tmp_path})
+    note = await record_composed_cluster(bigger, redis_url)
+    assert note and "write_nodes 3 (the cluster has 2)" in note and "w2" in note
