@@ -49,11 +49,16 @@ def test_a_later_write_node_cannot_change_the_shape(served):
 
 def test_every_node_registers_its_advertised_address(served):
     wport, rport = free_port("127.0.0.3"), free_port("127.0.0.4")
+    gateway, url = served.gateway("g0", "127.0.0.5", wait=False)  # waits for the cluster to exist
+    deadline = time.monotonic() + 30
+    while "waiting for the first write node" not in gateway.output() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert gateway.alive() and "waiting for the first write node" in gateway.output(), gateway.output()
     # bound on every interface, advertised on one loopback alias: others dial the alias
-    served.write_node("w0", "0.0.0.0:%d" % wport, "--advertise", f"127.0.0.3:{wport}", "--physical-partitions", "2")
+    w0 = served.write_node("w0", "0.0.0.0:%d" % wport, "--advertise", f"127.0.0.3:{wport}", "--physical-partitions", "2")
     served.read_node("r0", "0.0.0.0:%d" % rport, "--advertise", f"127.0.0.4:{rport}")
     served.read_node("r1", "127.0.0.6")  # no --advertise: the bound address
-    _, url = served.gateway("g0", "127.0.0.5")
+    served.wait_ready(gateway, url)
     assert served.registered("write") == {"w0": f"127.0.0.3:{wport}"}
     read = served.registered("read")
     assert read["r0"] == f"127.0.0.4:{rport}"
@@ -69,6 +74,8 @@ def test_every_node_registers_its_advertised_address(served):
     while len(got) < 10 and time.monotonic() < deadline:
         got += api.poll("adv", "g", cid, wait_ms=500)
     assert sorted(m["value"] for m in got) == list(range(10))
+    assert w0.stop() == 0  # SIGTERM: a clean stop, the node deregisters
+    assert "w0" not in served.registered("write")
 
 
 def _key_on(placement: list[int], pp: int, prefix: str) -> str:

@@ -115,15 +115,20 @@ class Served:
         self.wait_registered(role, "read")
         return role
 
-    def gateway(self, name: str, host: str, *args: str) -> tuple[Role, str]:
+    def gateway(self, name: str, host: str, *args: str, wait: bool = True) -> tuple[Role, str]:
+        """A gateway on a free port of ``host``; with ``wait``, once it answers ``/readyz``."""
         port = free_port(host)
         argv = [*VPQ, "gateway", "--redis-url", self.redis_url, "--data-dir", str(self.data_dir(name)),
                 "--bind", f"{host}:{port}", *args]  # fmt: skip
         role = self._role(name, argv)
         role.start()
         url = f"http://{host}:{port}"
-        self._wait(role, lambda: _ready(url), f"{url}/readyz")
+        if wait:
+            self.wait_ready(role, url)
         return role, url
+
+    def wait_ready(self, role: Role, url: str, timeout_s: float = 60.0) -> None:
+        self._wait(role, lambda: _ready(url), f"{url}/readyz", timeout_s)
 
     def refused(self, role: str, *args: str) -> subprocess.CompletedProcess:
         """Run ``vpq serve <role> --redis-url URL ...`` that must exit by itself."""
