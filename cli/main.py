@@ -1,7 +1,7 @@
 """The ``vpq`` command line: one typer app, sub-commands registered from small modules.
 
 Importing this module loads the client only (the SDK, typer, rich): ``vpq up``,
-``vpq rebalance`` and ``vpq bench`` import what they need (the server, spark and bench
+``vpq serve``, ``vpq rebalance`` and ``vpq bench`` import what they need (the server, spark and bench
 extras) when they run (``cli/extras.py``; tests/test_packaging.py checks it)."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import typer
 from vpq.cli.bench_lazy import bench_app
 from vpq.cli.commands import register_commands
 from vpq.cli.rebalance import rebalance
+from vpq.cli.serve import serve_app
 from vpq.cli.up import up
 
 app = typer.Typer(
@@ -21,6 +22,7 @@ app = typer.Typer(
 )
 app.command("up")(up)
 app.command("rebalance")(rebalance)
+app.add_typer(serve_app, name="serve")
 app.add_typer(bench_app, name="bench")
 register_commands(app)
 

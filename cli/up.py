@@ -172,6 +172,7 @@ def _with_cluster_secret(settings: Settings) -> tuple[Settings, str]:
 
 
 async def _up(settings: Settings) -> int:
+    from vpq.cli.serve_setup import record_composed_cluster
     from vpq.common.cluster_secret import ClusterSecretError
     from vpq.common.runfiles import write_redis_url, write_settings
 
@@ -217,6 +218,9 @@ async def _up(settings: Settings) -> int:
         )
         settings_file = write_settings(settings)
         write_redis_url(data_dir, redis_url)
+        note = await record_composed_cluster(settings, redis_url)
+        if note:
+            console.print(f"[yellow]vpq:[/yellow] {escape(note)}")
 
         if settings.cluster.single_process:
             in_process = await _start_in_process(settings, redis_url, secret)

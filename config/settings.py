@@ -146,7 +146,7 @@ class ClusterSettings(BaseModel):
     secret_file: Path | None = Field(
         None,
         description="file holding the secret every node-to-node call carries (None: calls are not checked; "
-        "vpq up then creates <data_dir>/run/cluster.secret)",
+        "vpq up then creates <data_dir>/run/cluster.secret; vpq serve --cluster-secret-file)",
     )
 
     @model_validator(mode="after")

@@ -34,6 +34,9 @@ key                                       type    content
 ``p:ackstate:{queue}:{group}``            hash    stream -> encoded ack state (``metadata.acks``)
 ``p:redrive:{dlq}``                       hash    ``queue_id:pp`` -> redrive cursor (``metadata.redrive``)
 ``p:cluster:physical_partitions``         string  the cluster's pp count (``metadata.partition_count``)
+``p:cluster:shape``                       hash    physical_partitions, replication_factor, write_nodes
+                                                  (``metadata.cluster_shape``)
+``p:cluster:write_slots``                 hash    write node id -> index (``metadata.cluster_shape``)
 ``p:remap:fence``                         hash    the remap fence (``metadata.fences``)
 ``p:pp_leader:{pp}``                      hash    leader, leader_id, epoch, replicas, isr of a
                                                   replicated pp (``metadata.partition_leaders``)

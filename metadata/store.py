@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from vpq.config.settings import QueueDefaults, RedisSettings
 from vpq.metadata.acks import AckStateStore
+from vpq.metadata.cluster_shape import ClusterShape, claim_write_slot, get_or_create_shape, read_shape
 from vpq.metadata.connection import ClientOptions, MetadataClient, client_from_settings
 from vpq.metadata.contexts import ContextRegistry
 from vpq.metadata.events import Announcer, EventListener
@@ -75,6 +76,18 @@ class MetadataStore:
     async def read_partition_count(self) -> int | None:
         """The stored physical-partition count, None before the cluster is created."""
         return await read_partition_count(self.client, self.keys)
+
+    async def get_or_create_shape(self, want: ClusterShape) -> ClusterShape:
+        """The cluster's shape, ``want`` stored first when there is none (``metadata.cluster_shape``)."""
+        return await get_or_create_shape(self.client, self.keys, want)
+
+    async def read_shape(self) -> ClusterShape | None:
+        """The stored cluster shape, None before the first write node created it."""
+        return await read_shape(self.client, self.keys)
+
+    async def claim_write_slot(self, node_id: str, write_nodes: int, index: int | None = None) -> int:
+        """``node_id``'s durable write-node index (``metadata.cluster_shape.claim_write_slot``)."""
+        return await claim_write_slot(self.client, self.keys, node_id, write_nodes, index)
 
     async def stop(self) -> None:
         await self.client.aclose()

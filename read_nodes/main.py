@@ -1,4 +1,5 @@
-"""``python -m read_nodes.main``: one read-node process of a ``vpq up`` cluster.
+"""One read-node process: ``serve`` (what ``vpq serve read-node`` runs) and
+``python -m read_nodes.main`` (a child of ``vpq up``, which runs the same ``serve``).
 
 ``python -m read_nodes.main --settings <data-dir>/run/settings.json --node-id r0
 --redis-url URL [--host 127.0.0.1] [--port 0]`` runs a ``ReadNodeService`` until
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from vpq.common.process_main import cluster_secret_or_exit, run, run_until_signalled, setup_logging
 from vpq.common.runfiles import read_settings
+from vpq.config.settings import Settings
 from vpq.read_nodes.service import ReadNodeService
 
 
@@ -28,23 +30,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+async def serve(
+    settings: Settings, node_id: str, redis_url: str, host: str = "127.0.0.1", port: int = 0,
+    *, advertise: str | None = None, cluster_secret: str | None = None,
+) -> None:  # fmt: skip
+    """Run one read node until SIGTERM/SIGINT (see ``ReadNodeService`` for the arguments)."""
+    service = ReadNodeService(
+        settings, node_id, redis_url, host=host, port=port, advertise=advertise, cluster_secret=cluster_secret
+    )
+
+    def started() -> None:
+        logging.getLogger("vpq.read_node").info("read node %s ready on %s", node_id, service.address)
+
+    await run_until_signalled([service], on_started=started)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     setup_logging(f"read-node {args.node_id}", args.log_level)
     settings = read_settings(args.settings)
     secret = cluster_secret_or_exit(settings.cluster.secret_file)
-
-    async def amain() -> None:
-        service = ReadNodeService(
-            settings, args.node_id, args.redis_url, host=args.host, port=args.port, cluster_secret=secret
-        )
-
-        def started() -> None:
-            logging.getLogger("vpq.read_node").info("read node %s ready on %s", args.node_id, service.address)
-
-        await run_until_signalled([service], on_started=started)
-
-    run(amain)
+    run(lambda: serve(settings, args.node_id, args.redis_url, args.host, args.port, cluster_secret=secret))
 
 
 if __name__ == "__main__":

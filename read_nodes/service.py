@@ -86,16 +86,20 @@ class ReadNodeService:
         port: int = 0,
         *,
         options: ReadNodeOptions | None = None,
+        advertise: str | None = None,
         cluster_secret: str | None = None,
     ) -> None:
-        """``cluster_secret`` (``common.cluster_secret``): every call to this node's
-        internal API must carry it, and this node's calls to write nodes carry it."""
+        """``advertise`` (``host:port``) is the address registered for the gateways to
+        reach this node (default: the bound ``host:port``); ``cluster_secret``
+        (``common.cluster_secret``): every call to this node's internal API must carry
+        it, and this node's calls to write nodes carry it."""
         self.settings = settings
         self._cluster_secret = cluster_secret
         self.node_id = node_id
         self.redis_url = redis_url
         self.host_name = host
         self.port = port
+        self._advertise = advertise
         self.options = options or ReadNodeOptions.from_settings(settings.read_nodes)
         self.metrics = ReadNodeMetrics()
         self.parts: NodeParts | None = None
@@ -118,7 +122,7 @@ class ReadNodeService:
 
     @property
     def address(self) -> str:
-        """``host:port`` the node listens on (after ``start``)."""
+        """``host:port`` registered for this node (after ``start``): ``advertise``, else the bound address."""
         return self._address
 
     # ---------------------------------------------------------------- lifecycle
@@ -171,7 +175,7 @@ class ReadNodeService:
         site = web.TCPSite(self._runner, self.host_name, self.port)
         await site.start()
         bound = self._runner.addresses[0]
-        self._address = f"{self.host_name}:{bound[1]}"
+        self._address = self._advertise or f"{self.host_name}:{bound[1]}"
         self._keeper = LeaseKeeper(
             md.leases, self.node_id, s.redis.lease_ttl_ms, on_lost=self._on_lost, nodes=md.nodes, role=ROLE,
             address=self._address,

@@ -7,8 +7,9 @@
 2. starts the event listener and the map cache (the placement checks read memory);
 3. starts the traffic exporter (per (queue, vp, lane, env) counts, one Parquet file
    per ``rebalance.window_ms`` window under the stats directory);
-4. serves the internal API on ``host:port`` (0 = a free port; ``address`` tells);
-5. registers the node (role ``write``, its address, meta ``{"index"}``) and keeps the
+4. serves the internal API on ``host:port`` (0 = a free port);
+5. registers the node (role ``write``, its address: ``advertise`` when given, else the
+   bound ``host:port``; ``address`` tells; meta ``{"index"}``) and keeps the
    registration and its leases alive (``LeaseKeeper``, TTL ``redis.lease_ttl_ms``);
 6. acquires and opens its home partitions (``PartitionOwnership``), then keeps
    taking over dead siblings' partitions and handing them back; with
@@ -237,14 +238,18 @@ class WriteNodeService:
         takeover: bool = True,
         reopen_backoff_s: float = 1.0,
         cluster_secret: str | None = None,
+        advertise: str | None = None,
     ) -> None:
         """``log_factory`` builds partition logs (tests inject failing I/O; the default,
         ``WriteNodeMetrics.log_factory``, feeds the fsync and group-commit metrics);
         ``storage`` is the file system of the default factory's logs (a test injects a
         simulated disk);
         ``use_pubsub=False`` makes the map cache rely on polling and on-demand reloads;
-        ``takeover=False`` never takes a dead sibling's partitions; an offline partition
-        is reopened after ``reopen_backoff_s`` (doubling on each failure);
+        ``takeover=False`` never takes a dead sibling's partitions (required whenever the
+        write nodes do not share one data directory: a sibling's log is not here); an
+        offline partition is reopened after ``reopen_backoff_s`` (doubling on each failure);
+        ``advertise`` (``host:port``) is the address registered for other nodes to reach
+        this one (default: the bound ``host:port``);
         ``cluster_secret`` (``common.cluster_secret``): every call to this node's internal
         API must carry it, and this node's calls to other nodes carry it."""
         if not 0 <= node_index < settings.cluster.write_nodes:
@@ -255,6 +260,7 @@ class WriteNodeService:
         self._redis_url = redis_url
         self._host = host
         self._port = port
+        self._advertise = advertise
         self.metrics = WriteNodeMetrics()
         self._log_factory = _queue_aware(log_factory or functools.partial(self.metrics.log_factory, storage=storage))
         self._use_pubsub = use_pubsub
@@ -312,7 +318,7 @@ class WriteNodeService:
             await self._traffic.start()
             ttl = s.redis.lease_ttl_ms
             sock = self._sock = bind_socket(self._host, self._port)
-            self.address = f"{self._host}:{sock.getsockname()[1]}"
+            self.address = self._advertise or f"{self._host}:{sock.getsockname()[1]}"
             self._keeper = LeaseKeeper(
                 md.leases,
                 self.node_id,
