@@ -2,7 +2,8 @@
 (127.0.0.2, 127.0.0.3, ...: Linux routes all of 127/8 to ``lo``) with its own data
 directory, against one real redis-server: a several-host layout on one machine.
 
-``Served(root, redis_url, env)`` starts roles with ``write_node``/``read_node``/``gateway``
+``Served(root, redis_url, env, secret_file)`` starts roles (every one given
+``--cluster-secret-file`` when ``secret_file`` is set) with ``write_node``/``read_node``/``gateway``
 (each waits until the role registered in Redis, or answers ``/readyz`` for a gateway,
 and fails with the role's output if it exits first), ``refused(...)`` runs a start that
 must exit, ``registered(role)`` reads node id -> address from Redis, ``close()`` stops
@@ -83,6 +84,7 @@ class Served:
     root: Path
     redis_url: str
     env: dict[str, str] = field(default_factory=dict)
+    secret_file: Path | None = None
     roles: list[Role] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -91,6 +93,8 @@ class Served:
 
     def _role(self, name: str, argv: list[str]) -> Role:
         env = {**os.environ, **self.env}
+        if self.secret_file is not None:
+            argv = [*argv, "--cluster-secret-file", str(self.secret_file)]
         role = Role(name, argv, self.root / "logs" / f"{name}.log", env)
         self.roles.append(role)
         return role

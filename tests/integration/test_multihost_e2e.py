@@ -18,6 +18,7 @@ import requests
 from tests.integration.api import Api, OrderChecker
 from tests.integration.platform import ROOT
 from tests.integration.served import Served
+from vpq.common.cluster_secret import create_cluster_secret
 from vpq.virtual_partitions.hashing import key_hash, vp_of_hash
 
 pytestmark = pytest.mark.integration
@@ -31,7 +32,9 @@ ENV = {
 
 @pytest.fixture
 def served(tmp_path, redis_server):
-    cluster = Served(tmp_path, redis_server.url, dict(ENV))
+    secret = tmp_path / "cluster.secret"  # every role and vpq rebalance share it
+    create_cluster_secret(secret)
+    cluster = Served(tmp_path, redis_server.url, dict(ENV), secret_file=secret)
     yield cluster
     cluster.close()
 
@@ -240,6 +243,11 @@ def test_two_gateways_serve_one_group(served):
     assert set(delivered) == set(sent), f"{len(set(sent) - set(delivered))} never delivered"
     assert by_consumer["a"] and by_consumer["b"], by_consumer  # both members got work
     repeats = sum(n - 1 for n in delivered.values())
+    for role, nodes in (("write", ("w0", "w1")), ("read", ("r0",))):  # nodes refuse callers without the secret
+        for node in nodes:
+            address = served.registered(role)[node]
+            r = requests.get(f"http://{address}/internal/v1/metrics", timeout=5)
+            assert r.status_code == 401 and r.json()["error"]["code"] == "cluster_secret_required", r.text
     for gw in (a, b):  # either gateway describes the same group: both members, nothing left
         group = gw.group("two", "g")
         assert sorted(m["consumer_id"] for m in group["members"]) == sorted([ca, cb]), group
@@ -274,7 +282,7 @@ def test_produce_consume_and_remap_across_hosts(served, tmp_path):
         t0 = time.monotonic()
         proc = subprocess.run(
             [str(Path(sys.executable).parent / "vpq"), "rebalance", "--redis-url", served.redis_url,
-             "--master", "local[2]", *stats_set, "--set", "rebalance.max_stats_age_ms=60000"],
+             "--master", "local[2]", *stats_set, "--set", f"cluster.secret_file={served.secret_file}", "--set", "rebalance.max_stats_age_ms=60000"],
             cwd=ROOT, capture_output=True, text=True, timeout=200,
         )  # fmt: skip
         rebalance_s = time.monotonic() - t0
