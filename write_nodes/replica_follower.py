@@ -12,7 +12,9 @@ Contract of :class:`Follower` (one per partition this node follows; ``start``/``
   the group commit), which is what the leader counts as this replica's durable end.
 - An answer with ``X-Diverging`` ``"<epoch> <end>"`` means the follower's log is not a
   prefix of the leader's: it truncates to ``min(end, its own end for that epoch)``
-  (``EpochHistory``), closing and reopening its log, and fetches again.
+  (``EpochHistory``), closing and reopening its log, and fetches again. When the
+  record holds an unclean election newer than the follower's last epoch, the offsets cut
+  are added to that truncation event (``PartitionLeaders.note_truncation``).
 - Otherwise the body is raw batches appended as they are (same offsets,
   ``PartitionLog.submit_replica``: CRC checked), then the leader's epoch history
   (``X-Epoch-History``) is adopted for what was copied.
@@ -241,6 +243,7 @@ class Follower:
         plog, history = self.log, self.history
         assert plog is not None and history is not None
         before = plog.end_offset
+        last_epoch = history.last_epoch
         log.warning("partition %d: truncating the follower log from %d to %d (diverged from the leader)", self.pp, before, offset)
         await plog.stop()
         self.log = None
@@ -256,6 +259,17 @@ class Follower:
         await new.start()
         self.log = new
         self.history = EpochHistory(self._dir, [(e, s) for e, s in history.entries if s <= new.end_offset], new.storage)
+        await self._note_unclean(last_epoch, before - new.end_offset)
+
+    async def _note_unclean(self, last_epoch: int, cut: int) -> None:
+        event = self.leader.unclean if self.leader is not None else None
+        if cut <= 0 or event is None or not isinstance(event.get("epoch"), int) or event["epoch"] <= last_epoch:
+            return
+        log.warning("partition %d: %d offsets truncated by the unclean election of epoch %d", self.pp, cut, event["epoch"])
+        try:
+            await self._leaders.note_truncation(self.pp, event["epoch"], self.node_id, cut)
+        except MetadataUnavailable as exc:
+            log.warning("partition %d: cannot report the truncation: %s", self.pp, exc)
 
     def snapshot(self) -> dict[str, Any]:
         plog = self.log
