@@ -130,7 +130,7 @@ class ClusterBackend:
             )
             await cache.start()
             self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1024, limit_per_host=256))
-            writers = self._writers = WriteNodeDirectory(md.nodes, md.leases, self._partition_count)
+            writers = self._writers = WriteNodeDirectory(md.nodes, md.leases, self._partition_count, md.leaders)
             readers = self._readers = ReadNodeDirectory(md.nodes, down_ttl_s=self._settings.redis.lease_ttl_ms / 1000.0)
             listener.add_callback(writers.on_event)
             listener.add_callback(readers.on_event)

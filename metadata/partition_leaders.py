@@ -170,6 +170,15 @@ class PartitionLeaders:
                 out[pp] = rec
         return out
 
+    async def epochs(self, pps: Iterable[int]) -> dict[int, int]:
+        """pp -> leader epoch of the partitions that have a record (one round trip)."""
+        ids = list(pps)
+        async with self._client.pipeline(transaction=False) as pipe:
+            for pp in ids:
+                pipe.hget(self._keys.pp_leader(pp), "epoch")
+            rows = await pipe.execute()
+        return {pp: int(row) for pp, row in zip(ids, rows, strict=True) if row is not None}
+
     async def create(self, pp: int, replicas: Sequence[int]) -> LeaderRecord:
         if not replicas:
             raise ValueError("a partition needs at least one replica")
