@@ -17,7 +17,12 @@ Contract of :class:`Follower` (one per partition this node follows; ``start``/``
   are added to that truncation event (``PartitionLeaders.note_truncation``).
 - Otherwise the body is raw batches appended as they are (same offsets,
   ``PartitionLog.submit_replica``: CRC checked), then the leader's epoch history
-  (``X-Epoch-History``) is adopted for what was copied.
+  (``X-Epoch-History``) is adopted for what was copied. The leader's log may have gaps
+  (its compaction keeps offsets, or retention moved its start): a batch starting past
+  the follower's end, or an empty answer with ``X-Skip-To: <offset>`` (nothing is left
+  below it), makes the follower continue its own log there (``PartitionLog.skip_to``,
+  once what it appended before is durable), so it holds the leader's surviving records
+  at the same offsets and reaches the leader's end.
 - Any refusal (stale or unknown epoch, not the leader, unreachable) makes it re-read
   the record after a short pause. A follower never serves produce or reads.
 """
@@ -55,6 +60,7 @@ DIVERGING_HEADER = "X-Diverging"
 HISTORY_HEADER = "X-Epoch-History"
 LEADER_EPOCH_HEADER = "X-Leader-Epoch"
 HW_HEADER = "X-High-Watermark"
+SKIP_HEADER = "X-Skip-To"
 
 Locate = Callable[[int], Awaitable[str | None]]
 """Address of the write node of an index, None when it is not registered."""
@@ -232,9 +238,17 @@ class Follower:
             pos += view.size
             if view.next_offset <= plog.end_offset:
                 continue  # already here (the leader answers from the batch holding the offset)
+            if view.base_offset > plog.end_offset:  # the leader compacted the range before it away
+                if last is not None:
+                    await last
+                    last = None
+                await plog.skip_to(view.base_offset)
             last = plog.submit_replica(batch)
         if last is not None:
             await last
+        skip = headers.get(SKIP_HEADER)
+        if not data and skip and skip.isdigit() and int(skip) > plog.end_offset:
+            await plog.skip_to(int(skip))
         entries = [tuple(e) for e in orjson.loads(headers.get(HISTORY_HEADER, "[]"))]
         if history.adopt(entries, plog.end_offset):
             await asyncio.get_running_loop().run_in_executor(None, history.save)

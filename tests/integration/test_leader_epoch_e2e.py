@@ -21,8 +21,8 @@ import requests
 from tests.integration.api import Api
 from tests.integration.conftest import FAST
 from tests.integration.platform import Platform
-from vpq.codec.columnar import build_columnar_batch, columns_of
 from vpq.codec.batch_common import VALUE_JSON
+from vpq.codec.columnar import build_columnar_batch, columns_of
 from vpq.codec.records import Record, decode_batches
 from vpq.common.errors import VpqError
 from vpq.common.runfiles import read_redis_url
