@@ -10,7 +10,6 @@ import json
 import os
 import signal
 import time
-from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -21,6 +20,7 @@ import requests
 from tests.integration.api import Api
 from tests.integration.conftest import FAST
 from tests.integration.platform import Platform
+from tests.integration.replica_helpers import until, write_node_pid
 from vpq.codec.batch_common import VALUE_JSON
 from vpq.codec.columnar import build_columnar_batch, columns_of
 from vpq.codec.records import Record, decode_batches
@@ -32,23 +32,6 @@ from vpq.node_rpc.write_node_client import WriteNodeClient
 pytestmark = pytest.mark.integration
 
 
-def _pid(p: Platform, node_id: str) -> int:
-    for proc in p.children("vpq.write_nodes.main"):
-        cmd = proc.cmdline()
-        if cmd[cmd.index("--node-id") + 1] == node_id:
-            return proc.pid
-    raise AssertionError(f"no process for {node_id}")
-
-
-def _until(what: str, check: Callable[[], Any], timeout_s: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not reached in {timeout_s}s: {what}")
-        time.sleep(0.2)
 
 
 class Appender:
@@ -92,7 +75,7 @@ def test_appends_name_the_leader_epoch_and_a_zombie_acknowledges_nothing(tmp_pat
         api = Api(p.url)
         api.put_queue("zq", virtual_partitions=1)
         api.produce("zq", [{"key": "z", "value": "g-0"}])
-        part = _until("both replicas in sync", lambda: (x := api.cluster()["physical_partitions"][0])
+        part = until("both replicas in sync", lambda: (x := api.cluster()["physical_partitions"][0])
                       ["in_sync_replicas"] == ["w0", "w1"] and x)
         epoch = part["leader_epoch"]
         nodes = {n["id"]: n["address"] for n in api.cluster()["write_nodes"]}
@@ -104,14 +87,14 @@ def test_appends_name_the_leader_epoch_and_a_zombie_acknowledges_nothing(tmp_pat
         assert isinstance(wrong, VpqError) and wrong.code == STALE_LEADER_EPOCH and wrong.status == 503, wrong
         assert wrong.retryable
 
-        old = _pid(p, "w0")
+        old = write_node_pid(p, "w0")
         os.kill(old, signal.SIGSTOP)  # past its lease: w1 (in sync) takes over at the next epoch
         try:
-            _until("w1 leads", lambda: (x := api.cluster()["physical_partitions"][0])["owner"] == "w1"
+            until("w1 leads", lambda: (x := api.cluster()["physical_partitions"][0])["owner"] == "w1"
                    and x["leader"] == "w1")
             new_epoch = api.cluster()["physical_partitions"][0]["leader_epoch"]
             assert new_epoch > epoch
-            r = _until("produce through the gateway at the new epoch", lambda: (x := requests.post(
+            r = until("produce through the gateway at the new epoch", lambda: (x := requests.post(
                 f"{p.url}/v1/queues/zq/messages", json={"messages": [{"key": "z", "value": "g-1"}]}, timeout=60,
             )).status_code == 200 and x)
             assert r.json()["results"][0]["partition"] == 0
@@ -134,7 +117,7 @@ def test_appends_name_the_leader_epoch_and_a_zombie_acknowledges_nothing(tmp_pat
             assert isinstance(answer, VpqError), answer
         assert isinstance(answers[0], VpqError) and answers[0].retryable, answers[0]
 
-        _until("w0 back in sync", lambda: api.cluster()["physical_partitions"][0]["in_sync_replicas"] == ["w0", "w1"],
+        until("w0 back in sync", lambda: api.cluster()["physical_partitions"][0]["in_sync_replicas"] == ["w0", "w1"],
                timeout_s=60)
         group = api.join("zq", "g", start="earliest")
         values: list[str] = []

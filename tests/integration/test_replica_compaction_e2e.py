@@ -8,38 +8,19 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.integration.api import Api
 from tests.integration.conftest import FAST
 from tests.integration.platform import Platform
+from tests.integration.replica_helpers import until, write_node_pid
 from vpq.codec.records import decode_batches
 
 pytestmark = pytest.mark.integration
 
 
-def _pid(p: Platform, node_id: str) -> int | None:
-    for proc in p.children("vpq.write_nodes.main"):
-        cmd = proc.cmdline()
-        if cmd[cmd.index("--node-id") + 1] == node_id:
-            return proc.pid
-    return None
-
-
-def _until(what: str, check: Callable[[], Any], timeout_s: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not reached in {timeout_s}s: {what}")
-        time.sleep(0.2)
 
 
 def _records(directory: Path) -> list[tuple[int, int, bytes]]:
@@ -65,7 +46,7 @@ def test_a_wiped_follower_copies_a_compacted_range(tmp_path):
         for i in range(30):  # interleaved batches: compaction leaves a gap between each live run
             api.produce("live", [{"key": "k", "value": f"live-{i}-{j}-" + "x" * 150} for j in range(2)])
             api.produce("dead", [{"key": "k", "value": f"dead-{i}-{j}-" + "x" * 150} for j in range(3)])
-        _until("both in sync", lambda: api.cluster()["physical_partitions"][0]["in_sync_replicas"] == ["w0", "w1"])
+        until("both in sync", lambda: api.cluster()["physical_partitions"][0]["in_sync_replicas"] == ["w0", "w1"])
         leader_dir = tmp_path / "vpq" / "write-node-0" / "partitions" / "pp-00000"
         follower_dir = tmp_path / "vpq" / "write-node-1" / "partitions" / "pp-00000"
         full = _records(leader_dir)
@@ -76,17 +57,17 @@ def test_a_wiped_follower_copies_a_compacted_range(tmp_path):
             offsets = [o for o, _, _ in _records(leader_dir)]
             return len(offsets) < len(full) and any(b - a > 1 for a, b in zip(offsets, offsets[1:]))
 
-        _until("the leader compacted the dead queue's records away", compacted)
-        follower = _pid(p, "w1")
+        until("the leader compacted the dead queue's records away", compacted)
+        follower = write_node_pid(p, "w1")
         assert follower is not None
         os.kill(follower, signal.SIGSTOP)  # then its disk is lost: it restarts empty
         shutil.rmtree(follower_dir)
         os.kill(follower, signal.SIGKILL)
-        _until("w1 restarted", lambda: _pid(p, "w1") not in (None, follower))
-        _until("the wiped follower is back in sync",
+        until("w1 restarted", lambda: write_node_pid(p, "w1") not in (None, follower))
+        until("the wiped follower is back in sync",
                lambda: api.cluster()["physical_partitions"][0]["in_sync_replicas"] == ["w0", "w1"], timeout_s=60)
         api.produce("live", [{"key": "k", "value": "after"}])  # acknowledged by both
-        _until("the follower has the last record", lambda: (r := _records(follower_dir)) and r[-1][2] == b'"after"')
+        until("the follower has the last record", lambda: (r := _records(follower_dir)) and r[-1][2] == b'"after"')
         leader, copied = _records(leader_dir), _records(follower_dir)
         assert copied == leader  # the leader's surviving records, at the same offsets
         offsets = [o for o, _, _ in copied]

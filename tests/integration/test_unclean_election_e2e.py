@@ -5,10 +5,12 @@ event, produce resumes, and the old leader coming back truncates to the new hist
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
+import sys
 import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -18,6 +20,7 @@ import requests
 from tests.integration.api import Api
 from tests.integration.conftest import FAST
 from tests.integration.platform import Platform
+from tests.integration.replica_helpers import until, write_node_pid
 from vpq.common.runfiles import read_redis_url
 
 pytestmark = pytest.mark.integration
@@ -25,23 +28,6 @@ pytestmark = pytest.mark.integration
 LEADER_PATH = "/v1/cluster/partitions/0/leader"
 
 
-def _pid(p: Platform, node_id: str) -> int:
-    for proc in p.children("vpq.write_nodes.main"):
-        cmd = proc.cmdline()
-        if cmd[cmd.index("--node-id") + 1] == node_id:
-            return proc.pid
-    raise AssertionError(f"no process for {node_id}")
-
-
-def _until(what: str, check: Callable[[], Any], timeout_s: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not reached in {timeout_s}s: {what}")
-        time.sleep(0.2)
 
 
 def _part(api: Api) -> dict:
@@ -62,24 +48,24 @@ def test_unclean_election_by_an_operator(tmp_path):
         api = Api(p.url)
         api.put_queue("uq")
         assert _produce(p, 20, "a").status_code == 200
-        _until("both replicas in sync", lambda: sorted(_part(api)["in_sync_replicas"]) == ["w0", "w1"])
+        until("both replicas in sync", lambda: sorted(_part(api)["in_sync_replicas"]) == ["w0", "w1"])
         first = _part(api)
         assert first["leader"] == "w0"
-        follower = _pid(p, "w1")
+        follower = write_node_pid(p, "w1")
         os.kill(follower, signal.SIGSTOP)  # the follower falls out of sync
-        _until("w1 out of the in-sync set", lambda: _part(api)["in_sync_replicas"] == ["w0"])
+        until("w1 out of the in-sync set", lambda: _part(api)["in_sync_replicas"] == ["w0"])
         r = _produce(p, 30, "b")  # acknowledged by the leader alone (min_insync 1)
         assert r.status_code == 200, r.text
         end = _part(api)["high_watermark"]
         r_md = redis.Redis.from_url(read_redis_url(p.data_dir), decode_responses=True)
-        _until("the leader reported its watermark", lambda: r_md.hget("vpq:pp_leader:0", "hw") == str(end))
+        until("the leader reported its watermark", lambda: r_md.hget("vpq:pp_leader:0", "hw") == str(end))
 
-        leader = _pid(p, "w0")
+        leader = write_node_pid(p, "w0")
         os.kill(leader, signal.SIGSTOP)  # the leader fails (stopped: the supervisor does not restart it)
         os.kill(follower, signal.SIGCONT)
         try:
-            _until("the lease of the failed leader expires", lambda: _part(api)["owner"] is None)
-            _until("w1 registered again", lambda: "w1" in {n["id"] for n in api.cluster()["write_nodes"]})
+            until("the lease of the failed leader expires", lambda: _part(api)["owner"] is None)
+            until("w1 registered again", lambda: "w1" in {n["id"] for n in api.cluster()["write_nodes"]})
             time.sleep(1)  # ownership rounds of w1 (and the 503 below spans more): no automatic promotion
             stuck = _part(api)
             assert (stuck["leader"], stuck["leader_epoch"], stuck["owner"]) == ("w0", first["leader_epoch"], None)
@@ -97,13 +83,18 @@ def test_unclean_election_by_an_operator(tmp_path):
             assert call({"node": "w1", "unclean": "yes"}).status_code == 400
             assert _part(api)["leader_epoch"] == first["leader_epoch"]  # the refusals changed nothing
 
-            r = _until("the unclean election", lambda: (x := call({"node": "w1", "unclean": True})).status_code == 200 and x)
-            answer = r.json()
+            cli = [sys.executable, "-m", "vpq.cli.main", "cluster", "elect", "0", "w1", "--url", p.url]
+            refused_cli = subprocess.run(cli, capture_output=True, text=True, timeout=60)
+            assert refused_cli.returncode == 1 and "replica_not_in_sync" in refused_cli.stderr, refused_cli
+            done = until("the unclean election (vpq cluster elect --unclean)", lambda: (x := subprocess.run(
+                [*cli, "--unclean", "--yes", "--json"], capture_output=True, text=True, timeout=60,
+            )).returncode == 0 and x)
+            answer = json.loads(done.stdout)
             assert answer["leader"] == "w1" and answer["unclean"] is True and answer["in_sync_replicas"] == ["w1"]
             event = answer["truncation"]
             assert (event["previous_leader"], event["high_watermark"]) == ("w0", end)
             assert event["new_leader_end"] == end - 30 and event["lost_offsets"] == 30
-            r = _until("produce resumes", lambda: (x := _produce(p, 5, "d")).status_code == 200 and x)
+            r = until("produce resumes", lambda: (x := _produce(p, 5, "d")).status_code == 200 and x)
             assert all(m["partition"] == 0 for m in r.json()["results"])
             led = _part(api)
             assert led["leader"] == led["owner"] == "w1" and led["leader_epoch"] > first["leader_epoch"]
@@ -111,7 +102,7 @@ def test_unclean_election_by_an_operator(tmp_path):
         finally:
             os.kill(leader, signal.SIGCONT)  # the old leader comes back: its lease is gone, it follows
 
-        back = _until(
+        back = until(
             "the old leader truncated and back in sync",
             lambda: (x := _part(api))["last_unclean_election"]["truncated"].get("w0") is not None
             and sorted(x["in_sync_replicas"]) == ["w0", "w1"] and x,
