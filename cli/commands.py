@@ -314,6 +314,7 @@ def groups(
 
 
 def cluster(
+    ctx: typer.Context,
     show_map: Annotated[bool, typer.Option("--map", help="also show the current placement map")] = False,
     url: UrlOpt = DEFAULT_URL,
     token: TokenOpt = None,
@@ -322,6 +323,8 @@ def cluster(
     wide: WideOpt = False,
 ) -> None:
     """Show write nodes, read nodes, physical partitions and the map epoch."""
+    if ctx.invoked_subcommand is not None:
+        return
 
     async def work(client: AsyncClient) -> dict[str, Any]:
         out: dict[str, Any] = {"cluster": await client.cluster()}
@@ -429,7 +432,6 @@ def register_commands(app: typer.Typer) -> None:
     app.command("consume")(consume)
     app.command("queues")(queues)
     app.command("groups")(groups)
-    app.command("cluster")(cluster)
     app.command("create-queue")(create_queue)
     app.command("delete-queue")(delete_queue)
     app.command("delete-group")(delete_group)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import typer
 
 from vpq.cli.bench_lazy import bench_app
+from vpq.cli.cluster_cmd import cluster_app
 from vpq.cli.commands import register_commands
 from vpq.cli.rebalance import rebalance
 from vpq.cli.serve import serve_app
@@ -25,6 +26,7 @@ app.command("rebalance")(rebalance)
 app.add_typer(serve_app, name="serve")
 app.add_typer(bench_app, name="bench")
 register_commands(app)
+app.add_typer(cluster_app, name="cluster")
 
 
 def main() -> None:

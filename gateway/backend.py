@@ -167,6 +167,13 @@ class Backend(Protocol):
         end_offset, bytes) and the current map epoch."""
         ...
 
+    async def elect_leader(self, pp: str, node: str, unclean: bool) -> dict[str, Any]:
+        """``ElectLeaderResponse``: make write node ``node`` the leader of the replicated
+        physical partition ``pp`` (its path segment) whose leader failed; an out-of-sync
+        node only with ``unclean`` (a truncation event). NotFound for an unknown
+        partition or node, Conflict when refused (``gateway.cluster_elect``)."""
+        ...
+
     async def current_map(self) -> dict[str, Any]:
         """``CurrentMap``: ``{"epoch": n, "queues": {name: {"virtual_partitions": V,
         "placement": [pp of vp 0, ...]}}}``."""

@@ -38,6 +38,7 @@ from vpq.common.lifecycle import close_all
 from vpq.common.poll_body import PolledBody
 from vpq.config.settings import Settings
 from vpq.gateway.backend import JoinSpec
+from vpq.gateway.cluster_elect import elect_leader, event_view
 from vpq.gateway.cluster_groups import GroupCaller
 from vpq.gateway.cluster_metrics import NodeMetricsScraper, registered_nodes
 from vpq.metadata.api_errors import metadata_errors
@@ -66,7 +67,8 @@ def replication_fields(
     rec: LeaderRecord | None, owner: str | None, names: dict[int, str], reported: dict[str, Any]
 ) -> dict[str, Any]:
     """``leader``, ``replicas``, ``in_sync_replicas``, ``leader_epoch`` (and the leader's
-    ``high_watermark`` when it reported one) of a partition: from its leadership record
+    ``high_watermark`` when it reported one, ``last_unclean_election`` when an operator
+    forced one: ``gateway.cluster_elect``) of a partition: from its leadership record
     when replicated, else the single copy on its owner (epoch 0)."""
     if rec is None:
         copies = [owner] if owner is not None else []
@@ -85,6 +87,8 @@ def replication_fields(
         out["high_watermark"] = reported["high_watermark"]
     if isinstance(reported.get("replica_lag"), dict):
         out["replica_lag"] = reported["replica_lag"]
+    if rec.unclean is not None:
+        out["last_unclean_election"] = event_view(rec.unclean)
     return out
 
 
@@ -135,7 +139,7 @@ class ClusterBackend:
                 connector=aiohttp.TCPConnector(limit=1024, limit_per_host=256),
                 headers=client_headers(self._cluster_secret),
             )
-            writers = self._writers = WriteNodeDirectory(md.nodes, md.leases, self._partition_count)
+            writers = self._writers = WriteNodeDirectory(md.nodes, md.leases, self._partition_count, md.leaders)
             readers = self._readers = ReadNodeDirectory(md.nodes, down_ttl_s=self._settings.redis.lease_ttl_ms / 1000.0)
             listener.add_callback(writers.on_event)
             listener.add_callback(readers.on_event)
@@ -354,6 +358,12 @@ class ClusterBackend:
             "epoch": epoch,
             "live_read_nodes_seen": len(readers.live_nodes()),
         }
+
+    async def elect_leader(self, pp: str, node: str, unclean: bool) -> dict[str, Any]:
+        md = self._require(self._md)
+        client = self._require(self._write_client)
+        with metadata_errors():
+            return await elect_leader(md, client, self._partition_count, pp, node, unclean)
 
     async def current_map(self) -> dict[str, Any]:
         md = self._require(self._md)

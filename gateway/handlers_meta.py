@@ -7,8 +7,17 @@ import logging
 from aiohttp import web
 
 from vpq.common.errors import Unavailable, VpqError
-from vpq.gateway.http import json_response, query_int
-from vpq.gateway.keys import BACKEND_KEY, DOCS_HTML_KEY, METRICS_KEY, OPENAPI_JSON_KEY, UI_CSP_KEY, UI_HTML_KEY
+from vpq.gateway.http import json_response, query_int, read_json_object, validate
+from vpq.gateway.keys import (
+    BACKEND_KEY,
+    DOCS_HTML_KEY,
+    METRICS_KEY,
+    OPENAPI_JSON_KEY,
+    SETTINGS_KEY,
+    UI_CSP_KEY,
+    UI_HTML_KEY,
+)
+from vpq.gateway.models import ElectLeaderRequest
 from vpq.gateway.routes_spec import QueryParam
 
 HISTORY_LIMIT = QueryParam("limit", "how many epochs, newest first", minimum=1, maximum=1000, default=20)
@@ -19,6 +28,14 @@ log = logging.getLogger(__name__)
 async def cluster(request: web.Request) -> web.Response:
     """``GET /v1/cluster``: nodes, physical partitions, current map epoch."""
     return json_response(await request.app[BACKEND_KEY].cluster())
+
+
+async def elect_leader(request: web.Request) -> web.Response:
+    """``POST /v1/cluster/partitions/{pp}/leader``: an operator's leader election."""
+    raw = await read_json_object(request, request.app[SETTINGS_KEY].max_request_bytes, required=True)
+    body = validate(ElectLeaderRequest, raw)
+    answer = await request.app[BACKEND_KEY].elect_leader(request.match_info["pp"], body.node, body.unclean)
+    return json_response(answer)
 
 
 async def current_map(request: web.Request) -> web.Response:

@@ -389,3 +389,18 @@ class RedriveRequest(BaseModel):
     max_messages: Annotated[int, Field(ge=1, le=MAX_REDRIVE_MESSAGES), JSON_INT] | None = Field(
         None, description="redrive at most this many (the oldest first); absent: all of them"
     )
+
+
+class ElectLeaderRequest(BaseModel):
+    """``POST /v1/cluster/partitions/{pp}/leader``: an operator's leader election."""
+
+    model_config = ConfigDict(
+        extra="forbid", strict=True, json_schema_extra={"examples": [{"node": "w1", "unclean": True}]}
+    )
+
+    node: str = Field(..., min_length=1, max_length=200, description="id of the write node to elect")
+    unclean: bool = Field(
+        False,
+        description="elect it even when it is out of the in-sync set: acknowledged messages it lacks are lost "
+        "(reported as a truncation event)",
+    )

@@ -259,6 +259,26 @@ class WriteNodeInfo(NodeInfo):
     disk: DiskInfo | None = Field(None, description="free and total bytes of its data directory, when it said")
 
 
+class UncleanElection(BaseModel):
+    """A truncation event: an out-of-sync replica was made leader by an operator."""
+
+    model_config = _OPEN
+
+    epoch: int = Field(..., description="the leader epoch the election started")
+    node: str = Field(..., description="the write node elected")
+    previous_leader: str | None = Field(None, description="the failed leader it replaced")
+    previous_epoch: int
+    high_watermark: int = Field(..., description="the last high watermark the failed leader reported (-1: none)")
+    new_leader_end: int = Field(..., description="end offset of the elected copy")
+    lost_offsets: int = Field(
+        ..., description="acknowledged offsets the cluster may have lost: high_watermark - new_leader_end, at least 0"
+    )
+    time_ms: int
+    truncated: dict[str, int] = Field(
+        default_factory=dict, description="offsets each replica cut from its log to follow the new history"
+    )
+
+
 class PhysicalPartitionInfo(BaseModel):
     model_config = _OPEN
 
@@ -272,6 +292,20 @@ class PhysicalPartitionInfo(BaseModel):
         default_factory=list, description="replicas that have fsynced every acknowledged message"
     )
     leader_epoch: int = Field(0, description="leader epoch (0 when not replicated)")
+    last_unclean_election: UncleanElection | None = Field(
+        None, description="the last operator-forced election of an out-of-sync replica (absent when none)"
+    )
+
+
+class ElectLeaderResponse(BaseModel):
+    model_config = _OPEN
+
+    id: int = Field(..., description="the physical partition")
+    leader: str
+    leader_epoch: int
+    in_sync_replicas: list[str]
+    unclean: bool = Field(..., description="true when the node was out of sync (a truncation event)")
+    truncation: UncleanElection | None = Field(None, description="the truncation event of an unclean election")
 
 
 class ClusterInfo(BaseModel):

@@ -11,6 +11,7 @@ from vpq.gateway import handlers_produce as produce
 from vpq.gateway import handlers_queues as queues
 from vpq.gateway.models import (
     AckRequest,
+    ElectLeaderRequest,
     JoinRequest,
     NackRequest,
     PollRequest,
@@ -22,6 +23,7 @@ from vpq.gateway.responses import (
     AckResponse,
     ClusterInfo,
     CurrentMap,
+    ElectLeaderResponse,
     GroupInfo,
     Health,
     JoinResponse,
@@ -130,6 +132,19 @@ ROUTES: tuple[RouteSpec, ...] = (
         Access.ADMIN_GLOBAL, response_model=ClusterInfo, errors=(503,),
         description="Write nodes, read nodes, physical partitions (id, owner, end offset, bytes), "
         "current map epoch.",
+    ),
+    RouteSpec(
+        "POST", "/v1/cluster/partitions/{pp}/leader", meta.elect_leader, "electLeader",
+        "Elect the leader of a replicated partition", "cluster", Access.ADMIN_GLOBAL,
+        request_model=ElectLeaderRequest, response_model=ElectLeaderResponse, errors=(404, 409, 503),
+        request_required=True,
+        description="Replaces a failed leader (nothing holds the partition's lease) by the named replica. "
+        "An in-sync replica is elected cleanly. An out-of-sync one only with unclean true: the leader "
+        "epoch moves on, every other replica truncates to the new leader's history, and the answer "
+        "and GET /v1/cluster (last_unclean_election) report the truncation event with lost_offsets, "
+        "the acknowledged offsets the cluster may have lost. 409 not_replicated, not_a_replica, "
+        "partition_has_leader, replica_not_in_sync, election_conflict; 404 partition_not_found, "
+        "node_not_found.",
     ),
     RouteSpec(
         "GET", "/v1/maps/current", meta.current_map, "getCurrentMap", "The current placement map", "cluster",

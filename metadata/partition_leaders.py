@@ -10,10 +10,18 @@ believe they lead one epoch:
 - ``elect(pp, node, node_id, expected_epoch)``: ``node`` becomes leader with epoch
   ``expected_epoch + 1`` only when the record is still at ``expected_epoch`` and
   ``node`` is in its in-sync set; the old leader leaves the in-sync set (it must catch
-  up again). ``force=True`` (an operator's unclean election) skips the in-sync check and
-  sets the in-sync set to ``[node]``.
+  up again). ``force=True`` (an operator's unclean election) skips the in-sync check,
+  sets the in-sync set to ``[node]``, marks the record ``forced`` = ``node`` (the node
+  may lead without an epoch history: its copy is all there is) and stores ``event``
+  (JSON, the truncation event) as ``unclean``; a later non-forced ``elect`` clears
+  ``forced``, never ``unclean`` (the last unclean election stays on record).
 - ``set_isr(pp, node, epoch, isr)``: only the leader of the current epoch changes the
   in-sync set (always containing itself).
+- ``report_hw(pp, node, epoch, hw)``: the leader of the current epoch records its high
+  watermark (field ``hw``; what an unclean election may lose is measured from it).
+- ``note_truncation(pp, epoch, node_id, count)``: a replica that truncated ``count``
+  offsets of its log from before the unclean election of ``epoch`` adds them to that
+  event (``truncated``: node id -> offsets); a no-op when the record's event is another.
 
 Every script is idempotent for the same arguments (a retried ``elect`` that already
 succeeded answers the record it wrote), as ``metadata.connection`` requires. Every
@@ -26,6 +34,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from vpq.metadata.durability import run_durably
 from vpq.metadata.keys import Keys
@@ -37,7 +46,7 @@ end
 return redis.call('HGETALL', KEYS[1])
 """
 
-# ARGV: node, node_id, expected epoch, force (0|1)
+# ARGV: node, node_id, expected epoch, force (0|1), event JSON (force only)
 _ELECT = """
 local epoch = tonumber(redis.call('HGET', KEYS[1], 'epoch'))
 if not epoch then return false end
@@ -55,8 +64,11 @@ for _, r in ipairs(isr) do
 end
 if ARGV[4] == '1' then
   new = {node}
+  redis.call('HSET', KEYS[1], 'forced', node, 'unclean', ARGV[5])
 elseif not member then
   return false
+else
+  redis.call('HDEL', KEYS[1], 'forced')
 end
 redis.call('HSET', KEYS[1], 'leader', node, 'leader_id', ARGV[2], 'epoch', epoch + 1, 'isr', cjson.encode(new))
 return redis.call('HGETALL', KEYS[1])
@@ -70,6 +82,26 @@ redis.call('HSET', KEYS[1], 'isr', ARGV[3])
 return 1
 """
 
+# ARGV: node, epoch, hw
+_REPORT_HW = """
+local cur = redis.call('HMGET', KEYS[1], 'leader', 'epoch')
+if tonumber(cur[1]) ~= tonumber(ARGV[1]) or tonumber(cur[2]) ~= tonumber(ARGV[2]) then return 0 end
+redis.call('HSET', KEYS[1], 'hw', ARGV[3])
+return 1
+"""
+
+# ARGV: event epoch, node id, offsets truncated
+_NOTE_TRUNCATION = """
+local raw = redis.call('HGET', KEYS[1], 'unclean')
+if not raw then return 0 end
+local event = cjson.decode(raw)
+if tonumber(event['epoch']) ~= tonumber(ARGV[1]) then return 0 end
+if type(event['truncated']) ~= 'table' then event['truncated'] = {} end
+event['truncated'][ARGV[2]] = (tonumber(event['truncated'][ARGV[2]]) or 0) + tonumber(ARGV[3])
+redis.call('HSET', KEYS[1], 'unclean', cjson.encode(event))
+return 1
+"""
+
 
 @dataclass(frozen=True, slots=True)
 class LeaderRecord:
@@ -79,6 +111,9 @@ class LeaderRecord:
     epoch: int
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
+    forced: int = -1  # the node an unclean election named, until it claims the partition
+    hw: int = -1  # the last high watermark the leader reported, -1 when none
+    unclean: dict[str, Any] | None = None  # the last unclean election (its truncation event)
 
 
 def _record(pp: int, flat: Sequence[str] | dict[str, str] | None) -> LeaderRecord | None:
@@ -92,7 +127,18 @@ def _record(pp: int, flat: Sequence[str] | dict[str, str] | None) -> LeaderRecor
         int(d["epoch"]),
         tuple(int(x) for x in json.loads(d["replicas"])),
         tuple(int(x) for x in json.loads(d["isr"]) or ()),
+        int(d.get("forced", -1)),
+        int(d.get("hw", -1)),
+        _event(d.get("unclean")),
     )
+
+
+def _event(raw: str | None) -> dict[str, Any] | None:
+    try:
+        event = json.loads(raw) if raw else None
+    except ValueError:
+        return None
+    return event if isinstance(event, dict) else None
 
 
 def _list(nodes: Iterable[int]) -> str:
@@ -108,6 +154,8 @@ class PartitionLeaders:
         self._create = client.register_script(_CREATE)
         self._elect = client.register_script(_ELECT)
         self._set_isr = client.register_script(_SET_ISR)
+        self._report_hw = client.register_script(_REPORT_HW)
+        self._note_truncation = client.register_script(_NOTE_TRUNCATION)
 
     async def get(self, pp: int) -> LeaderRecord | None:
         return _record(pp, await self._client.hgetall(self._keys.pp_leader(pp)))
@@ -125,6 +173,15 @@ class PartitionLeaders:
                 out[pp] = rec
         return out
 
+    async def epochs(self, pps: Iterable[int]) -> dict[int, int]:
+        """pp -> leader epoch of the partitions that have a record (one round trip)."""
+        ids = list(pps)
+        async with self._client.pipeline(transaction=False) as pipe:
+            for pp in ids:
+                pipe.hget(self._keys.pp_leader(pp), "epoch")
+            rows = await pipe.execute()
+        return {pp: int(row) for pp, row in zip(ids, rows, strict=True) if row is not None}
+
     async def create(self, pp: int, replicas: Sequence[int]) -> LeaderRecord:
         if not replicas:
             raise ValueError("a partition needs at least one replica")
@@ -133,11 +190,16 @@ class PartitionLeaders:
         assert rec is not None
         return rec
 
-    async def elect(self, pp: int, node: int, node_id: str, expected_epoch: int, *, force: bool = False) -> LeaderRecord | None:
-        """The new record when ``node`` now leads ``pp`` (see module doc), else None."""
+    async def elect(
+        self, pp: int, node: int, node_id: str, expected_epoch: int, *, force: bool = False,
+        event: dict[str, Any] | None = None,
+    ) -> LeaderRecord | None:
+        """The new record when ``node`` now leads ``pp`` (see module doc), else None.
+        ``event`` (forced elections only) is stored with ``epoch`` set to the new epoch."""
+        stored = json.dumps({**(event or {}), "epoch": int(expected_epoch) + 1}) if force else ""
         flat = await run_durably(
             self._client, self._elect, [self._keys.pp_leader(pp)],
-            [int(node), node_id, int(expected_epoch), "1" if force else "0"],
+            [int(node), node_id, int(expected_epoch), "1" if force else "0", stored],
         )
         return _record(pp, flat) if flat else None
 
@@ -145,4 +207,14 @@ class PartitionLeaders:
         """Replace the in-sync set; False when ``node`` no longer leads ``epoch``."""
         members = set(isr) | {int(node)}
         ok = await run_durably(self._client, self._set_isr, [self._keys.pp_leader(pp)], [int(node), int(epoch), _list(members)])
+        return bool(ok)
+
+    async def report_hw(self, pp: int, node: int, epoch: int, hw: int) -> bool:
+        """Record the leader's high watermark; False when ``node`` no longer leads ``epoch``."""
+        ok = await self._report_hw(keys=[self._keys.pp_leader(pp)], args=[int(node), int(epoch), int(hw)])
+        return bool(ok)
+
+    async def note_truncation(self, pp: int, epoch: int, node_id: str, count: int) -> bool:
+        """Add ``count`` truncated offsets of ``node_id`` to the unclean election of ``epoch``."""
+        ok = await self._note_truncation(keys=[self._keys.pp_leader(pp)], args=[int(epoch), node_id, int(count)])
         return bool(ok)

@@ -1,8 +1,11 @@
 """Body of the multi-partition append (``POST /internal/v1/append``): pure encoding, no I/O.
 
 A body is a run of frames, each ``>I`` partition word, ``>I`` length, then ``length`` bytes
-of ONE magic-2 record batch (``codec.columnar.build_columnar_batch``). Bit 31 of the partition word is
-``CONTINUES``: the frame continues the chain of the previous frame of the same partition
+of ONE magic-2 record batch (``codec.columnar.build_columnar_batch``). Bit 30 of the
+partition word is ``LEADER_EPOCH``: a ``>I`` leader epoch follows the length (before the
+batch), the epoch at which the sender believes the node leads the (replicated) partition;
+the node refuses the frame (503 ``stale_leader_epoch``) when it leads at another one.
+Bit 31 of the partition word is ``CONTINUES``: the frame continues the chain of the previous frame of the same partition
 in this body (the next chunk of one producer's batch, too big for one frame); a frame
 without it starts a chain of its own. The write node appends frames in body order and
 refuses every later frame of a chain once one of its frames was refused, so a chain
@@ -25,9 +28,13 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 FRAME_HEADER = struct.Struct(">II")
+EPOCH_WORD = struct.Struct(">I")
 CONTINUES = 0x8000_0000
-MAX_PARTITION = CONTINUES - 1
+LEADER_EPOCH = 0x4000_0000
+MAX_PARTITION = LEADER_EPOCH - 1
+MAX_EPOCH = 0xFFFF_FFFF
 MAX_FRAMES = 4096
+STALE_LEADER_EPOCH = "stale_leader_epoch"
 
 
 class FrameError(ValueError):
@@ -35,21 +42,30 @@ class FrameError(ValueError):
 
 
 class Frame(NamedTuple):
-    """One batch for partition ``pp``; ``continues``: see the module docstring."""
+    """One batch for partition ``pp``; ``continues``, ``leader_epoch`` (-1: none): see the
+    module docstring."""
 
     pp: int
     batch: bytes
     continues: bool = False
+    leader_epoch: int = -1
 
 
 def encode_frames(frames: Sequence[Frame]) -> bytes:
     """``frames`` as one body, in order."""
     parts: list[bytes] = []
     pack = FRAME_HEADER.pack
-    for pp, batch, continues in frames:
+    for pp, batch, continues, epoch in frames:
         if pp < 0 or pp > MAX_PARTITION:
             raise ValueError(f"partition {pp} out of range")
-        parts.append(pack(pp | CONTINUES if continues else pp, len(batch)))
+        word = pp | CONTINUES if continues else pp
+        if epoch < -1 or epoch > MAX_EPOCH:
+            raise ValueError(f"leader epoch {epoch} out of range")
+        if epoch >= 0:
+            parts.append(pack(word | LEADER_EPOCH, len(batch)))
+            parts.append(EPOCH_WORD.pack(epoch))
+        else:
+            parts.append(pack(word, len(batch)))
         parts.append(batch)
     return b"".join(parts)
 
@@ -69,11 +85,17 @@ def decode_frames(body: bytes) -> list[Frame]:
         word, length = unpack(body, pos)
         pp = word & MAX_PARTITION
         pos += size
+        epoch = -1
+        if word & LEADER_EPOCH:
+            if end - pos < EPOCH_WORD.size:
+                raise FrameError(f"truncated leader epoch of the frame at byte {pos - size}")
+            (epoch,) = EPOCH_WORD.unpack_from(body, pos)
+            pos += EPOCH_WORD.size
         if length == 0:
             raise FrameError(f"empty frame for partition {pp} at byte {pos - size}")
         if end - pos < length:
             raise FrameError(f"frame for partition {pp} at byte {pos - size} needs {length} bytes, {end - pos} left")
-        out.append(Frame(pp, body[pos : pos + length], bool(word & CONTINUES)))
+        out.append(Frame(pp, body[pos : pos + length], bool(word & CONTINUES), epoch))
         pos += length
         if len(out) > MAX_FRAMES:
             raise FrameError(f"more than {MAX_FRAMES} frames")

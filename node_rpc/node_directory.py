@@ -6,9 +6,11 @@ what they learn in memory, so the hot paths (``WriteNodeDirectory.cached``,
 gateway: read nodes may use ``WriteNodeDirectory`` to dead-letter through the appender.
 
 Write side: the owner of pp ``n`` is the holder of the lease ``pp:{n}``, its address the
-one it registered under role ``write``. A lease held by a node that is no longer
-registered counts as no owner. ``refresh()`` reloads every known pp in two round trips
-(lease owners in one pipeline, then the live nodes); callers refresh after ``not_owner``
+one it registered under role ``write``, and, with ``leaders`` (replicated partitions), the
+leader epoch of the pp's leadership record, which appends carry so that a node leading at
+another epoch refuses them. A lease held by a node that is no longer registered counts as
+no owner. ``refresh()`` reloads every known pp in two round trips (lease owners in one
+pipeline, then the live nodes; a third for the leader epochs with ``leaders``); callers refresh after ``not_owner``
 or a connection error (``invalidate``), and node announcements refresh it too.
 
 Read side: the read node for group ``g`` of queue ``q`` is chosen by rendezvous hashing
@@ -34,16 +36,19 @@ import mmh3
 from vpq.common.errors import Unavailable
 from vpq.metadata.api_errors import metadata_errors
 from vpq.metadata.leases import LeaseManager, NodeRegistry, pp_resource
+from vpq.metadata.partition_leaders import PartitionLeaders
 
 WRITE_ROLE = "write"
 READ_ROLE = "read"
 
 
 class NodeRef(NamedTuple):
-    """A live node: its registered id and ``host:port`` address."""
+    """A live node: its registered id and ``host:port`` address; for the owner of a
+    replicated pp, the leader epoch of its record (-1 otherwise)."""
 
     node_id: str
     address: str
+    leader_epoch: int = -1
 
 
 def rendezvous_score(key: str, node_id: str) -> int:
@@ -90,9 +95,12 @@ class WriteNodeDirectory:
     ``partition_count`` pps (``0 .. K-1``) are always tracked; any other pp asked about
     is tracked from then on."""
 
-    def __init__(self, nodes: NodeRegistry, leases: LeaseManager, partition_count: int) -> None:
+    def __init__(
+        self, nodes: NodeRegistry, leases: LeaseManager, partition_count: int, leaders: PartitionLeaders | None = None
+    ) -> None:
         self._nodes = nodes
         self._leases = leases
+        self._leaders = leaders
         self._known: set[int] = set(range(int(partition_count)))
         self._owner: dict[int, NodeRef] = {}
         self._live: dict[str, str] = {}
@@ -143,12 +151,13 @@ class WriteNodeDirectory:
     async def _load(self) -> None:
         pps = sorted(self._known)
         leases = await self._leases.owners(pp_resource(pp) for pp in pps)
+        epochs = await self._leaders.epochs(pps) if self._leaders is not None else {}
         live = {n.node_id: n.address for n in await self._nodes.nodes(WRITE_ROLE)}
         owner: dict[int, NodeRef] = {}
         for pp in pps:
             lease = leases.get(pp_resource(pp))
             if lease is not None and lease.node_id in live:
-                owner[pp] = NodeRef(lease.node_id, live[lease.node_id])
+                owner[pp] = NodeRef(lease.node_id, live[lease.node_id], epochs.get(pp, -1))
         self._owner = owner
         self._live = live
 

@@ -59,6 +59,7 @@ class PartitionPart(NamedTuple):
     timestamp_ms: int
     cols: ColumnarRecords
     size: int
+    leader_epoch: int = -1  # the leader epoch the pp's owner was found at (-1: not replicated)
 
 
 def part_size(cols: ColumnarRecords) -> int:
@@ -118,14 +119,15 @@ def build_frames(calls: Sequence[Sequence[PartitionPart]], max_batch_bytes: int)
     """The frames of one request carrying ``calls`` (each a list of parts), and for each
     call the slot of each of its parts. Parts of one partition share batches, in call
     order, cut (between parts) at ``max_batch_bytes``; a partition's batches form one
-    chain."""
-    by_pp: dict[int, list[tuple[int, int, PartitionPart]]] = {}
+    chain, each frame carrying the parts' leader epoch (parts of one partition found at
+    different epochs go in separate chains)."""
+    by_pp: dict[tuple[int, int], list[tuple[int, int, PartitionPart]]] = {}
     for ci, parts in enumerate(calls):
         for pi, part in enumerate(parts):
-            by_pp.setdefault(part.pp, []).append((ci, pi, part))
+            by_pp.setdefault((part.pp, part.leader_epoch), []).append((ci, pi, part))
     frames: list[Frame] = []
     slots: list[list[_Slot | None]] = [[None] * len(parts) for parts in calls]
-    for pp, entries in by_pp.items():
+    for (pp, leader_epoch), entries in by_pp.items():
         runs: list[list[tuple[int, int, PartitionPart]]] = []
         run: list[tuple[int, int, PartitionPart]] = []
         total = HEADER_SIZE
@@ -139,7 +141,7 @@ def build_frames(calls: Sequence[Sequence[PartitionPart]], max_batch_bytes: int)
         for k, run in enumerate(runs):
             ts, cols = merge_parts([e[2] for e in run])
             frame = len(frames)
-            frames.append(Frame(pp, build_columnar_batch(0, ts, cols), k > 0))
+            frames.append(Frame(pp, build_columnar_batch(0, ts, cols), k > 0, leader_epoch))
             start = 0
             for ci, pi, part in run:
                 n = len(part.cols.values)

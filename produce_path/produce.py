@@ -26,7 +26,8 @@ How (see ``docs/internals.md``):
    pp.
 4. Messages whose append failed with a retryable error are routed again and retried after a
    short backoff: ``stale_map`` refreshes the map cache first; ``not_owner``,
-   ``node_unreachable`` and ``partition_unowned`` make the locator forget the pp's owner;
+   ``node_unreachable``, ``partition_unowned`` and ``stale_leader_epoch`` (the node leads
+   the pp at another leader epoch than the locator's) make the locator forget the pp's owner;
    ``partition_offline`` just waits. A queue the cache does not know is looked up in Redis
    once before answering 404; a queue not placed yet is retried like the rest.
    ``insufficient_storage`` (507, a write node short of disk) is not retried: it is
@@ -54,7 +55,7 @@ from vpq.codec.columnar import FIXED_RECORD_BYTES, ColumnarRecords
 from vpq.codec.records import HEADER_SIZE
 from vpq.common.errors import InternalError, NotFound, Unavailable, VpqError
 from vpq.metadata.errors import QueueNotFoundError
-from vpq.node_rpc.append_frames import Deduplicated
+from vpq.node_rpc.append_frames import STALE_LEADER_EPOCH, Deduplicated
 from vpq.node_rpc.call import NODE_UNREACHABLE
 from vpq.produce_path.append_accumulator import PartitionPart, part_size
 from vpq.produce_path.outgoing import OutgoingBatch, OutgoingMessage, ProduceResults
@@ -69,7 +70,7 @@ NOT_OWNER = "not_owner"
 PARTITION_OFFLINE = "partition_offline"
 PARTITION_UNOWNED = "partition_unowned"
 INSUFFICIENT_STORAGE = "insufficient_storage"
-_FORGET_OWNER = frozenset({NOT_OWNER, NODE_UNREACHABLE, PARTITION_UNOWNED})
+_FORGET_OWNER = frozenset({NOT_OWNER, NODE_UNREACHABLE, PARTITION_UNOWNED, STALE_LEADER_EPOCH})
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +107,9 @@ class PartitionLocator(Protocol):
     """Finds write nodes (``node_rpc.node_directory.WriteNodeDirectory`` is one)."""
 
     async def owner(self, pp: int) -> Any:
-        """An object with an ``address`` attribute; ``Unavailable`` when pp has no owner."""
+        """An object with an ``address`` attribute (and ``leader_epoch``, the epoch it leads
+        the pp at, -1 or absent when not replicated: appends carry it); ``Unavailable``
+        when pp has no owner."""
         ...
 
     def invalidate(self, pp: int) -> None: ...
@@ -353,7 +356,7 @@ class Appender:
                 cols = _part_columns(batch, routed, chunk, whole and len(chunks) == 1)
                 if stamps is not None:  # records with a time of their own (dead letters keep theirs)
                     cols = cols._replace(ts_deltas=[0 if stamps[i] is None else stamps[i] - now for i in chunk])
-                parts.append(PartitionPart(pp, now, cols, part_size(cols)))
+                parts.append(PartitionPart(pp, now, cols, part_size(cols), getattr(node, "leader_epoch", -1)))
                 out = _PartOutcome(pp, chunk)
                 outs.append(out)
                 outcomes.append(out)

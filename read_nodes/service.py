@@ -146,7 +146,7 @@ class ReadNodeService:
             connector=aiohttp.TCPConnector(limit=1024, limit_per_host=256), headers=client_headers(self._cluster_secret)
         )
         self._partition_count = await md.read_partition_count() or s.cluster.physical_partitions
-        writers = WriteNodeDirectory(md.nodes, md.leases, self._partition_count)
+        writers = WriteNodeDirectory(md.nodes, md.leases, self._partition_count, md.leaders)
         listener.add_callback(writers.on_event)
         await writers.refresh()
         write_client = WriteNodeClient(self._session)

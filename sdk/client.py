@@ -429,6 +429,15 @@ class AsyncClient:
         _, answer = await self.request("GET", "/v1/cluster")
         return answer
 
+    async def elect_leader(self, partition: int, node: str, *, unclean: bool = False) -> dict[str, Any]:
+        """Make write node ``node`` the leader of the replicated physical partition whose
+        leader failed; an out-of-sync node only with ``unclean`` (acknowledged messages it
+        lacks are lost: the answer's ``truncation`` reports how many offsets may be)."""
+        _, answer = await self.request(
+            "POST", f"/v1/cluster/partitions/{int(partition)}/leader", {"node": node, "unclean": unclean}
+        )
+        return answer
+
     async def current_map(self) -> CurrentMap:
         """The placement map now in force: ``{"epoch", "queues": {q: {virtual_partitions, placement}}}``."""
         _, answer = await self.request("GET", "/v1/maps/current")

@@ -162,5 +162,8 @@ class Client:
     def cluster(self) -> ClusterInfo:
         return self._call(self._aio.cluster())
 
+    def elect_leader(self, partition: int, node: str, *, unclean: bool = False) -> dict[str, Any]:
+        return self._call(self._aio.elect_leader(partition, node, unclean=unclean))
+
     def current_map(self) -> CurrentMap:
         return self._call(self._aio.current_map())

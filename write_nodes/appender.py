@@ -175,6 +175,11 @@ class SegmentAppender:
             self._on_rewind(first.base_offset)
         return True
 
+    def skipped_to(self, offset: int) -> None:
+        """The log continues at ``offset`` (``PartitionLog.skip_to``: nothing pending, the
+        active segment's end marker durable)."""
+        self.planned_end = self.durable_end = self.synced_end = offset
+
     # ------------------------------------------------------------------ inner
     def _should_roll(self, seg: LogSegment, meta: AppendMeta, nbytes: int) -> bool:
         s = self._settings

@@ -66,6 +66,7 @@ from vpq.metadata.errors import MetadataUnavailable
 from vpq.metadata.map_cache import MapCache
 from vpq.metadata.queue_config import dedup_window_of
 from vpq.node_rpc.append_frames import (
+    STALE_LEADER_EPOCH,
     ChainGate,
     Deduplicated,
     Frame,
@@ -254,10 +255,13 @@ class PlacementGuard:
 class _Frame:
     """One batch on its way into a partition's log."""
 
-    __slots__ = ("pp", "batch", "view", "summary", "part", "queues")
+    __slots__ = ("pp", "batch", "view", "summary", "part", "queues", "leader_epoch")
 
-    def __init__(self, pp: int, batch: bytes, view: BatchView, summary: dict[TrafficKey, list[int]]) -> None:
+    def __init__(
+        self, pp: int, batch: bytes, view: BatchView, summary: dict[TrafficKey, list[int]], leader_epoch: int = -1
+    ) -> None:
         self.pp = pp
+        self.leader_epoch = leader_epoch
         self.batch = batch
         self.view = view
         self.summary = summary
@@ -311,16 +315,16 @@ class WriteNodeHandlers:
         own = self._ownership
         if self._disk is not None:
             try:
-                self._disk.check(sum(len(batch) for _, batch, _ in raw))
+                self._disk.check(sum(len(f.batch) for f in raw))
             except VpqError as short:
                 entry = error_entry(short.to_dict()["error"], short.status)
                 return [entry for _ in raw]
         with own.track():
             frames: list[_Frame | VpqError] = []
-            for pp, batch, _ in raw:
+            for pp, batch, _, leader_epoch in raw:
                 try:
                     own.serving(pp)
-                    frames.append(_Frame(pp, batch, *check_batch(batch)))
+                    frames.append(_Frame(pp, batch, *check_batch(batch), leader_epoch))
                 except VpqError as err:
                     frames.append(err)
             ids = {k[0] for f in frames if isinstance(f, _Frame) for k in f.summary}
@@ -379,6 +383,14 @@ class WriteNodeHandlers:
         state = self._replication.state(pp) if self._replication is not None else None
         if state is not None:
             state.check_insync()
+            if frame.leader_epoch >= 0 and frame.leader_epoch != state.epoch:
+                raise Unavailable(
+                    STALE_LEADER_EPOCH,
+                    f"write node {self._node_id} leads partition {pp} at leader epoch {state.epoch}, "
+                    f"the append names {frame.leader_epoch}",
+                    partition=pp,
+                    leader_epoch=state.epoch,
+                )
         frame.part, frame.queues = part, queues
         try:
             window_of = self._guard.dedup_window_ms

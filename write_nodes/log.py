@@ -45,6 +45,7 @@ from vpq.write_nodes import filenames
 from vpq.write_nodes.appender import AppendMeta, SegmentAppender
 from vpq.write_nodes.checkpoint import write_checkpoint
 from vpq.write_nodes.compaction import SegmentSummary
+from vpq.write_nodes.end_marker import write_end_marker
 from vpq.write_nodes.errors import LogIOError, OffsetOutOfRangeError, PartitionOfflineError
 from vpq.write_nodes.group_commit import FULL_ERRNOS, FsyncFn, GroupCommitter
 from vpq.write_nodes.log_compaction import CompactionTotals, LogCompaction
@@ -274,8 +275,9 @@ class PartitionLog(LogCompaction):
 
     def submit_replica(self, batch: bytes) -> asyncio.Future[None]:
         """Place one batch copied from a leader as it is (its offsets kept): its base
-        offset must be the log's next offset and its CRC valid (``ValueError``
-        otherwise, nothing placed). The future resolves once it is durable."""
+        offset must be the log's next offset (``skip_to`` first past a gap) and its CRC
+        valid (``ValueError`` otherwise, nothing placed). The future resolves once it is
+        durable."""
         self._check_online()
         view = BatchView(batch, 0)
         if view.size != len(batch):
@@ -289,6 +291,36 @@ class PartitionLog(LogCompaction):
     async def _submit(self, batch: bytes, base: int, count: int, max_ts: int) -> tuple[int, int]:
         await self._submit_now(batch, base, count, max_ts)
         return base, base + count - 1
+
+    async def skip_to(self, offset: int) -> None:
+        """Continue the log at ``offset`` (past its end), leaving a gap: a follower copying
+        a range its leader compacted away. Every append must be durable first
+        (``ValueError`` otherwise). The active segment's end marker (``end_marker``) is set
+        to ``offset`` and made durable (with a directory fsync) before the log moves on, so
+        recovery accepts gaps in that segment and the next segment still continues it."""
+        self._check_online()
+        if offset <= self._next_offset:
+            return
+        if self.durable_end_offset != self._next_offset:
+            raise ValueError(f"cannot skip to {offset}: appends up to {self._next_offset} are not durable yet")
+        seg = self._segments.active
+        assert seg is not None and self._appender is not None
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(None, self._write_skip_marker, seg.base_offset, offset)
+        except OSError as exc:
+            raise self._fail(exc) from exc
+        if self._segments.active is not seg or self._next_offset > offset:
+            raise ValueError(f"the log moved while skipping to {offset}")
+        seg.end_marker = offset
+        seg.apply_end_marker()
+        self._next_offset = offset
+        self._appender.skipped_to(offset)
+        self._on_durable(offset)
+
+    def _write_skip_marker(self, base: int, offset: int) -> None:
+        write_end_marker(self.storage, self.directory, base, offset)
+        self.storage.fsync(self._dir_fd)
 
     def _submit_now(self, batch: bytes, base: int, count: int, max_ts: int) -> asyncio.Future[None]:
         if len(batch) > MAX_BATCH_BYTES:

@@ -134,6 +134,8 @@ class _PartitionGauges:
             ("isr_shrinks", "Followers this node took out of an in-sync set."),
             ("isr_expands", "Followers this node added back to an in-sync set."),
             ("truncations", "Times a follower on this node truncated its log where it diverged from the leader."),
+            ("unclean_elections", "Partitions this node leads by an operator's unclean election."),
+            ("unclean_lost_offsets", "Offsets those unclean elections may have lost (last high watermark minus this copy's end)."),
         ):
             yield CounterMetricFamily(f"vpq_replication_{key}", doc, value=float(self.replication.get(key, 0)))
 
@@ -255,7 +257,8 @@ class WriteNodeMetrics:
         """The Prometheus text of every series; ``partitions`` are the rows of
         ``PartitionOwnership.snapshot()`` (the partitions held now; with replication,
         with the leader fields of ``ReplicaManager.leader_row``), ``replication`` the
-        manager's counters (``isr_shrinks``, ``isr_expands``, ``truncations``)."""
+        manager's counters (``isr_shrinks``, ``isr_expands``, ``truncations``,
+        ``unclean_elections``, ``unclean_lost_offsets``)."""
         self._gauges.rows = partitions
         self._gauges.map_epoch = map_epoch
         self._gauges.replication = replication or {}

@@ -12,10 +12,17 @@ Contract of :class:`Follower` (one per partition this node follows; ``start``/``
   the group commit), which is what the leader counts as this replica's durable end.
 - An answer with ``X-Diverging`` ``"<epoch> <end>"`` means the follower's log is not a
   prefix of the leader's: it truncates to ``min(end, its own end for that epoch)``
-  (``EpochHistory``), closing and reopening its log, and fetches again.
+  (``EpochHistory``), closing and reopening its log, and fetches again. When the
+  record holds an unclean election newer than the follower's last epoch, the offsets cut
+  are added to that truncation event (``PartitionLeaders.note_truncation``).
 - Otherwise the body is raw batches appended as they are (same offsets,
   ``PartitionLog.submit_replica``: CRC checked), then the leader's epoch history
-  (``X-Epoch-History``) is adopted for what was copied.
+  (``X-Epoch-History``) is adopted for what was copied. The leader's log may have gaps
+  (its compaction keeps offsets, or retention moved its start): a batch starting past
+  the follower's end, or an empty answer with ``X-Skip-To: <offset>`` (nothing is left
+  below it), makes the follower continue its own log there (``PartitionLog.skip_to``,
+  once what it appended before is durable), so it holds the leader's surviving records
+  at the same offsets and reaches the leader's end.
 - Any refusal (stale or unknown epoch, not the leader, unreachable) makes it re-read
   the record after a short pause. A follower never serves produce or reads.
 """
@@ -53,6 +60,7 @@ DIVERGING_HEADER = "X-Diverging"
 HISTORY_HEADER = "X-Epoch-History"
 LEADER_EPOCH_HEADER = "X-Leader-Epoch"
 HW_HEADER = "X-High-Watermark"
+SKIP_HEADER = "X-Skip-To"
 
 Locate = Callable[[int], Awaitable[str | None]]
 """Address of the write node of an index, None when it is not registered."""
@@ -230,9 +238,17 @@ class Follower:
             pos += view.size
             if view.next_offset <= plog.end_offset:
                 continue  # already here (the leader answers from the batch holding the offset)
+            if view.base_offset > plog.end_offset:  # the leader compacted the range before it away
+                if last is not None:
+                    await last
+                    last = None
+                await plog.skip_to(view.base_offset)
             last = plog.submit_replica(batch)
         if last is not None:
             await last
+        skip = headers.get(SKIP_HEADER)
+        if not data and skip and skip.isdigit() and int(skip) > plog.end_offset:
+            await plog.skip_to(int(skip))
         entries = [tuple(e) for e in orjson.loads(headers.get(HISTORY_HEADER, "[]"))]
         if history.adopt(entries, plog.end_offset):
             await asyncio.get_running_loop().run_in_executor(None, history.save)
@@ -241,6 +257,7 @@ class Follower:
         plog, history = self.log, self.history
         assert plog is not None and history is not None
         before = plog.end_offset
+        last_epoch = history.last_epoch
         log.warning("partition %d: truncating the follower log from %d to %d (diverged from the leader)", self.pp, before, offset)
         await plog.stop()
         self.log = None
@@ -256,6 +273,17 @@ class Follower:
         await new.start()
         self.log = new
         self.history = EpochHistory(self._dir, [(e, s) for e, s in history.entries if s <= new.end_offset], new.storage)
+        await self._note_unclean(last_epoch, before - new.end_offset)
+
+    async def _note_unclean(self, last_epoch: int, cut: int) -> None:
+        event = self.leader.unclean if self.leader is not None else None
+        if cut <= 0 or event is None or not isinstance(event.get("epoch"), int) or event["epoch"] <= last_epoch:
+            return
+        log.warning("partition %d: %d offsets truncated by the unclean election of epoch %d", self.pp, cut, event["epoch"])
+        try:
+            await self._leaders.note_truncation(self.pp, event["epoch"], self.node_id, cut)
+        except MetadataUnavailable as exc:
+            log.warning("partition %d: cannot report the truncation: %s", self.pp, exc)
 
     def snapshot(self) -> dict[str, Any]:
         plog = self.log

@@ -15,7 +15,10 @@ followers of the newer epoch, so it never counts their progress).
   set is added back), and the answer is the leader's durable raw batches from
   ``fetch_offset`` (long-polling up to ``wait_ms`` when there are none), with headers
   ``X-Leader-Epoch``, ``X-High-Watermark`` and ``X-Epoch-History`` (JSON list of
-  [epoch, start offset]).
+  [epoch, start offset]). Compaction leaves gaps in the offsets: the batches may start
+  past ``fetch_offset``; when nothing is left from ``fetch_offset`` up to the durable end
+  (compacted away), or ``fetch_offset`` is below the log's start (retention), the body
+  is empty and ``X-Skip-To`` names the offset the follower continues at.
 """
 
 from __future__ import annotations
@@ -29,7 +32,13 @@ from vpq.codec.records import BatchView
 from vpq.common.errors import BadRequest, Conflict, Unavailable
 from vpq.write_nodes.errors import LogIOError, OffsetOutOfRangeError
 from vpq.write_nodes.ownership import PartitionOwnership
-from vpq.write_nodes.replica_follower import DIVERGING_HEADER, HISTORY_HEADER, HW_HEADER, LEADER_EPOCH_HEADER
+from vpq.write_nodes.replica_follower import (
+    DIVERGING_HEADER,
+    HISTORY_HEADER,
+    HW_HEADER,
+    LEADER_EPOCH_HEADER,
+    SKIP_HEADER,
+)
 from vpq.write_nodes.replication import FENCED_EPOCH, NOT_LEADER, ReplicaManager
 
 MAX_FETCH_BYTES = 8 << 20
@@ -100,16 +109,21 @@ class ReplicaFetchHandler:
             if self._manager.state(pp) is not state or state.closed is not None:
                 raise Unavailable(NOT_LEADER, f"write node {self._manager.node_id} no longer leads partition {pp}", partition=pp)
         data = b""
+        skip = 0
         end = plog.durable_end_offset
         if offset < end:
             try:
                 data = plog.read(offset, max_bytes)
             except OffsetOutOfRangeError:
-                data = b""
+                skip = plog.start_offset if offset < plog.start_offset else 0
             except LogIOError as exc:
                 self._ownership.mark_offline(part, exc)
                 raise Unavailable("partition_offline", f"partition {pp} is offline: {exc}", partition=pp) from exc
-        state.answered(replica, _next_offset(data, offset), time.monotonic())
+            else:
+                skip = 0 if data else end  # [offset, end) was compacted away
+        if skip > offset:
+            headers[SKIP_HEADER] = str(skip)
+        state.answered(replica, skip if skip > offset else _next_offset(data, offset), time.monotonic())
         headers[HW_HEADER] = str(state.high_watermark)
         return web.Response(body=data, headers=headers, content_type="application/octet-stream")
 

@@ -13,7 +13,9 @@ file is replaced atomically (tmp, fsync, rename, directory fsync), like the chec
 epoch has diverged and truncates there (never to a high watermark: KIP-101).
 
 ``truncate_log_dir`` cuts a (closed) partition directory at a batch boundary at or below
-an offset; the next ``PartitionLog.start()`` recovers what is left by a full scan.
+an offset (an end marker of the last segment kept is lowered to the cut, so the log
+does not end past it); the next ``PartitionLog.start()`` recovers what is left by a full
+scan.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pathlib import Path
 from vpq.codec.errors import CorruptBatchError
 from vpq.codec.records import BatchView
 from vpq.write_nodes import filenames
+from vpq.write_nodes.end_marker import read_end_marker, write_end_marker
 from vpq.write_nodes.segment import LogSegment
 from vpq.write_nodes.storage import OS_STORAGE, Storage, fsync_directory
 
@@ -137,6 +140,7 @@ def truncate_log_dir(directory: Path, offset: int, index_interval_bytes: int, no
                 filenames.log_file(directory, b),
                 filenames.index_file(directory, b),
                 filenames.time_index_file(directory, b),
+                filenames.compacted_file(directory, b),
             ):
                 _unlink(storage, path)
     _unlink(storage, filenames.checkpoint_file(directory))
@@ -146,17 +150,21 @@ def truncate_log_dir(directory: Path, offset: int, index_interval_bytes: int, no
         seg = LogSegment.open(directory, keep[-1], index_interval_bytes, now_ms, storage)
         try:
             size = seg.file_size()
-            cut = size
+            cut, kept_end = size, keep[-1]
             try:
                 for pos, fields in seg.iter_headers(0, size):
                     if fields[0] + fields[5] >= offset:
                         cut = pos
                         break
+                    kept_end = fields[0] + fields[5] + 1
             except CorruptBatchError:
                 pass  # recovery cuts the damaged tail itself
             if cut < size:
                 seg.truncate(cut)
                 storage.fsync(seg.fd)
+            marker = read_end_marker(storage, directory, keep[-1])
+            if marker is not None and marker > offset:  # a gap past the cut: the log ends at the cut
+                write_end_marker(storage, directory, keep[-1], kept_end)
         finally:
             seg.close()
         _unlink(storage, filenames.index_file(directory, keep[-1]))

@@ -7,7 +7,9 @@ node first; each keeps its own copy in its own data directory. Contract of
 - Leadership: ``PartitionOwnership`` takes the lease ``pp:{pp}`` only when
   ``eligible(pp)`` (this node is an in-sync replica in the record and its copy has an
   epoch history, i.e. was not lost with its disk; or the record does not exist yet and
-  this is the home node); right after acquiring it, ``claim(pp)``
+  this is the home node; or an operator's unclean election named it, record field
+  ``forced``: then its copy is all there is, history or not); right after acquiring it,
+  ``claim(pp)``
   stops this node's follower of pp and wins the leader epoch by compare-and-swap
   (``PartitionLeaders.elect``); when that fails the lease is given back. ``opened``
   (the log is open, before any append) appends (epoch, log end) to the durable epoch
@@ -21,6 +23,9 @@ node first; each keeps its own copy in its own data directory. Contract of
   Redis by compare-and-swap on (leader, epoch): a refused change means a newer epoch
   exists, and the partition is given up at once (``on_fenced``) so a stale leader never
   acknowledges anything.
+- High watermark report: every ``hw_report_s`` the leader stores the watermark of each
+  partition it leads in the record when it moved (``PartitionLeaders.report_hw``): an
+  unclean election measures what it may lose from it.
 - ``fetch`` serves the followers' fetch requests (``replica_handlers``).
 """
 
@@ -75,6 +80,7 @@ class ReplicaManager:
         leaders: PartitionLeaders,
         nodes: NodeRegistry,
         interval_s: float = 0.2,
+        hw_report_s: float = 1.0,
         cluster_secret: str | None = None,
     ) -> None:
         self.node_id = node_id
@@ -92,6 +98,9 @@ class ReplicaManager:
         self.leaders = leaders
         self._nodes = nodes
         self._interval_s = interval_s
+        self._hw_report_s = hw_report_s
+        self._hw_reported: dict[int, tuple[int, int]] = {}  # pp -> (epoch, hw) stored
+        self._hw_report_at = 0.0
         self._leading: set[int] = set()
         self._records: dict[int, LeaderRecord] = {}
         self._states: dict[int, LeaderState] = {}
@@ -105,6 +114,8 @@ class ReplicaManager:
         self.isr_shrinks = 0
         self.isr_expands = 0
         self.truncations = 0  # of followers stopped since (the running ones count their own)
+        self.unclean_elections = 0
+        self.unclean_lost_offsets = 0
 
     # ---------------------------------------------------------------- queries
     def replicas(self, pp: int) -> tuple[int, ...]:
@@ -146,6 +157,8 @@ class ReplicaManager:
         rec = await self.leaders.get(pp)
         if rec is None:
             return self.replicas(pp)[0] == self.me
+        if rec.forced == self.me:
+            return True  # an operator's unclean election: this copy is all there is
         if rec.epoch > 0 and not (partition_dir(self.partitions_dir, pp) / HISTORY_FILE).exists():
             return False  # in sync by the record, yet without the history of its copy: its disk was lost
         return self.me in rec.isr
@@ -166,6 +179,11 @@ class ReplicaManager:
         if new is None:
             self._leading.discard(pp)
             return False
+        if rec.forced == self.me and rec.unclean is not None:
+            self.unclean_elections += 1
+            self.unclean_lost_offsets += int(rec.unclean.get("lost_offsets", 0) or 0)
+            log.warning("partition %d: leader by an unclean election, %s offsets may be lost", pp,
+                        rec.unclean.get("lost_offsets"))
         self._records[pp] = new
         log.info("partition %d: leader with epoch %d, in sync %s", pp, new.epoch, list(new.isr))
         return True
@@ -237,6 +255,9 @@ class ReplicaManager:
             lagging = state.lagging(now)
             if lagging and state.closed is None:
                 await self._shrink(state, lagging)
+        if now - self._hw_report_at >= self._hw_report_s:
+            self._hw_report_at = now
+            await self._report_watermarks()
         for pp in range(self.partition_count):
             if not self.is_replica(pp) or pp in self._leading or pp in self._followers:
                 continue
@@ -247,6 +268,14 @@ class ReplicaManager:
             )
             self._followers[pp] = follower
             await follower.start()
+
+    async def _report_watermarks(self) -> None:
+        for pp, state in list(self._states.items()):
+            hw = state.high_watermark
+            if state.closed is not None or self._hw_reported.get(pp) == (state.epoch, hw):
+                continue
+            if await self.leaders.report_hw(pp, self.me, state.epoch, hw):
+                self._hw_reported[pp] = (state.epoch, hw)
 
     async def locate(self, index: int) -> str | None:
         known = self._addresses.get(index)
@@ -276,6 +305,8 @@ class ReplicaManager:
             "isr_shrinks": self.isr_shrinks,
             "isr_expands": self.isr_expands,
             "truncations": self.truncations + sum(f.truncations for f in self._followers.values()),
+            "unclean_elections": self.unclean_elections,
+            "unclean_lost_offsets": self.unclean_lost_offsets,
         }
 
     def follower_rows(self) -> list[dict[str, Any]]:

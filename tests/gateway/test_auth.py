@@ -95,6 +95,11 @@ async def test_cluster_and_maps_need_admin_on_star(secured: TestClient) -> None:
         await error_of(await secured.get(path, headers=bearer("team-admin")), 403, "forbidden")
         await error_of(await secured.get(path, headers=bearer("prod-tok")), 403, "forbidden")
         assert (await secured.get(path, headers=bearer("root"))).status == 200
+    elect = "/v1/cluster/partitions/0/leader"
+    await error_of(await secured.post(elect, json={"node": "w1"}), 401)
+    await error_of(await secured.post(elect, json={"node": "w1"}, headers=bearer("team-admin")), 403, "forbidden")
+    # the root token gets through auth: this platform is not replicated (R = 1)
+    await error_of(await secured.post(elect, json={"node": "w0"}, headers=bearer("root")), 409, "not_replicated")
 
 
 async def test_queue_list_is_filtered_to_visible_queues(secured: TestClient) -> None:
@@ -144,7 +149,7 @@ def test_every_non_open_route_declares_what_it_needs() -> None:
     assert by_op["produce"] is Access.PRODUCE
     assert {by_op[o] for o in ("joinGroup", "poll", "ack", "nack", "leaveGroup", "getGroup")} == {Access.CONSUME}
     assert {by_op[o] for o in ("putQueue", "getQueue", "deleteQueue")} == {Access.ADMIN}
-    assert {by_op[o] for o in ("getCluster", "getCurrentMap")} == {Access.ADMIN_GLOBAL}
+    assert {by_op[o] for o in ("getCluster", "getCurrentMap", "electLeader")} == {Access.ADMIN_GLOBAL}
     assert by_op["listQueues"] is Access.ANY_TOKEN
     assert by_op["metrics"] is Access.VALID_TOKEN
     assert {by_op[o] for o in ("healthz", "readyz", "openapi", "docs")} == {Access.OPEN}

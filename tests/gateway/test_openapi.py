@@ -31,6 +31,7 @@ API_MD_ENDPOINTS = {
     ("DELETE", "/v1/queues/{queue}/groups/{group}"),
     ("POST", "/v1/queues/{queue}/groups/{group}/dlq/redrive"),
     ("GET", "/v1/cluster"),
+    ("POST", "/v1/cluster/partitions/{pp}/leader"),
     ("GET", "/v1/maps/current"),
     ("GET", "/v1/maps/history"),
     ("GET", "/ui"),

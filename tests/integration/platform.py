@@ -77,6 +77,12 @@ class Platform:
             time.sleep(0.2)
         raise TimeoutError(f"vpq up not ready after {timeout_s}s:\n{self.output()}")
 
+    def node_headers(self) -> dict[str, str]:
+        """The headers a direct call to one of this platform's nodes needs (its cluster secret)."""
+        from vpq.node_rpc.cluster_auth import client_headers
+
+        return client_headers((self.data_dir / "run" / "cluster.secret").read_text().strip())
+
     def output(self) -> str:
         text = (self.data_dir / "up.out").read_text(errors="replace")[-4000:]
         logs = self.data_dir / "logs"

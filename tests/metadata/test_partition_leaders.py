@@ -51,3 +51,28 @@ async def test_concurrent_elections_have_one_winner(md):
     assert sum(1 for r in won if r is not None) == 1
     many = await md.leaders.get_many([5, 6])
     assert list(many) == [5] and many[5].epoch == 1
+
+
+async def test_a_forced_election_keeps_its_truncation_event(md):
+    await md.leaders.create(7, [0, 1])
+    await md.leaders.elect(7, 0, "w0", 0)
+    assert await md.leaders.set_isr(7, 0, 1, [0])  # w1 fell out of sync
+    assert await md.leaders.report_hw(7, 0, 1, 120)
+    assert not await md.leaders.report_hw(7, 1, 1, 500)  # only the leader of the epoch reports
+    rec = await md.leaders.get(7)
+    assert (rec.hw, rec.forced, rec.unclean) == (120, -1, None)
+    forced = await md.leaders.elect(7, 1, "w1", 1, force=True, event={"lost_offsets": 20, "node": "w1"})
+    assert forced is not None and (forced.forced, forced.isr, forced.epoch) == (1, (1,), 2)
+    assert forced.unclean == {"lost_offsets": 20, "node": "w1", "epoch": 2}
+    assert not await md.leaders.note_truncation(7, 5, "w0", 9)  # another election's event
+    assert await md.leaders.note_truncation(7, 2, "w0", 20)
+    assert await md.leaders.note_truncation(7, 2, "w0", 1)
+    claimed = await md.leaders.elect(7, 1, "w1", 2)  # the node's own claim clears the mark
+    assert claimed is not None and claimed.epoch == 3 and claimed.forced == -1
+    assert claimed.unclean == {"lost_offsets": 20, "node": "w1", "epoch": 2, "truncated": {"w0": 21}}
+
+
+async def test_no_event_on_a_record_without_one(md):
+    await md.leaders.create(8, [0, 1])
+    assert not await md.leaders.note_truncation(8, 1, "w0", 3)
+    assert (await md.leaders.get(8)).unclean is None

@@ -11,7 +11,15 @@ from hypothesis import strategies as st
 from tests.write_nodes.test_service_helpers import batch, read
 from vpq.codec.records import decode_batches
 from vpq.common.errors import BadRequest, Unavailable
-from vpq.node_rpc.append_frames import MAX_PARTITION, ChainGate, Frame, FrameError, decode_frames, encode_frames
+from vpq.node_rpc.append_frames import (
+    MAX_EPOCH,
+    MAX_PARTITION,
+    ChainGate,
+    Frame,
+    FrameError,
+    decode_frames,
+    encode_frames,
+)
 from vpq.node_rpc.write_node_client import WriteNodeClient
 
 # ---------------------------------------------------------------- codec (pure)
@@ -19,13 +27,24 @@ from vpq.node_rpc.write_node_client import WriteNodeClient
 
 @given(
     st.lists(
-        st.builds(Frame, st.integers(0, MAX_PARTITION), st.binary(min_size=1, max_size=64), st.booleans()),
+        st.builds(
+            Frame, st.integers(0, MAX_PARTITION), st.binary(min_size=1, max_size=64), st.booleans(),
+            st.integers(-1, MAX_EPOCH),
+        ),
         min_size=1,
         max_size=20,
     )
 )
 def test_frames_round_trip(frames: list[Frame]) -> None:
     assert decode_frames(encode_frames(frames)) == frames
+
+
+def test_a_frame_carries_its_leader_epoch_only_when_it_has_one() -> None:
+    plain, fenced = encode_frames([Frame(3, b"abc")]), encode_frames([Frame(3, b"abc", False, 7)])
+    assert len(fenced) == len(plain) + 4
+    assert decode_frames(fenced) == [Frame(3, b"abc", False, 7)]
+    with pytest.raises(ValueError):
+        encode_frames([Frame(3, b"abc", False, -2)])
 
 
 def test_a_chain_stops_at_its_first_refusal_and_new_chains_start_clean() -> None:
@@ -42,8 +61,11 @@ def test_a_chain_stops_at_its_first_refusal_and_new_chains_start_clean() -> None
 
 @pytest.mark.parametrize(
     "body",
-    [b"", b"\x00\x00\x00", encode_frames([Frame(1, b"abc")])[:-1], b"\x00\x00\x00\x01\x00\x00\x00\x00"],
-    ids=["empty", "short-header", "truncated-batch", "empty-frame"],
+    [
+        b"", b"\x00\x00\x00", encode_frames([Frame(1, b"abc")])[:-1], b"\x00\x00\x00\x01\x00\x00\x00\x00",
+        encode_frames([Frame(1, b"abc", False, 7)])[:10],
+    ],
+    ids=["empty", "short-header", "truncated-batch", "empty-frame", "truncated-epoch"],
 )
 def test_malformed_bodies_are_refused(body: bytes) -> None:
     with pytest.raises(FrameError):

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.write_nodes.helpers import make_records, read_all, small_settings
-from vpq.codec.records import BatchView
+from vpq.codec.records import BatchView, decode_batches
 from vpq.write_nodes.log import PartitionLog
 from vpq.write_nodes.replica_log import HISTORY_FILE, EpochHistory, decode_history, trim_batches, truncate_log_dir
 
@@ -110,3 +110,56 @@ async def test_trim_batches_keeps_whole_batches_below_the_end(tmp_path: Path) ->
     assert len(kept) < len(data) and trim_batches(kept, 8) == kept
     assert trim_batches(data, 3) == b""
     await log.stop()
+
+
+def _gapped(log: PartitionLog) -> list[tuple[int, bytes]]:
+    """(offset, value) of every readable record of a log that may have gaps."""
+    out: list[tuple[int, bytes]] = []
+    cursor = log.start_offset
+    while data := log.read(cursor, 700):
+        fresh = [(r.offset, r.value) for r in decode_batches(data, verify=True) if r.offset >= cursor]
+        if not fresh:
+            return out
+        out += fresh
+        cursor = fresh[-1][0] + 1
+    return out
+
+
+async def test_a_follower_skips_the_gaps_of_a_compacted_leader_and_recovers_them(tmp_path: Path) -> None:
+    leader, _ = await _log_with(tmp_path / "leader", 120)
+    batches: list[bytes] = []
+    pos = 0
+    while pos < leader.durable_end_offset:
+        data = leader.read(pos, 1)
+        view = BatchView(data, 0)
+        batches.append(data[: view.size])
+        pos = view.next_offset
+    await leader.stop()
+    kept = [b for i, b in enumerate(batches) if i % 3 == 1]  # the leader compacted 2 batches of 3 away
+    follower = PartitionLog(tmp_path / "follower", small_settings())
+    await follower.start()
+    for batch in kept:
+        with pytest.raises(ValueError, match="does not continue"):
+            follower.submit_replica(batch)  # a gap needs skip_to first
+        await follower.skip_to(BatchView(batch, 0).base_offset)
+        await follower.submit_replica(batch)
+    await follower.skip_to(500)  # a trailing range compacted away
+    assert follower.end_offset == follower.durable_end_offset == 500
+    expected = [(r.offset, r.value) for b in kept for r in decode_batches(b)]
+    assert _gapped(follower) == expected
+    segments = follower.segment_count
+    assert segments >= 3  # rolls at batches that follow a gap
+    await follower.stop()
+
+    again = PartitionLog(tmp_path / "follower", small_settings())
+    report = await again.start()  # recovery accepts the gaps and the segments still continue each other
+    assert report.recovered_end_offset == 500 and report.bytes_truncated == 0
+    assert again.segment_count == segments
+    assert _gapped(again) == expected
+    await again.stop()
+
+    truncate_log_dir(tmp_path / "follower", 450, small_settings().index_interval_bytes, 0)
+    cut = PartitionLog(tmp_path / "follower", small_settings())
+    assert (await cut.start()).recovered_end_offset <= 450  # the skip marker past the cut is lowered
+    assert _gapped(cut) == [e for e in expected if e[0] < cut.end_offset]
+    await cut.stop()
