@@ -40,6 +40,7 @@ import datetime as dt
 import os
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
@@ -119,15 +120,27 @@ def _local_path(uri: str) -> str | None:
     return None
 
 
+def spark_uri(stats_uri: str) -> str:
+    """The URI Spark is given for ``stats_uri``: a plain path (where write nodes write)
+    becomes an absolute ``file:`` URI, so a cluster whose default file system is not the
+    local one (``fs.defaultFS`` = hdfs://...) still reads the local or mounted directory;
+    any URI is passed as is."""
+    if urlparse(stats_uri).scheme == "":
+        return Path(stats_uri).resolve().as_uri()
+    return stats_uri
+
+
 def read_stats(spark: SparkSession, stats_uri: str) -> DataFrame:
     """The stats files under ``stats_uri`` as a DataFrame (``date`` partition column
     included when the directory layout has one). IncompleteStatistics when the
-    location does not exist."""
+    location does not exist. A local path or ``file:`` URI is checked on the driver
+    (Spark lists the files there; executors read them at the same path); any other URI
+    is left to Spark and its Hadoop connector."""
     local = _local_path(stats_uri)
     if local is not None and not os.path.isdir(local):
         raise IncompleteStatistics(f"no statistics: {stats_uri} does not exist")
     try:
-        return spark.read.schema(spark_schema()).option("pathGlobFilter", "*.parquet").parquet(stats_uri)
+        return spark.read.schema(spark_schema()).option("pathGlobFilter", "*.parquet").parquet(spark_uri(stats_uri))
     except Exception as e:  # AnalysisException on remote URIs; keep the message
         if "PATH_NOT_FOUND" in str(e):
             raise IncompleteStatistics(f"no statistics: {stats_uri} does not exist") from None

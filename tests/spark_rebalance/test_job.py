@@ -3,14 +3,15 @@ smoothing, refusals (stale, incomplete), old-V mapping, and a whole run."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 
 from vpq.config.settings import RebalanceSettings
-from vpq.spark_rebalance.job import IncompleteStatistics, JobOptions, StaleStatistics, run_job
+from vpq.spark_rebalance.job import IncompleteStatistics, JobOptions, StaleStatistics, run_job, spark_uri
 from vpq.spark_rebalance.runner import default_stats_uri, rebalance_once
-from vpq.spark_rebalance.session import make_spark, stop_spark
+from vpq.spark_rebalance.session import base_conf, make_spark, stop_spark
 from vpq.spark_rebalance.synthetic import placement_for, queue_sizes, stats_windows, write_stats, zipf_loads
 from vpq.traffic.stats_schema import TrafficRow
 from vpq.traffic.stats_writer import StatsWriter
@@ -157,3 +158,20 @@ def test_rebalance_once_end_to_end(spark, tmp_path) -> None:
 def test_default_stats_uri(tmp_path) -> None:
     assert default_stats_uri(tmp_path, RebalanceSettings()) == str((tmp_path / "stats").resolve())
     assert default_stats_uri(tmp_path, RebalanceSettings(stats_uri="s3a://b/stats")) == "s3a://b/stats"
+
+
+def test_plain_stats_paths_reach_spark_as_file_uris(spark, tmp_path, monkeypatch) -> None:
+    assert spark_uri("/shared/stats") == "file:///shared/stats"
+    assert spark_uri("hdfs://nn:8020/vpq/stats") == "hdfs://nn:8020/vpq/stats"
+    assert spark_uri("file:///shared/stats") == "file:///shared/stats"
+    stats = tmp_path / "stats"
+    _basic_stats(stats)
+    monkeypatch.chdir(tmp_path)
+    now = T + 4 * W + 500
+    for uri in ("stats", stats.as_uri()):  # relative to the driver's directory; a file: URI
+        assert run_job(spark, uri, now, SETTINGS, options=OPTS).windows == (T, T + W, T + 2 * W)
+
+
+def test_base_conf_gives_executors_the_drivers_python() -> None:
+    assert base_conf(env={})["spark.pyspark.python"] == sys.executable
+    assert "spark.pyspark.python" not in base_conf(env={"PYSPARK_PYTHON": "/opt/py/bin/python3"})
