@@ -157,7 +157,9 @@ async def _one_round(
             expected_nodes=state.write_nodes or None, progress=stages.stage,
         )
     app = spark.sparkContext.applicationId
-    err_console.print(f"[dim]Spark job ({master}, application {app}) done in {time.monotonic() - t0:.1f} s[/]")
+    err_console.print(
+        f"[dim]Spark job ({master}, application {app}) done in {time.monotonic() - t0:.1f} s[/]", soft_wrap=True
+    )
     print_outcome(outcome, console, s.data_dir, now_ms, s.rebalance, dry_run)
     plan = outcome.plan
     if dry_run or plan.refused is not None or not plan.changed:
