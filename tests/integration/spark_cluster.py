@@ -1,5 +1,7 @@
 """A Spark standalone cluster (one master, one worker) from the installed pyspark, for
-integration tests: ``yield from SparkCluster(tmp_dir).running()``.
+integration tests: ``yield from SparkCluster(tmp_dir).running()``; with
+``running(wait=False)`` the JVMs boot while the test starts other things, and
+``wait_ready()`` waits for them.
 
 Both run ``<pyspark>/bin/spark-class`` in their own process group (SIGKILLed at the
 end), bound to 127.0.0.1 on free ports, with logs and the worker's directory under
@@ -76,18 +78,23 @@ class SparkCluster:
             time.sleep(0.3)
         raise TimeoutError(f"Spark standalone {what} not ready after {timeout_s} s:\n{self.output()}")
 
-    def start(self, timeout_s: float = 120.0) -> None:
+    def start_master(self) -> None:
+        """Spawn the master without waiting for it (``wait_ready`` waits and adds the worker)."""
         self.tmp_dir.mkdir(parents=True, exist_ok=True)
         self.port = self.port or free_port()
         self.webui_port = self.webui_port or free_port()
         self._spawn(
             "master", MASTER_CLASS, "--host", "127.0.0.1", "--port", str(self.port), "--webui-port", str(self.webui_port)
         )
+
+    def wait_ready(self, timeout_s: float = 120.0) -> None:
+        """Wait for the master, then start the worker and wait until it registered."""
         self._wait("master", lambda s: s.get("status") == "ALIVE", timeout_s)
-        self._spawn(
-            "worker", WORKER_CLASS, self.master_url, "--host", "127.0.0.1", "--cores", str(self.worker_cores),
-            "--memory", self.worker_memory, "--webui-port", "0", "--work-dir", str(self.tmp_dir / "work"),
-        )
+        if len(self.procs) < 2:
+            self._spawn(
+                "worker", WORKER_CLASS, self.master_url, "--host", "127.0.0.1", "--cores", str(self.worker_cores),
+                "--memory", self.worker_memory, "--webui-port", "0", "--work-dir", str(self.tmp_dir / "work"),
+            )
         self._wait("worker", lambda s: s.get("aliveworkers", 0) >= 1, timeout_s)
 
     def output(self) -> str:
@@ -104,10 +111,14 @@ class SparkCluster:
             p.wait()
         self.procs.clear()
 
-    def running(self) -> Iterator[SparkCluster]:
-        """Start, yield the cluster, then kill it: the whole body of a fixture."""
+    def running(self, wait: bool = True) -> Iterator[SparkCluster]:
+        """Start (without ``wait``: only spawn the master, the caller calls ``wait_ready``
+        when it needs the cluster), yield the cluster, then kill it: the whole body of a
+        fixture."""
         try:
-            self.start()
+            self.start_master()
+            if wait:
+                self.wait_ready()
             yield self
         finally:
             self.stop()

@@ -43,7 +43,7 @@ WARMUP_S = 4.0  # > 3 complete 1 s windows (the job's min_windows) from both wri
 
 @pytest.fixture
 def spark_cluster(tmp_path):
-    yield from SparkCluster(tmp_path / "spark").running()
+    yield from SparkCluster(tmp_path / "spark").running(wait=False)  # boots while vpq up starts
 
 
 @pytest.fixture
@@ -81,10 +81,12 @@ def test_rebalance_on_a_standalone_cluster_moves_vps_without_loss_or_reordering(
     )
     for t in threads:
         t.start()
+    t_traffic = time.monotonic()
     driver_dir = tmp_path / "driver"  # no .vpq here: the command finds nothing of the platform's files
     driver_dir.mkdir()
     try:
-        time.sleep(WARMUP_S)
+        spark_cluster.wait_ready()
+        time.sleep(max(0.0, WARMUP_S - (time.monotonic() - t_traffic)))
         t0 = time.monotonic()
         proc = subprocess.run(
             [
