@@ -126,7 +126,7 @@ def spark_uri(stats_uri: str) -> str:
     local one (``fs.defaultFS`` = hdfs://...) still reads the local or mounted directory;
     any URI is passed as is."""
     if urlparse(stats_uri).scheme == "":
-        return Path(stats_uri).resolve().as_uri()
+        return "file://" + str(Path(stats_uri).resolve())  # not as_uri(): Hadoop's Path does its own escaping
     return stats_uri
 
 

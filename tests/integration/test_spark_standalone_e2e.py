@@ -33,7 +33,7 @@ from tests.integration.spark_cluster import SparkCluster
 from tests.integration.test_remap_e2e import ENV, HOT_BATCH, Sent, _consume_all, _hot_keys, _produce_until
 from vpq.common.runfiles import read_redis_url
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 HOT = "spark-hot"
 HOT_VPS = 32

@@ -164,11 +164,11 @@ def test_plain_stats_paths_reach_spark_as_file_uris(spark, tmp_path, monkeypatch
     assert spark_uri("/shared/stats") == "file:///shared/stats"
     assert spark_uri("hdfs://nn:8020/vpq/stats") == "hdfs://nn:8020/vpq/stats"
     assert spark_uri("file:///shared/stats") == "file:///shared/stats"
-    stats = tmp_path / "stats"
+    stats = tmp_path / "shared dir" / "stats"
     _basic_stats(stats)
-    monkeypatch.chdir(tmp_path)
+    monkeypatch.chdir(tmp_path / "shared dir")
     now = T + 4 * W + 500
-    for uri in ("stats", stats.as_uri()):  # relative to the driver's directory; a file: URI
+    for uri in ("stats", str(stats), f"file://{stats}"):  # relative to the driver's directory; absolute; file:
         assert run_job(spark, uri, now, SETTINGS, options=OPTS).windows == (T, T + W, T + 2 * W)
 
 
