@@ -9,11 +9,14 @@ Starting a local session takes several seconds (JVM start): long-running callers
 keep one session and reuse it.
 
 Configuration, lowest first: vpq's defaults (``base_conf``), then ``extra_conf``
-(``rebalance.spark_conf``). Among the defaults, ``spark.pyspark.python`` is this
-process's interpreter unless ``PYSPARK_PYTHON`` is set: executors that start Python
-workers use the driver's Python (the same path must exist on every Spark host). The
-job itself runs no Python on executors (only DataFrame expressions, no UDF, RDD
-function or pandas function), so vpq need not be installed on the Spark workers.
+(``rebalance.spark_conf``). The Python that executors start for Python work is the
+driver's ``PYSPARK_PYTHON`` when the SparkContext starts (PySpark reads only that
+variable, not ``spark.pyspark.python``, in a driver started from Python):
+``make_spark`` sets the variable, when unset, to ``extra_conf["spark.pyspark.python"]``
+or else this interpreter (``executor_python``); the path must exist on every Spark
+host. The job itself runs no Python on executors (only DataFrame expressions, no UDF,
+RDD function or pandas function), so neither vpq nor that Python is needed on the
+Spark workers.
 """
 
 from __future__ import annotations
@@ -27,11 +30,8 @@ from pyspark.sql import SparkSession
 DEFAULT_APP_NAME = "vpq-rebalance"
 
 
-def base_conf(
-    shuffle_partitions: int = 4, driver_memory: str = "1g", env: Mapping[str, str] | None = None
-) -> dict[str, str]:
-    """vpq's Spark defaults for the job (see the module docstring); ``env`` defaults to
-    ``os.environ``."""
+def base_conf(shuffle_partitions: int = 4, driver_memory: str = "1g") -> dict[str, str]:
+    """vpq's Spark defaults for the job."""
     if shuffle_partitions < 1:
         raise ValueError("shuffle_partitions must be >= 1")
     conf = {
@@ -43,9 +43,13 @@ def base_conf(
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.adaptive.enabled": "true",
     }
-    if not (env if env is not None else os.environ).get("PYSPARK_PYTHON"):
-        conf["spark.pyspark.python"] = sys.executable
     return conf
+
+
+def executor_python(conf: Mapping[str, str], env: Mapping[str, str]) -> str:
+    """The Python executors start: ``PYSPARK_PYTHON`` when set, else
+    ``conf["spark.pyspark.python"]``, else this interpreter."""
+    return env.get("PYSPARK_PYTHON") or conf.get("spark.pyspark.python") or sys.executable
 
 
 def make_spark(
@@ -58,6 +62,7 @@ def make_spark(
 ) -> SparkSession:
     """Start (or get) a SparkSession for the job; see the module docstring."""
     conf = {**base_conf(shuffle_partitions, driver_memory), **(extra_conf or {})}
+    os.environ["PYSPARK_PYTHON"] = executor_python(conf, os.environ)
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in conf.items():
         builder = builder.config(key, value)

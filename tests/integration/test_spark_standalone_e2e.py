@@ -7,6 +7,8 @@ The command runs as it would on a separate driver host: in a directory without t
 platform's data directory, given only ``--redis-url`` and ``--set`` (the statistics
 location, the window, the executors' memory and the driver's address), so it reads
 nothing of the write nodes' local files and calls them at their registered addresses.
+The executors' Python is set to a path that does not exist: the job runs no Python on
+executors, so vpq (or Python) need not be installed on Spark workers.
 
 Checks: every write node wrote its own files under the shared directory (none under
 its data directory); the job ran as an application of the standalone master (its id,
@@ -18,6 +20,7 @@ message, in per-key order (the checks of ``test_remap_e2e``, which runs ``local[
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -97,8 +100,11 @@ def test_rebalance_on_a_standalone_cluster_moves_vps_without_loss_or_reordering(
                 "--set", f"rebalance.max_stats_age_ms={ENV['VPQ_REBALANCE__MAX_STATS_AGE_MS']}",
                 "--set", "rebalance.spark_conf.spark.executor.memory=512m",
                 "--set", "rebalance.spark_conf.spark.driver.host=127.0.0.1",
+                # executors start no Python worker: a Python that does not exist changes nothing
+                "--set", "rebalance.spark_conf.spark.pyspark.python=/nonexistent/python3",
             ],
             cwd=driver_dir, capture_output=True, text=True, timeout=300,
+            env={k: v for k, v in os.environ.items() if k != "PYSPARK_PYTHON"},
         )
         command_s = time.monotonic() - t0
         time.sleep(1.0)  # traffic keeps flowing on the new map for a moment

@@ -3,6 +3,7 @@ smoothing, refusals (stale, incomplete), old-V mapping, and a whole run."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 from vpq.config.settings import RebalanceSettings
 from vpq.spark_rebalance.job import IncompleteStatistics, JobOptions, StaleStatistics, run_job, spark_uri
 from vpq.spark_rebalance.runner import default_stats_uri, rebalance_once
-from vpq.spark_rebalance.session import base_conf, make_spark, stop_spark
+from vpq.spark_rebalance.session import executor_python, make_spark, stop_spark
 from vpq.spark_rebalance.synthetic import placement_for, queue_sizes, stats_windows, write_stats, zipf_loads
 from vpq.traffic.stats_schema import TrafficRow
 from vpq.traffic.stats_writer import StatsWriter
@@ -20,6 +21,9 @@ W = 10_000
 T = 1_800_000_000_000 // W * W  # start of the first window
 SETTINGS = RebalanceSettings(window_ms=W, max_stats_age_ms=60_000)
 OPTS = JobOptions.from_settings(SETTINGS, ema_alpha=0.5, min_windows=3)
+
+
+PYSPARK_PYTHON = os.environ.get("PYSPARK_PYTHON")  # before make_spark sets it
 
 
 @pytest.fixture(scope="module")
@@ -172,6 +176,8 @@ def test_plain_stats_paths_reach_spark_as_file_uris(spark, tmp_path, monkeypatch
         assert run_job(spark, uri, now, SETTINGS, options=OPTS).windows == (T, T + W, T + 2 * W)
 
 
-def test_base_conf_gives_executors_the_drivers_python() -> None:
-    assert base_conf(env={})["spark.pyspark.python"] == sys.executable
-    assert "spark.pyspark.python" not in base_conf(env={"PYSPARK_PYTHON": "/opt/py/bin/python3"})
+def test_executors_get_the_drivers_python(spark) -> None:
+    assert spark.sparkContext.pythonExec == (PYSPARK_PYTHON or sys.executable)
+    assert executor_python({}, {}) == sys.executable
+    assert executor_python({"spark.pyspark.python": "/opt/py/bin/python3"}, {}) == "/opt/py/bin/python3"
+    assert executor_python({"spark.pyspark.python": "/a"}, {"PYSPARK_PYTHON": "/b"}) == "/b"
