@@ -4,7 +4,8 @@ Generates ``--rows`` vp-window rows (Zipf-skewed traffic over ``--vps`` vps of
 16-vp queues, as written by ``--nodes`` write nodes; ``rows / vps`` windows) as
 Parquet in a temp dir, starts a SparkSession on ``--master``, then times
 ``rebalance_once`` (Spark read + checks + aggregation + EMA, then planning),
-``--repeat`` times on the same session (the first run pays JVM warm-up).
+``--repeat`` times on the same session (the first run pays JVM warm-up); ``--conf``
+sets Spark configuration (a standalone cluster's ``spark.executor.memory``...).
 Prints figures, imbalance before/after, moves made vs the lower bound, and
 last one JSON line.
 """
@@ -17,6 +18,7 @@ import math
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 import typer
 
@@ -28,7 +30,7 @@ VPS_PER_QUEUE = 16
 
 def run_bench(
     rows: int, master: str, vps: int, pps: int, nodes: int, exponent: float, repeat: int, chart: Path | None,
-    stages: Stages | None = None,
+    stages: Stages | None = None, spark_conf: dict[str, str] | None = None,
 ) -> dict[str, object]:
     """Run the benchmark and return its figures; ``stages`` (optional) shows its steps
     and Spark's progress on stderr (the timed figures are measured the same way)."""
@@ -56,7 +58,7 @@ def run_bench(
         write_s = time.perf_counter() - t0
         stage(f"starting Spark ({master})")
         t0 = time.perf_counter()
-        spark = make_spark(master, shuffle_partitions=4)
+        spark = make_spark(master, shuffle_partitions=4, extra_conf=spark_conf)
         spark_start_s = time.perf_counter() - t0
         try:
             runs: list[tuple[float, float]] = []
@@ -110,12 +112,21 @@ def bench_rebalance(
     exponent: float = typer.Option(1.0, min=0.0, help="Zipf exponent of the per-vp traffic"),
     repeat: int = typer.Option(2, min=1, help="runs on the same Spark session"),
     chart: Path | None = typer.Option(None, help="also write the before/after PNG chart here"),
+    conf: Optional[list[str]] = typer.Option(
+        None, "--conf", metavar="KEY=VALUE", help="Spark configuration, e.g. --conf spark.executor.memory=512m (repeatable)"
+    ),
 ) -> None:
     """Time the Spark remap job (read + aggregate + EMA + plan) on synthetic statistics."""
     if vps % VPS_PER_QUEUE:
         raise typer.BadParameter(f"--vps must be a multiple of {VPS_PER_QUEUE}")
+    spark_conf = {}
+    for item in conf or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise typer.BadParameter(f"--conf expects KEY=VALUE, got {item!r}")
+        spark_conf[key.strip()] = value
     with Stages() as stages:  # progress on stderr; figures and the JSON line on stdout
-        r = run_bench(rows, master, vps, pps, nodes, exponent, repeat, chart, stages)
+        r = run_bench(rows, master, vps, pps, nodes, exponent, repeat, chart, stages, spark_conf)
     typer.echo(f"statistics: {r['rows']} rows ({r['vps']} vps x {r['windows']} windows, {nodes} nodes), written in {r['write_stats_s']} s")
     typer.echo(f"spark start ({master}): {r['spark_start_s']} s")
     typer.echo(f"job end to end (read + aggregate + EMA + plan): first {r['job_total_s_first']} s, best {r['job_total_s_best']} s (plan {r['plan_s_best']} s)")

@@ -18,8 +18,8 @@ Finding the platform, as ``vpq up`` left it:
 
 One run: read the map, the cluster's partition count and the live write nodes from
 Redis; run ``spark_rebalance.runner.rebalance_once`` on a Spark session (``--master``,
-default ``rebalance.master``: ``local[*]``) over the statistics under
-``<data-dir>/stats`` (or ``rebalance.stats_uri``); print the report
+default ``rebalance.master``: ``local[*]``; configured by ``rebalance.spark_conf``) over
+the statistics under ``<data-dir>/stats`` (or ``rebalance.stats_uri``); print the report
 (``cli.rebalance_report.print_outcome``: tables, PNG chart, JSON line); publish
 (``spark_rebalance.publisher``) and print what was published plus one JSON line.
 Progress goes to stderr (``cli.progress``): each stage (starting Spark, reading
@@ -162,7 +162,10 @@ async def _one_round(
             stats_uri=default_stats_uri(s.data_dir, s.rebalance), queue_defaults=s.queues,
             expected_nodes=state.write_nodes or None, progress=stages.stage,
         )
-    err_console.print(f"[dim]Spark job ({master}) done in {time.monotonic() - t0:.1f} s[/]")
+    app = spark.sparkContext.applicationId
+    err_console.print(
+        f"[dim]Spark job ({master}, application {app}) done in {time.monotonic() - t0:.1f} s[/]", soft_wrap=True
+    )
     print_outcome(outcome, console, s.data_dir, now_ms, s.rebalance, dry_run)
     plan = outcome.plan
     if dry_run or plan.refused is not None or not plan.changed:
@@ -193,7 +196,7 @@ async def run_rebalance(target: Target, dry_run: bool, master: str, every: float
             return 1
         with Stages(err_console) as stages:
             stages.stage(f"starting Spark ({master})")
-            spark = make_spark(master)
+            spark = make_spark(master, extra_conf=target.settings.rebalance.spark_conf)
         try:
             async with aiohttp.ClientSession(headers=client_headers(secret)) as session:
                 publisher = Publisher(

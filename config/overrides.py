@@ -9,6 +9,11 @@ other value is read as JSON when it parses as JSON (numbers, ``true``/``false``,
 lists, objects), else passed on as text for pydantic to judge; ``null`` is refused
 (leave the key out to keep the value of the lower sources).
 
+A mapping setting (``rebalance.spark_conf``) takes a JSON object as a whole, or one
+entry per assignment: ``rebalance.spark_conf.spark.executor.memory=2g`` sets the entry
+``spark.executor.memory`` (everything after the setting's key, dots included, names
+the entry; its value is taken as text) and keeps the other entries.
+
 Keys are checked against the ``Settings`` schema: an unknown key, a key naming a
 whole section, or a malformed assignment raises ``SettingsKeyError`` (a
 ``ValueError``) whose message names the key; values are checked by pydantic when the
@@ -61,6 +66,23 @@ def check_key(key: str, model: type[BaseModel] = Settings) -> FieldInfo:
     return field
 
 
+def map_entry(key: str, model: type[BaseModel] = Settings) -> tuple[str, str] | None:
+    """``(the mapping setting's dotted key, the entry's key)`` when ``key`` names one entry
+    of a mapping setting (``rebalance.spark_conf.spark.driver.host`` ->
+    ``("rebalance.spark_conf", "spark.driver.host")``), else None."""
+    parts = key.split(".")
+    current: type[BaseModel] | None = model
+    for i, part in enumerate(parts):
+        field = current.model_fields.get(part) if current is not None else None
+        if field is None:
+            return None
+        if get_origin(field.annotation) is dict:
+            entry = ".".join(parts[i + 1 :])
+            return (".".join(parts[: i + 1]), entry) if entry else None
+        current = _section_model(field.annotation)
+    return None
+
+
 def _is_text(annotation: Any) -> bool:
     """True when every value ``annotation`` admits (None aside) is written as text."""
     if isinstance(annotation, type):
@@ -96,6 +118,12 @@ def parse_assignments(items: Iterable[str]) -> dict[str, Any]:
         key = key.strip()
         if not sep or not key:
             raise SettingsKeyError(f"--set expects KEY=VALUE (e.g. read_nodes.max_unacked=5000), got {item!r}")
+        entry = map_entry(key)
+        if entry is not None:
+            mapping, name = entry
+            previous = out.get(mapping)
+            out[mapping] = {**(previous if isinstance(previous, dict) else {}), name: parse_value(text, as_text=True)}
+            continue
         field = check_key(key)
         value = None if text.strip() == "null" else parse_value(text, as_text=_is_text(field.annotation))
         if value is None:

@@ -302,7 +302,18 @@ class RebalanceSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     master: str = "local[*]"
-    stats_uri: str | None = Field(None, description="Spark-readable stats location; default <data_dir>/stats")
+    stats_uri: str | None = Field(
+        None,
+        description="where write nodes write traffic statistics and the Spark job reads them: a directory "
+        "path or file: URI (on a cluster, a shared mount every host and Spark executor sees at that path), "
+        "or any URI Spark reads (hdfs://, s3a://...: read by the job only; write nodes cannot write there); "
+        "default <data_dir>/stats",
+    )
+    spark_conf: dict[str, str] = Field(
+        default_factory=dict,
+        description="Spark configuration for the remap job's session (spark.executor.memory, "
+        "spark.driver.host, ...), applied over vpq's defaults; --set rebalance.spark_conf.KEY=VALUE sets one",
+    )
     window_ms: int = Field(10000, ge=100)
     min_partitions: int = 1
     max_partitions: int = 64

@@ -37,15 +37,17 @@ onto ``vp mod V``. Queues absent from ``current_vps`` are dropped (and listed).
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import LongType, StringType, StructField, StructType
+from pyspark.sql.types import LongType, MapType, StringType
 
 from vpq.config.settings import RebalanceSettings
 from vpq.spark_rebalance.plan_model import VpLoad
@@ -119,15 +121,27 @@ def _local_path(uri: str) -> str | None:
     return None
 
 
+def spark_uri(stats_uri: str) -> str:
+    """The URI Spark is given for ``stats_uri``: a plain path (where write nodes write)
+    becomes an absolute ``file:`` URI, so a cluster whose default file system is not the
+    local one (``fs.defaultFS`` = hdfs://...) still reads the local or mounted directory;
+    any URI is passed as is."""
+    if urlparse(stats_uri).scheme == "":
+        return "file://" + str(Path(stats_uri).resolve())  # not as_uri(): Hadoop's Path does its own escaping
+    return stats_uri
+
+
 def read_stats(spark: SparkSession, stats_uri: str) -> DataFrame:
     """The stats files under ``stats_uri`` as a DataFrame (``date`` partition column
     included when the directory layout has one). IncompleteStatistics when the
-    location does not exist."""
+    location does not exist. A local path or ``file:`` URI is checked on the driver
+    (Spark lists the files there; executors read them at the same path); any other URI
+    is left to Spark and its Hadoop connector."""
     local = _local_path(stats_uri)
     if local is not None and not os.path.isdir(local):
         raise IncompleteStatistics(f"no statistics: {stats_uri} does not exist")
     try:
-        return spark.read.schema(spark_schema()).option("pathGlobFilter", "*.parquet").parquet(stats_uri)
+        return spark.read.schema(spark_schema()).option("pathGlobFilter", "*.parquet").parquet(spark_uri(stats_uri))
     except Exception as e:  # AnalysisException on remote URIs; keep the message
         if "PATH_NOT_FOUND" in str(e):
             raise IncompleteStatistics(f"no statistics: {stats_uri} does not exist") from None
@@ -199,15 +213,16 @@ def _check_windows(
     return complete, horizon, expected, len(starts) - len(complete)
 
 
-def _target_vps(spark: SparkSession, rows: DataFrame, current_vps: Mapping[str, int] | None) -> DataFrame:
-    """``rows`` with a ``target_v`` column: the queue's current V, else its largest V seen."""
+def _target_vps(rows: DataFrame, current_vps: Mapping[str, int] | None) -> DataFrame:
+    """``rows`` with a ``target_v`` column: the queue's current V, else its largest V seen.
+    ``current_vps`` travels as one JSON literal parsed in the JVM: a DataFrame built from
+    a Python list would start Python workers on the executors."""
     widest = F.max("virtual_partitions").over(Window.partitionBy("queue"))
     if current_vps is None:
         return rows.withColumn("target_v", widest)
-    schema = StructType([StructField("queue", StringType(), False), StructField("current_v", LongType(), False)])
-    cur = spark.createDataFrame([(q, int(v)) for q, v in sorted(current_vps.items())], schema)
-    joined = rows.join(F.broadcast(cur), on="queue", how="left")
-    return joined.withColumn("target_v", F.coalesce(F.col("current_v"), widest)).drop("current_v")
+    text = json.dumps({q: int(v) for q, v in sorted(current_vps.items())})
+    current = F.from_json(F.lit(text), MapType(StringType(), LongType()))
+    return rows.withColumn("target_v", F.coalesce(F.try_element_at(current, F.col("queue")), widest))
 
 
 def run_job(
@@ -240,7 +255,7 @@ def run_job(
         .withColumn("rate_b", F.col("bytes") * F.lit(1000.0) / F.col("window_ms"))
         .withColumn("rate_m", F.col("messages") * F.lit(1000.0) / F.col("window_ms"))
     )
-    rows = _target_vps(spark, rows, current_vps)
+    rows = _target_vps(rows, current_vps)
     v_row, v_new = F.col("virtual_partitions"), F.col("target_v")
     ratio = F.greatest(F.floor(v_new / v_row).cast("long"), F.lit(1).cast("long"))
     mapped = (

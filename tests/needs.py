@@ -8,7 +8,10 @@ tests quietly skipped.
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import shutil
+from pathlib import Path
 from typing import NoReturn
 
 import pytest
@@ -29,3 +32,17 @@ needs_redis_binary = pytest.mark.skipif(
     find_redis_server() is None and not STRICT, reason="needs the redis-server binary (apt-get install redis-server)"
 )
 """Mark: skip locally without a redis-server binary; under ``VPQ_TEST_STRICT=1`` the test runs (and fails)."""
+
+
+def spark_home() -> Path:
+    """The installed pyspark's directory, usable as SPARK_HOME (its ``bin/spark-class``
+    starts a standalone master or worker); ``missing`` without java or pyspark."""
+    if shutil.which("java") is None:
+        missing("needs java on PATH (apt-get install openjdk-17-jre-headless)")
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or spec.origin is None:
+        missing("needs pyspark (pip install 'vpq[spark]')")
+    home = Path(spec.origin).parent
+    if not (home / "bin" / "spark-class").is_file():
+        missing(f"pyspark at {home} ships no bin/spark-class")
+    return home

@@ -95,7 +95,11 @@ def wall_ms() -> int:
 
 def stats_dir(settings: Settings) -> Path:
     """Where this node writes traffic statistics: ``rebalance.stats_uri`` when it is a
-    local path (or ``file:`` URI), else ``<data_dir>/stats``."""
+    local path (or ``file:`` URI), else ``<data_dir>/stats``. A node writes only to a
+    file system it has mounted: on a cluster, ``stats_uri`` is the path of a shared
+    mount (NFS...) every write node and Spark host sees at the same path; a non-local
+    URI (hdfs://, s3a://) is read by the Spark job only, so the node warns and writes
+    under its data directory, where the job does not look."""
     uri = settings.rebalance.stats_uri
     if uri:
         parsed = urlparse(uri)
@@ -103,7 +107,11 @@ def stats_dir(settings: Settings) -> Path:
             return Path(uri)
         if parsed.scheme == "file":
             return Path(parsed.path)
-        log.warning("stats_uri %s is not local; writing statistics under %s", uri, settings.data_dir / STATS_SUBDIR)
+        log.warning(
+            "stats_uri %s is not a local path: write nodes cannot write there, writing statistics under %s "
+            "(mount the shared location and set rebalance.stats_uri to its path; docs/spark-cluster.md)",
+            uri, settings.data_dir / STATS_SUBDIR,
+        )
     return settings.data_dir / STATS_SUBDIR
 
 

@@ -266,7 +266,7 @@ def test_rebalance_moves_vps_under_live_traffic_without_loss_or_reordering(platf
         delivered_total += len(delivered)
 
     # figures
-    job = re.search(r"Spark job done in ([0-9.]+) s", out)
+    job = re.search(r"Spark job \(.*?\) done in ([0-9.]+) s", out)
     changes = [t for t, e in epochs if e > before["epoch"]]
     lat_all = [d for _, d in sent.latencies]
     window_lat: list[float] = []

@@ -3,14 +3,16 @@ smoothing, refusals (stale, incomplete), old-V mapping, and a whole run."""
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 
 import pytest
 
 from vpq.config.settings import RebalanceSettings
-from vpq.spark_rebalance.job import IncompleteStatistics, JobOptions, StaleStatistics, run_job
+from vpq.spark_rebalance.job import IncompleteStatistics, JobOptions, StaleStatistics, run_job, spark_uri
 from vpq.spark_rebalance.runner import default_stats_uri, rebalance_once
-from vpq.spark_rebalance.session import make_spark, stop_spark
+from vpq.spark_rebalance.session import executor_python, make_spark, stop_spark
 from vpq.spark_rebalance.synthetic import placement_for, queue_sizes, stats_windows, write_stats, zipf_loads
 from vpq.traffic.stats_schema import TrafficRow
 from vpq.traffic.stats_writer import StatsWriter
@@ -19,6 +21,9 @@ W = 10_000
 T = 1_800_000_000_000 // W * W  # start of the first window
 SETTINGS = RebalanceSettings(window_ms=W, max_stats_age_ms=60_000)
 OPTS = JobOptions.from_settings(SETTINGS, ema_alpha=0.5, min_windows=3)
+
+
+PYSPARK_PYTHON = os.environ.get("PYSPARK_PYTHON")  # before make_spark sets it
 
 
 @pytest.fixture(scope="module")
@@ -157,3 +162,22 @@ def test_rebalance_once_end_to_end(spark, tmp_path) -> None:
 def test_default_stats_uri(tmp_path) -> None:
     assert default_stats_uri(tmp_path, RebalanceSettings()) == str((tmp_path / "stats").resolve())
     assert default_stats_uri(tmp_path, RebalanceSettings(stats_uri="s3a://b/stats")) == "s3a://b/stats"
+
+
+def test_plain_stats_paths_reach_spark_as_file_uris(spark, tmp_path, monkeypatch) -> None:
+    assert spark_uri("/shared/stats") == "file:///shared/stats"
+    assert spark_uri("hdfs://nn:8020/vpq/stats") == "hdfs://nn:8020/vpq/stats"
+    assert spark_uri("file:///shared/stats") == "file:///shared/stats"
+    stats = tmp_path / "shared dir" / "stats"
+    _basic_stats(stats)
+    monkeypatch.chdir(tmp_path / "shared dir")
+    now = T + 4 * W + 500
+    for uri in ("stats", str(stats), f"file://{stats}"):  # relative to the driver's directory; absolute; file:
+        assert run_job(spark, uri, now, SETTINGS, options=OPTS).windows == (T, T + W, T + 2 * W)
+
+
+def test_executors_get_the_drivers_python(spark) -> None:
+    assert spark.sparkContext.pythonExec == (PYSPARK_PYTHON or sys.executable)
+    assert executor_python({}, {}) == sys.executable
+    assert executor_python({"spark.pyspark.python": "/opt/py/bin/python3"}, {}) == "/opt/py/bin/python3"
+    assert executor_python({"spark.pyspark.python": "/a"}, {"PYSPARK_PYTHON": "/b"}) == "/b"
