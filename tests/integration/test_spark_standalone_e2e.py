@@ -95,6 +95,7 @@ def test_rebalance_on_a_standalone_cluster_moves_vps_without_loss_or_reordering(
             [
                 str(Path(sys.executable).parent / "vpq"), "rebalance", "--master", spark_cluster.master_url,
                 "--redis-url", read_redis_url(platform.data_dir),
+                "--set", f"cluster.secret_file={platform.data_dir / 'run' / 'cluster.secret'}",  # fences need it
                 "--set", f"rebalance.stats_uri=file://{shared}",
                 "--set", f"rebalance.window_ms={ENV['VPQ_REBALANCE__WINDOW_MS']}",
                 "--set", f"rebalance.max_stats_age_ms={ENV['VPQ_REBALANCE__MAX_STATS_AGE_MS']}",
