@@ -76,6 +76,23 @@ def _secret(settings) -> Optional[str]:
     return cluster_secret_or_exit(settings.cluster.secret_file)
 
 
+def _settled(config, assignments, common: dict, redis_url: str, place):
+    """Settings of a read node or gateway: built from the flags, ``place(settings)``
+    (its addresses, which may raise ``ServeError``), then the cluster's shape read
+    from Redis (waiting for the first write node); a ``ServeError`` exits with its
+    code, Ctrl-C while waiting exits 0."""
+    from vpq.cli.serve_setup import ServeError, build_settings, settle_reader
+
+    try:
+        settings, _ = build_settings(config, assignments, common)
+        settings = place(settings)
+        return asyncio.run(settle_reader(settings, redis_url, lambda m: console.print(f"[dim]vpq:[/dim] {m}")))
+    except ServeError as exc:
+        raise _fail(exc)
+    except KeyboardInterrupt:
+        raise typer.Exit(0)
+
+
 def _node_id(given: Optional[str], role: str) -> str:
     return given or f"{role}-{socket.gethostname().split('.')[0]}"
 
@@ -171,19 +188,19 @@ def read_node(
 ) -> None:
     """Run a read node (waits for the cluster to exist)."""
     require_extra("vpq serve", "server")
-    from vpq.cli.serve_setup import ServeError, advertised, build_settings, parse_bind, settle_reader
+    from vpq.cli.serve_setup import advertised, parse_bind
     from vpq.read_nodes.main import serve
 
     node = _node_id(node_id, "read")
-    try:
-        settings, _ = build_settings(config, assignments, _common(data_dir, redis_url, cluster_secret_file))
+    host, port, address = "", 0, None
+
+    def place(settings):
+        nonlocal host, port, address
         host, port = parse_bind(bind or "127.0.0.1:0", 0)
         address = advertised(host, advertise)
-        settings = asyncio.run(settle_reader(settings, redis_url, lambda m: console.print(f"[dim]vpq:[/dim] {m}")))
-    except ServeError as exc:
-        raise _fail(exc)
-    except KeyboardInterrupt:
-        raise typer.Exit(0)
+        return settings
+
+    settings = _settled(config, assignments, _common(data_dir, redis_url, cluster_secret_file), redis_url, place)
     secret = _secret(settings)
     _run(lambda: serve(settings, node, redis_url, host, port, advertise=address, cluster_secret=secret),
          f"read-node {node}", log_level)  # fmt: skip
@@ -205,20 +222,19 @@ def gateway(
 ) -> None:
     """Run a gateway (stateless: any number may serve one cluster)."""
     require_extra("vpq serve", "server")
-    from vpq.cli.serve_setup import ServeError, advertised, build_settings, parse_bind, settle_reader
+    from vpq.cli.serve_setup import advertised, parse_bind
     from vpq.gateway.main import serve
 
-    try:
-        settings, _ = build_settings(config, assignments, _common(data_dir, redis_url, cluster_secret_file))
+    address = ""
+
+    def place(settings):
+        nonlocal address
         gw = settings.gateway
         host, port = parse_bind(bind or f"{gw.host}:{gw.port}", gw.port)
         address = advertised(host, advertise) or f"{host}:{port}"
-        settings = settings.model_copy(update={"gateway": gw.model_copy(update={"host": host, "port": port})})
-        settings = asyncio.run(settle_reader(settings, redis_url, lambda m: console.print(f"[dim]vpq:[/dim] {m}")))
-    except ServeError as exc:
-        raise _fail(exc)
-    except KeyboardInterrupt:
-        raise typer.Exit(0)
+        return settings.model_copy(update={"gateway": gw.model_copy(update={"host": host, "port": port})})
+
+    settings = _settled(config, assignments, _common(data_dir, redis_url, cluster_secret_file), redis_url, place)
     console.print(f"[dim]vpq:[/dim] gateway {_node_id(node_id, 'gateway')} serving at http://{address}")
     secret = _secret(settings)
     _run(lambda: serve(settings, redis_url, cluster_secret=secret), "gateway", log_level)
