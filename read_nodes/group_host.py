@@ -64,7 +64,7 @@ from vpq.read_nodes.group_members import GroupMembers, new_consumer_id
 from vpq.read_nodes.ingestor import Ingestor
 from vpq.read_nodes.lag_report import group_info, oldest_unacked_by_context
 from vpq.read_nodes.lineage_order import LineageOrder
-from vpq.read_nodes.messages import render_message
+from vpq.read_nodes.messages import MessageRenderer
 from vpq.read_nodes.metrics import DeliveryCounters, NoCounters
 from vpq.read_nodes.node_parts import NodeParts, monotonic_ms, wall_ms
 
@@ -130,6 +130,7 @@ class GroupHost:
             max_vps=parts.settings.queues.max_virtual_partitions,
         )
         self.snapshots = AckSnapshots(record.id)
+        self._renderer = MessageRenderer(self.queue)
         self._starts: dict[int, int] = {}
         self._waiting: dict[str, list[asyncio.Event]] = {}
         self._wake = asyncio.Event()
@@ -414,7 +415,9 @@ class GroupHost:
         if consumer_id not in self.members.members:
             raise _not_found(consumer_id)
 
-    async def poll(self, consumer_id: str, max_messages: int, wait_ms: int) -> list[dict[str, Any]]:
+    async def poll(self, consumer_id: str, max_messages: int, wait_ms: int) -> list[bytes]:
+        """The messages delivered, each as the JSON bytes of its public object
+        (``messages.MessageRenderer``)."""
         self._require_member(consumer_id)
         await self.members.heartbeat(consumer_id)
         loop = asyncio.get_running_loop()
@@ -440,7 +443,7 @@ class GroupHost:
             raise _not_found(consumer_id) from None
         finally:
             self.members.poll_ended(consumer_id)
-        self._counters.delivered(self.queue, self.group, out)
+        self._counters.delivered(self.queue, self.group, len(out), sum(1 for d in got if d.delivery_count > 1))
         return out
 
     async def _wait(self, consumer_id: str, timeout_s: float) -> None:
@@ -456,14 +459,15 @@ class GroupHost:
             if not events:
                 del self._waiting[consumer_id]
 
-    async def _render(self, consumer_id: str, got: list[Delivery]) -> tuple[list[dict[str, Any]], int]:
+    async def _render(self, consumer_id: str, got: list[Delivery]) -> tuple[list[bytes], int]:
         """The messages of ``got`` to answer, and how many were acked in their place
         instead (expired or vanished)."""
         source = self.parts.source
         cutoff = self.expiry.cutoff()
-        cached, queue = source.cached, self.queue
-        out: list[dict[str, Any]] = []
+        cached = source.cached
+        out: list[bytes] = []
         append = out.append
+        render = self._renderer.render
         gone: list[str] = []
         failed: list[str] = []
         for d in got:
@@ -482,7 +486,7 @@ class GroupHost:
             if cutoff is not None and ts is not None and ts < cutoff:
                 gone.append(d.message_id)
                 continue
-            append(render_message(queue, tailed, d.vp, d.delivery_count))
+            append(render(tailed, d.vp, d.delivery_count))
         if gone:
             self._done_ids(gone)
             self.delivery.ack(consumer_id, gone)
