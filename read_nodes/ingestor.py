@@ -58,7 +58,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vpq.codec.system_headers import addressed_elsewhere
-from vpq.codec.system_headers import split as split_attributes
+from vpq.codec.system_headers import attributes as header_attributes
 from vpq.common.errors import VpqError
 from vpq.read_nodes.delivery import GroupDelivery
 from vpq.read_nodes.delivery_types import Admission, DeliveryEntry, DeliveryFull, stream_ctx_id, stream_of, stream_pp
@@ -326,7 +326,7 @@ class Ingestor:
             ts = r.timestamp_ms or 0
             priority = 0
             if r.headers:
-                attrs = split_attributes(r.headers)[0]
+                attrs = header_attributes(r.headers)
                 priority = attrs.priority
                 if attrs.deliver_at_ms is not None and attrs.deliver_at_ms > ts:
                     entry = DeliveryEntry.trusted(pp, offset, key_hash, r.key, tailed.ctx, ts, ctx_id, priority)
@@ -470,7 +470,7 @@ class Ingestor:
                     elif not (tailed.record.headers and addressed_elsewhere(tailed.record.headers, self._group)):
                         r = tailed.record
                         ts = r.timestamp_ms or 0
-                        attrs = split_attributes(r.headers)[0]
+                        attrs = header_attributes(r.headers)
                         entry = DeliveryEntry.trusted(
                             pp, offset, key_hash, r.key, tailed.ctx, ts, ctx_id, attrs.priority
                         )
@@ -527,7 +527,7 @@ class Ingestor:
                     result.nobody = True
                     delivery.defer_again((item,))
                     continue
-                priority = split_attributes(r.headers)[0].priority if r.headers else 0
+                priority = header_attributes(r.headers).priority if r.headers else 0
                 entry = DeliveryEntry.trusted(
                     pp, offset, r.key_hash, r.key, tailed.ctx, r.timestamp_ms or 0, stream_ctx_id(stream), priority
                 )

@@ -25,3 +25,19 @@ def test_user_headers_without_reserved_are_the_same_object():
     headers = (("a", b"b"),)
     assert sh.user_headers(headers) is headers
     assert sh.is_reserved(":x") and not sh.is_reserved("x:")
+
+
+def test_attributes_are_split_without_the_own_headers():
+    cases = [
+        (),
+        (("a", b"b"),),
+        ((sh.DEDUP, b"d-1"),),
+        ((sh.DEDUP, b"\xff"), ("a", b"b")),
+        ((sh.DELIVER_AT, b"123"), (sh.PRIORITY, b"7"), (sh.DEDUP, b"x"), ("a", b"b"), (sh.GROUP, b"g")),
+        ((sh.DELIVER_AT, b"soon"), (sh.PRIORITY, b"10"), (sh.PRIORITY, b"4")),
+    ]
+    for headers in cases:
+        assert sh.attributes(headers) == sh.split(headers)[0]
+    assert sh.attributes(((sh.DEDUP, b"d"),)) == sh.Attributes(None, 0, "d")
+    assert sh.attributes(((sh.PRIORITY, b"x"),)) is sh.NO_ATTRIBUTES
+    assert sh.user_headers(((sh.DEDUP, b"d"), ("a", b"b"))) == (("a", b"b"),)
