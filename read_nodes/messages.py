@@ -74,13 +74,28 @@ class TailedRecord:
     def size_bytes(self) -> int:
         """Footprint declared to the record cache (payload plus a fixed overhead)."""
         r = self.record
-        size = RECORD_OVERHEAD_BYTES + len(r.value) + (len(r.key) if r.key is not None else 0)
-        if r.headers:
-            size += HEADERS_BYTES
-            for name, value in r.headers:
-                size += len(name) + len(value) + HEADER_OVERHEAD_BYTES
+        key = r.key
+        size = RECORD_OVERHEAD_BYTES + len(r.value) + (len(key) if key is not None else 0)
+        headers = r.headers
+        if headers:
+            size += HEADERS_BYTES + HEADER_OVERHEAD_BYTES * len(headers)
+            for name, value in headers:
+                size += len(name) + len(value)
         return size
 
+
+_new = object.__new__
+_set_pp, _set_record, _set_ctx = (getattr(TailedRecord, name).__set__ for name in ("pp", "record", "ctx"))
+
+
+def tailed_record(pp: int, record: Record, ctx: IsolationContext) -> TailedRecord:
+    """``TailedRecord(pp, record, ctx)`` built without the dataclass's ``__init__``
+    (a tailer builds one per record it decodes)."""
+    t = _new(TailedRecord)
+    _set_pp(t, pp)
+    _set_record(t, record)
+    _set_ctx(t, ctx)
+    return t
 
 
 def decode_key(key: bytes | None) -> tuple[str | None, str | None]:
