@@ -273,11 +273,18 @@ class Ingestor:
         source_cached = self._pool.source.cached
         wall = self._clock()
         next_due = delivery.next_delayed_ms(self._skip_due)
+        offset = c
+
+        def cursor_of(p: int) -> int:  # for order.check: the record's own pp is read up to it
+            return offset if p == pp else self._cursor_of(p, ctx_id)
+
+        # routable: the stream's context was met and a live consumer takes it; only an
+        # await below (other tasks: joins, leaves) can change that, so it is checked
+        # again after one
+        routable = False
         for offset, ref in entries:
             key_hash = ref & 0xFFFFFFFF
-            decision = Decision.INGEST if plain else order.check(
-                key_hash & mask, v, pp, offset, lambda p: offset if p == pp else self._cursor_of(p, ctx_id)
-            )
+            decision = Decision.INGEST if plain else order.check(key_hash & mask, v, pp, offset, cursor_of)
             if decision is Decision.UNKNOWN and not self._unknown_expired(pp, offset, now_ms):
                 result.unknown = True
                 stopped = True
@@ -297,14 +304,18 @@ class Ingestor:
                     c = offset + 1
                     continue
                 # done by its offset, unless it is a delayed record still waiting: read it
-            known = source_context(ctx_id)
-            if known is not None and not delivery.routable(known):  # decided before reading the record
-                result.nobody = True
-                cold.add(ctx_id)
-                stopped = True
-                break
+            if not routable:
+                known = source_context(ctx_id)
+                if known is not None:
+                    if not delivery.routable(known):  # decided before reading the record
+                        result.nobody = True
+                        cold.add(ctx_id)
+                        stopped = True
+                        break
+                    routable = True
             tailed = source_cached(pp, offset)
             if tailed is None:
+                routable = False
                 tailed = await self._record(pp, offset, result)
                 if tailed is False:
                     stopped = True
@@ -340,6 +351,7 @@ class Ingestor:
             if next_due is not None and next_due <= ts and next_due <= wall:
                 # what came due before this record was written joins its key first
                 await self.drain_due(min(ts, wall), result)
+                routable = False
                 next_due = delivery.next_delayed_ms(self._skip_due)
             verdict = delivery.admit(stream, offset, tailed.ctx, ctx_id, key_hash, r.key)
             if verdict == Admission.NOBODY:
