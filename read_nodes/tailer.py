@@ -183,7 +183,10 @@ class RecordSource:
                     continue
                 ctx = self._contexts.get(rec.context_id)
                 if ctx is None:
-                    ctx = self._contexts[rec.context_id] = await self._resolve(rec.context_id)
+                    resolved = await self._resolve(rec.context_id)
+                    # another decode may have resolved it meanwhile: keep one object per
+                    # context, so the delivery path's dict lookups match by identity
+                    ctx = self._contexts.setdefault(rec.context_id, resolved)
                 tailed = tailed_record(pp, rec, ctx)
                 cold = None if cache_cold else self.cold.get(rec.queue_id)
                 if cold is None or rec.context_id not in cold:
