@@ -9,7 +9,7 @@ the per-context counters once per call; it does what ``_finish`` does for each.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from vpq.codec.message_id import decode_message_ids
 from vpq.isolation.context import IsolationContext
@@ -37,8 +37,11 @@ class DeliveryAcks:
         a member."""
         return self.ack_positions(consumer_id, decode_message_ids(list(ids)))
 
-    def ack_positions(self, consumer_id: str, positions: Iterable[Pos]) -> int:
-        """``ack`` of already decoded ids."""
+    def ack_positions(
+        self, consumer_id: str, positions: Iterable[Pos], note_done: Callable[[int, int], None] | None = None
+    ) -> int:
+        """``ack`` of already decoded ids; ``note_done(stream, offset)`` is told, per
+        stream, the highest offset this call acked (``ack_persistence.AckSnapshots``)."""
         c = self._consumer(consumer_id)
         msgs = self._msgs
         inflight = c.inflight
@@ -87,6 +90,8 @@ class DeliveryAcks:
             else:
                 del counts[ctx]
         for stream, offsets in acked.items():
+            if note_done is not None:
+                note_done(stream, max(offsets))
             self._tracker.done_many(stream, offsets)
         return n
 

@@ -488,30 +488,17 @@ class GroupHost:
                 continue
             append(render(tailed, d.vp, d.delivery_count))
         if gone:
-            self._done_ids(gone)
-            self.delivery.ack(consumer_id, gone)
+            self.delivery.ack_positions(consumer_id, decode_message_ids(gone), self.snapshots.note_done)
             self._changes += 1
             self.expiry.add(len(gone))
         if failed:
             self.delivery.nack(consumer_id, failed, self._opt.retry_ms * 5, monotonic_ms())
         return out, len(gone)
 
-    def _done_ids(self, ids: list[str]) -> list[tuple[int, int]]:
-        """Note, per stream, the offsets asked to be acked (the snapshots' highest done
-        offset); returns the decoded positions. MessageIdError on a malformed id."""
-        positions = decode_message_ids(ids)
-        stream_at = self.delivery.stream_at
-        note = self.snapshots.note_done
-        for pp, offset in positions:
-            stream = stream_at(pp, offset)
-            if stream is not None:
-                note(stream, offset)
-        return positions
-
     async def ack(self, consumer_id: str, ids: list[str]) -> int:
         self._require_member(consumer_id)
         try:
-            n = self.delivery.ack_positions(consumer_id, self._done_ids(ids))
+            n = self.delivery.ack_positions(consumer_id, decode_message_ids(ids), self.snapshots.note_done)
         except MessageIdError as exc:
             raise BadRequest("invalid_request", str(exc), field="ids") from None
         except UnknownConsumer:
