@@ -109,6 +109,28 @@ def attributes(headers: Headers) -> Attributes:
     return Attributes(deliver_at, priority, dedup)
 
 
+def reader_attributes(headers: Headers) -> tuple[int | None, int, bytes | None]:
+    """``(deliver_at_ms, priority, group)`` of a record's headers, in one pass: what a
+    read node needs of them (``attributes`` without the dedup id; ``group`` is the
+    ``:group`` value, None when absent; the last of a repeated name counts, as in
+    ``attributes``, while ``addressed_elsewhere`` looks at the first ``:group``)."""
+    deliver_at: int | None = None
+    priority = 0
+    group: bytes | None = None
+    for name, value in headers:
+        if name == DELIVER_AT:
+            try:
+                deliver_at = int(value)
+            except ValueError:
+                pass
+        elif name == PRIORITY:
+            if len(value) == 1 and 0x30 <= value[0] <= 0x39:
+                priority = value[0] - 0x30
+        elif name == GROUP and group is None:
+            group = value
+    return deliver_at, priority, group
+
+
 def user_headers(headers: Headers) -> Headers:
     """The producer's own headers (the reserved ones removed)."""
     for name, _ in headers:

@@ -57,7 +57,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from vpq.codec.system_headers import addressed_elsewhere
+from vpq.codec.system_headers import addressed_elsewhere, reader_attributes
 from vpq.codec.system_headers import attributes as header_attributes
 from vpq.common.errors import VpqError
 from vpq.read_nodes.delivery import GroupDelivery
@@ -326,28 +326,28 @@ class Ingestor:
                     c = offset + 1
                     continue
             r = tailed.record
-            if r.headers and addressed_elsewhere(r.headers, self._group):
-                c = offset + 1
-                continue
+            deliver_at: int | None = None
+            priority = 0
+            if r.headers:
+                deliver_at, priority, to_group = reader_attributes(r.headers)
+                if to_group is not None and to_group != self._group:  # addressed to another group
+                    c = offset + 1
+                    continue
             if self._expired(r.timestamp_ms):
                 if not delivery.is_done(stream, offset, key_hash):
                     self.expired += 1
                 c = offset + 1
                 continue
             ts = r.timestamp_ms or 0
-            priority = 0
-            if r.headers:
-                attrs = header_attributes(r.headers)
-                priority = attrs.priority
-                if attrs.deliver_at_ms is not None and attrs.deliver_at_ms > ts:
-                    entry = DeliveryEntry.trusted(pp, offset, key_hash, r.key, tailed.ctx, ts, ctx_id, priority)
-                    if delivery.defer(entry, attrs.deliver_at_ms):
-                        result.deferred += 1
-                        self._uncache_if_far(pp, offset, attrs.deliver_at_ms, wall)
-                        if next_due is None or attrs.deliver_at_ms < next_due:
-                            next_due = attrs.deliver_at_ms
-                    c = offset + 1
-                    continue
+            if deliver_at is not None and deliver_at > ts:
+                entry = DeliveryEntry.trusted(pp, offset, key_hash, r.key, tailed.ctx, ts, ctx_id, priority)
+                if delivery.defer(entry, deliver_at):
+                    result.deferred += 1
+                    self._uncache_if_far(pp, offset, deliver_at, wall)
+                    if next_due is None or deliver_at < next_due:
+                        next_due = deliver_at
+                c = offset + 1
+                continue
             if next_due is not None and next_due <= ts and next_due <= wall:
                 # what came due before this record was written joins its key first
                 await self.drain_due(min(ts, wall), result)
