@@ -115,6 +115,8 @@ from vpq.read_nodes.delivery_types import (
 from vpq.read_nodes.ready_buckets import FIRST_DELIVERY, REDELIVERY, ReadyBuckets
 from vpq.read_nodes.routing_table import RouterFactory, RoutingTable
 
+_new_delivery = tuple.__new__
+
 
 class GroupDelivery(DeliveryAcks, DeliveryMembership, DeliveryParking, DeliveryDelays, DeliveryReports):
     """Delivery state of one group on one queue (see the module docstring).
@@ -372,10 +374,10 @@ class GroupDelivery(DeliveryAcks, DeliveryMembership, DeliveryParking, DeliveryD
         if e.ctx in self._unroutable:
             self._unroutable_held -= 1
         out.append(
-            Delivery(
+            _new_delivery(Delivery, (  # Delivery(...) without the named tuple's Python-level __new__
                 encode_message_id(e.pp, e.offset), e.pp, e.offset, e.key_hash & self._mask, e.key, e.ctx,
                 e.timestamp_ms, msg.count, deadline,
-            )
+            ))
         )
 
     def _fair_share(self, ctx: IsolationContext, sources: Iterable[IsolationContext], max_messages: int) -> int:
