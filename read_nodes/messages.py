@@ -13,7 +13,8 @@ Decisions:
 
 - ``value_encoding`` 0 (JSON): the stored bytes are parsed with orjson and
   answered as ``"value"`` (``MessageRenderer`` splices the checked bytes in as they
-  are: the same JSON value); should they not parse (never produced by the gateway,
+  are: the producer's own JSON text, which the gateway stores, so the same value,
+  a number too long for a double included); should they not parse (never produced by the gateway,
   which stores compact JSON), they are answered as ``"value_b64"`` instead.
   Encoding 1 (raw bytes): ``"value_b64"`` (standard base64).
 - ``key``: None for a keyless message, else the key bytes decoded as UTF-8.
