@@ -223,5 +223,11 @@ def _headers_json(headers: tuple[tuple[str, bytes], ...]) -> bytes:
 
 
 def poll_body(messages: list[bytes]) -> bytes:
-    """A poll's answer, ``{"messages": [...]}``, of rendered messages."""
-    return b'{"messages":[' + b",".join(messages) + b"]}"
+    """A poll's answer, ``{"messages": [...]}``, of rendered messages (one copy of
+    them: the brackets go onto the first and last message, not around the whole)."""
+    if not messages:
+        return b'{"messages":[]}'
+    if len(messages) == 1:
+        return b'{"messages":[' + messages[0] + b"]}"
+    ends = [b'{"messages":[' + messages[0], *messages[1:-1], messages[-1] + b"]}"]
+    return b",".join(ends)

@@ -140,6 +140,8 @@ def test_renderer_bytes_are_render_message() -> None:
         assert list(orjson.loads(got)) == list(render_message('q"\u00e9', t, 7, 3))  # same fields, same order
     assert orjson.loads(poll_body(rendered)) == {"messages": [orjson.loads(m) for m in rendered]}
     assert orjson.loads(poll_body([])) == {"messages": []}
+    for k in (1, 2):
+        assert orjson.loads(poll_body(rendered[:k])) == {"messages": [orjson.loads(m) for m in rendered[:k]]}
 
 
 def test_dlq_names_fit_the_name_limit() -> None:
