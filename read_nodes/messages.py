@@ -158,6 +158,7 @@ _HEAD = b'{"id":"%d-%d","queue":%b,"key":%b,'
 _TAIL = b',"headers":%b,%b,"partition":%d,"offset":%d,"virtual_partition":%d,"timestamp_ms":%d,"delivery_count":%d'
 _dumps = orjson.dumps
 _CONTEXTS_HELD = 1024
+_KEYS_HELD = 4096
 
 
 class MessageRenderer:
@@ -165,13 +166,15 @@ class MessageRenderer:
     object, fields in the same order, without building it. A JSON value is checked
     with orjson (as ``render_message`` does) and answered as the stored bytes, which
     are therefore valid JSON; other values as ``render_message`` answers them.
-    Not thread-safe; holds a few bytes per isolation context met."""
+    Not thread-safe; holds the JSON of the isolation contexts and (UTF-8) keys met
+    last (at most 1,024 and 4,096: when full, it starts again)."""
 
-    __slots__ = ("_queue", "_contexts")
+    __slots__ = ("_queue", "_contexts", "_keys")
 
     def __init__(self, queue: str) -> None:
         self._queue = _dumps(queue)
         self._contexts: dict[IsolationContext, bytes] = {}
+        self._keys: dict[bytes, bytes] = {}  # UTF-8 key -> its JSON string
 
     def _context(self, ctx: IsolationContext) -> bytes:
         got = self._contexts.get(ctx)
@@ -189,11 +192,17 @@ class MessageRenderer:
         if raw_key is None:
             key = b"null"
         else:
-            try:
-                key = _dumps(raw_key.decode("utf-8"))
-            except UnicodeDecodeError:
-                text, key_b64 = decode_key(raw_key)
-                key = _dumps(text)
+            key = self._keys.get(raw_key)
+            if key is None:
+                try:
+                    key = _dumps(raw_key.decode("utf-8"))
+                except UnicodeDecodeError:
+                    text, key_b64 = decode_key(raw_key)
+                    key = _dumps(text)
+                else:
+                    if len(self._keys) >= _KEYS_HELD:
+                        self._keys.clear()
+                    self._keys[raw_key] = key
         value = r.value
         if r.value_encoding == VALUE_JSON:
             try:

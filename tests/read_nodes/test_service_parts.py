@@ -138,6 +138,7 @@ def test_renderer_bytes_are_render_message() -> None:
     for t, got in zip(cases, rendered):
         assert orjson.loads(got) == render_message('q"\u00e9', t, 7, 3)
         assert list(orjson.loads(got)) == list(render_message('q"\u00e9', t, 7, 3))  # same fields, same order
+        assert renderer.render(t, 7, 3) == got  # again, with its key's JSON remembered
     assert orjson.loads(poll_body(rendered)) == {"messages": [orjson.loads(m) for m in rendered]}
     assert orjson.loads(poll_body([])) == {"messages": []}
     for k in (1, 2):
