@@ -230,10 +230,11 @@ class _Columns(NamedTuple):
     headers_at: int
 
 
-def scan(view: BatchFields) -> _Columns:
+def scan(view: BatchFields, check_headers: bool = True) -> _Columns:
     """Read and check the columns of the magic-2 batch ``view`` (the CRC is not checked
     here: ``view.verify_crc()``): lengths that add up exactly to the record area, key
-    lengths >= -1, known value encodings, header blocks that decode exactly."""
+    lengths >= -1, known value encodings, header blocks that decode exactly (unless
+    ``check_headers`` is False: for :func:`decode`, which decodes and so checks them)."""
     n = view.record_count
     start = view.pos + HEADER_SIZE
     end = view.pos + view.size
@@ -269,7 +270,7 @@ def scan(view: BatchFields) -> _Columns:
             f"{fixed + key_bytes + value_bytes + header_bytes}"
         )
     cols = _Columns(qids, vps, hashes, ctxs, deltas, kls, vls, hls, encodings, p, p + key_bytes, p + key_bytes + value_bytes)
-    if header_bytes:
+    if header_bytes and check_headers:
         _check_headers(view.buf, cols)
     return cols
 
@@ -307,6 +308,31 @@ def _plain_block(buf: Any, p: int, end: int) -> bool:
         if vl >= 0x80 or p > end:
             return False
     return p == end
+
+
+def _plain_headers(buf: Any, p: int, end: int) -> Headers | None:
+    """The headers of the block ``buf[p:end]`` when it is one :func:`_plain_block`
+    accepts (all varints one byte: the usual case), read without the general decoder;
+    None (or UnicodeDecodeError) when it is not: :func:`decode_header_block` decides."""
+    count = buf[p]
+    if count == 0 or count >= 0x80:
+        return None
+    p += 1
+    items: list[tuple[str, bytes]] = []
+    for _ in range(count):
+        if p >= end:
+            return None
+        kl = buf[p]
+        ke = p + 1 + kl
+        if kl >= 0x80 or ke >= end:
+            return None
+        vl = buf[ke]
+        if vl >= 0x80:
+            return None
+        name = str(buf[p + 1 : ke], "utf-8")
+        p = ke + 1 + vl
+        items.append((name, bytes(buf[ke + 1 : p])))
+    return tuple(items) if p == end else None
 
 
 def decode_header_block(buf: object, pos: int, end: int, index: int = 0) -> Headers:
@@ -352,7 +378,7 @@ _SET = {name: getattr(Record, name).__set__ for name in Record.__slots__}  # typ
 def decode(view: BatchFields) -> list[Record]:
     """Every record of a magic-2 batch (offsets and timestamps filled in), after the checks
     of :func:`scan` (``CorruptBatchError``)."""
-    cols = scan(view)
+    cols = scan(view, check_headers=False)  # each block is checked as it is decoded below
     buf = view.buf
     first_ts = view.first_ts
     offset = view.base_offset
@@ -377,7 +403,12 @@ def decode(view: BatchFields) -> list[Record]:
         value = bytes(buf[vp_ : vp_ + vl])  # type: ignore[index]
         vp_ += vl
         if hl:
-            headers = decode_header_block(buf, hp, hp + hl, i)
+            try:
+                headers = _plain_headers(buf, hp, hp + hl)
+            except UnicodeDecodeError:
+                headers = None
+            if headers is None:  # not that simple, or not valid: the full decoder judges (and says why)
+                headers = decode_header_block(buf, hp, hp + hl, i)
             hp += hl
         else:
             headers = ()

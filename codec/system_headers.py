@@ -80,15 +80,22 @@ def split(headers: Headers) -> tuple[Attributes, Headers]:
     A reserved header whose value does not parse is ignored (treated as absent): the
     gateway never writes one, and a reader must not fail on the log's contents.
     """
-    if not headers or not any(name.startswith(RESERVED_PREFIX) for name, _ in headers):
-        return NO_ATTRIBUTES, headers
+    attrs = attributes(headers)
+    return attrs, user_headers(headers)
+
+
+def attributes(headers: Headers) -> Attributes:
+    """The platform attributes of a record's headers (``split(headers)[0]``, without
+    building the producer's own headers)."""
     deliver_at: int | None = None
     priority = 0
     dedup: str | None = None
-    own: list[tuple[str, bytes]] = []
     for name, value in headers:
-        if not name.startswith(RESERVED_PREFIX):
-            own.append((name, value))
+        if name == DEDUP:
+            try:
+                dedup = value.decode("utf-8")
+            except UnicodeDecodeError:
+                pass
         elif name == DELIVER_AT:
             try:
                 deliver_at = int(value)
@@ -97,19 +104,39 @@ def split(headers: Headers) -> tuple[Attributes, Headers]:
         elif name == PRIORITY:
             if len(value) == 1 and 0x30 <= value[0] <= 0x39:
                 priority = value[0] - 0x30
-        elif name == DEDUP:
+    if deliver_at is None and not priority and dedup is None:
+        return NO_ATTRIBUTES
+    return Attributes(deliver_at, priority, dedup)
+
+
+def reader_attributes(headers: Headers) -> tuple[int | None, int, bytes | None]:
+    """``(deliver_at_ms, priority, group)`` of a record's headers, in one pass: what a
+    read node needs of them (``attributes`` without the dedup id; ``group`` is the
+    ``:group`` value, None when absent; the last of a repeated name counts, as in
+    ``attributes``, while ``addressed_elsewhere`` looks at the first ``:group``)."""
+    deliver_at: int | None = None
+    priority = 0
+    group: bytes | None = None
+    for name, value in headers:
+        if name == DELIVER_AT:
             try:
-                dedup = value.decode("utf-8")
-            except UnicodeDecodeError:
+                deliver_at = int(value)
+            except ValueError:
                 pass
-    return Attributes(deliver_at, priority, dedup), tuple(own)
+        elif name == PRIORITY:
+            if len(value) == 1 and 0x30 <= value[0] <= 0x39:
+                priority = value[0] - 0x30
+        elif name == GROUP and group is None:
+            group = value
+    return deliver_at, priority, group
 
 
 def user_headers(headers: Headers) -> Headers:
     """The producer's own headers (the reserved ones removed)."""
-    if not headers or not any(name.startswith(RESERVED_PREFIX) for name, _ in headers):
-        return headers
-    return tuple((name, value) for name, value in headers if not name.startswith(RESERVED_PREFIX))
+    for name, _ in headers:
+        if name.startswith(RESERVED_PREFIX):
+            return tuple(pair for pair in headers if not pair[0].startswith(RESERVED_PREFIX))
+    return headers
 
 
 def addressed_elsewhere(headers: Headers, group: bytes) -> bool:

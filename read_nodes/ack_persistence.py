@@ -14,8 +14,8 @@ done (a successor re-reads from there). So the list stays small in the common
 cases: consuming a backlog in order lists about the in-flight messages; a stuck
 message plus thousands of later acks lists one offset. Its worst case is the
 group's outstanding messages (``max_unacked``). ``H`` only has to be an upper
-bound of the highest done offset (the caller records every offset it asked to
-ack or dead-lettered), and ``floor`` is the ``scanned_to`` of the state the
+bound of the highest done offset (the caller records the highest offset of each
+ack, per stream, and every dead-lettered one), and ``floor`` is the ``scanned_to`` of the state the
 group was restored from (done offsets below it are implied, not listed).
 
 ``restored_states`` turns what ``AckStateStore.load`` read into checked
@@ -72,8 +72,8 @@ def trim_state(
 class AckSnapshots:
     """What one hosted group last persisted, and what changed since. Pure.
 
-    ``note_done(stream, offset)`` for every offset the group asked to ack or
-    dead-lettered; ``changes(compact, token)`` gives the encoded states of the pps
+    ``note_done(stream, offset)`` for the highest offset of each ack (per stream) and
+    every dead-lettered one; ``changes(compact, token)`` gives the encoded states of the pps
     whose trimmed state differs from the last ``mark_saved`` one."""
 
     __slots__ = ("queue_id", "_highest", "_floors", "_saved")

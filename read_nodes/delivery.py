@@ -69,7 +69,8 @@ Cost: ``poll`` is ``O(b + k log b)`` for ``k`` runs started from ``b``
 non-empty (message context, vp) buckets the consumer sees, plus the messages
 taken; ``ack``/``nack``/``ingest`` are ``O(log n)`` per message.
 
-Membership is ``read_nodes.delivery_membership``; dead letters, persistence
+Acks and nacks are ``read_nodes.delivery_acks``; membership is
+``read_nodes.delivery_membership``; dead letters, persistence
 (``ack_state``, ``restore``) and statistics are ``read_nodes.delivery_reports``.
 """
 
@@ -78,12 +79,13 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable
 
-from vpq.codec.message_id import decode_message_ids, encode_message_id
+from vpq.codec.message_id import encode_message_id
 from vpq.codec.system_headers import MAX_PRIORITY
 from vpq.isolation.context import IsolationContext
 from vpq.isolation.routing import Router
 from vpq.read_nodes.ack_tracker import AckTracker
 from vpq.read_nodes.delay_index import DelayIndex
+from vpq.read_nodes.delivery_acks import DeliveryAcks
 from vpq.read_nodes.delivery_delays import DeliveryDelays
 from vpq.read_nodes.delivery_items import (
     DELAYED,
@@ -113,8 +115,10 @@ from vpq.read_nodes.delivery_types import (
 from vpq.read_nodes.ready_buckets import FIRST_DELIVERY, REDELIVERY, ReadyBuckets
 from vpq.read_nodes.routing_table import RouterFactory, RoutingTable
 
+_new_delivery = tuple.__new__
 
-class GroupDelivery(DeliveryMembership, DeliveryParking, DeliveryDelays, DeliveryReports):
+
+class GroupDelivery(DeliveryAcks, DeliveryMembership, DeliveryParking, DeliveryDelays, DeliveryReports):
     """Delivery state of one group on one queue (see the module docstring).
 
     ``router_factory(live_contexts)`` returns the routing function for a set of
@@ -370,10 +374,10 @@ class GroupDelivery(DeliveryMembership, DeliveryParking, DeliveryDelays, Deliver
         if e.ctx in self._unroutable:
             self._unroutable_held -= 1
         out.append(
-            Delivery(
+            _new_delivery(Delivery, (  # Delivery(...) without the named tuple's Python-level __new__
                 encode_message_id(e.pp, e.offset), e.pp, e.offset, e.key_hash & self._mask, e.key, e.ctx,
                 e.timestamp_ms, msg.count, deadline,
-            )
+            ))
         )
 
     def _fair_share(self, ctx: IsolationContext, sources: Iterable[IsolationContext], max_messages: int) -> int:
@@ -441,19 +445,24 @@ class GroupDelivery(DeliveryMembership, DeliveryParking, DeliveryDelays, Deliver
         else:
             self._tracker.done(e.stream, e.offset)
         self._released(msg)
-        chain = msg.chain
-        if chain is not None:
-            if msg in chain.run:
-                del chain.run[msg]
-            elif chain.pending and chain.pending[0] is msg:  # pragma: no branch - a failed run's head
-                chain.pending.popleft()
-            else:  # pragma: no cover - invariant: only a run's messages or a key's head finish
-                raise AssertionError(f"message {dead or pos} finished while neither in its key's run nor its head")
-            self._kick(chain)
-            if not chain.run and not chain.pending:
-                del self._chains[chain.key]
-            else:
-                self._recount(chain)
+        if msg.chain is not None:
+            self._unchain(msg, msg.chain)
+
+    def _unchain(self, msg: Msg, chain: Chain) -> None:
+        """``msg`` (done) leaves its key's run or, a failed run's head, its pending list;
+        the key's next message becomes ready when nothing of it is out any more."""
+        if msg in chain.run:
+            del chain.run[msg]
+        elif chain.pending and chain.pending[0] is msg:  # pragma: no branch - a failed run's head
+            chain.pending.popleft()
+        else:  # pragma: no cover - invariant: only a run's messages or a key's head finish
+            e = msg.entry
+            raise AssertionError(f"message {(e.pp, e.offset)} finished while neither in its key's run nor its head")
+        self._kick(chain)
+        if not chain.run and not chain.pending:
+            del self._chains[chain.key]
+        else:
+            self._recount(chain)
 
     def _fail(self, msg: Msg, reason: str, delay_ms: int, now_ms: int, delayed: set[Pos] | None = None) -> None:
         """An in-flight delivery was not acked: deliver it again, with the later
@@ -530,50 +539,3 @@ class GroupDelivery(DeliveryMembership, DeliveryParking, DeliveryDelays, Deliver
         while timers and not timers[0][2].msgs:
             heapq.heappop(timers)
         return timers[0][0] if timers else None
-
-    def _held(self, consumer_id: str, positions: Iterable[Pos]) -> list[Msg]:
-        out: list[Msg] = []
-        seen: set[Pos] = set()
-        for pos in positions:
-            msg = self._msgs.get(pos)
-            if msg is not None and msg.holder == consumer_id and msg.state == INFLIGHT and pos not in seen:
-                seen.add(pos)
-                out.append(msg)
-        return out
-
-    def ack(self, consumer_id: str, ids: Iterable[str]) -> int:
-        """Acknowledge messages in flight to ``consumer_id``; returns how many were.
-        Ids not in flight to this consumer (unknown, already acked, timed out, held
-        by another, given back with an earlier message of their run) are ignored.
-        MessageIdError (nothing changes) on a malformed id; UnknownConsumer when not
-        a member."""
-        return self.ack_positions(consumer_id, decode_message_ids(list(ids)))
-
-    def ack_positions(self, consumer_id: str, positions: Iterable[Pos]) -> int:
-        """``ack`` of already decoded ids."""
-        self._consumer(consumer_id)
-        held = self._held(consumer_id, positions)
-        acked: dict[int, list[int]] = {}
-        for msg in held:
-            self._finish(msg, None, acked)
-        for stream, offsets in acked.items():
-            self._tracker.done_many(stream, offsets)
-        return len(held)
-
-    def nack(self, consumer_id: str, ids: Iterable[str], delay_ms: int, now_ms: int) -> int:
-        """Give messages in flight to ``consumer_id`` back: delivered again after
-        ``delay_ms`` (their key stays blocked meanwhile) with the later messages of
-        their runs, or dead-lettered when they reached ``max_deliveries``. Returns
-        how many were in flight to it."""
-        check_now(now_ms)
-        if not isinstance(delay_ms, int) or isinstance(delay_ms, bool) or delay_ms < 0:
-            raise ValueError(f"delay_ms must be an integer >= 0, got {delay_ms!r}")
-        self._consumer(consumer_id)
-        positions = decode_message_ids(list(ids))  # validate before any change
-        self.expire(now_ms)
-        held = sorted(self._held(consumer_id, positions), key=lambda m: m.seq)
-        nacked = {(m.entry.pp, m.entry.offset) for m in held}
-        for msg in held:
-            if msg.state == INFLIGHT and msg.holder == consumer_id:  # else given back (and delayed) with an earlier one
-                self._fail(msg, "nack", delay_ms, now_ms, nacked)
-        return len(held)

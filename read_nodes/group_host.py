@@ -64,7 +64,7 @@ from vpq.read_nodes.group_members import GroupMembers, new_consumer_id
 from vpq.read_nodes.ingestor import Ingestor
 from vpq.read_nodes.lag_report import group_info, oldest_unacked_by_context
 from vpq.read_nodes.lineage_order import LineageOrder
-from vpq.read_nodes.messages import render_message
+from vpq.read_nodes.messages import MessageRenderer
 from vpq.read_nodes.metrics import DeliveryCounters, NoCounters
 from vpq.read_nodes.node_parts import NodeParts, monotonic_ms, wall_ms
 
@@ -130,6 +130,7 @@ class GroupHost:
             max_vps=parts.settings.queues.max_virtual_partitions,
         )
         self.snapshots = AckSnapshots(record.id)
+        self._renderer = MessageRenderer(self.queue)
         self._starts: dict[int, int] = {}
         self._waiting: dict[str, list[asyncio.Event]] = {}
         self._wake = asyncio.Event()
@@ -414,7 +415,9 @@ class GroupHost:
         if consumer_id not in self.members.members:
             raise _not_found(consumer_id)
 
-    async def poll(self, consumer_id: str, max_messages: int, wait_ms: int) -> list[dict[str, Any]]:
+    async def poll(self, consumer_id: str, max_messages: int, wait_ms: int) -> list[bytes]:
+        """The messages delivered, each as the JSON bytes of its public object
+        (``messages.MessageRenderer``)."""
         self._require_member(consumer_id)
         await self.members.heartbeat(consumer_id)
         loop = asyncio.get_running_loop()
@@ -440,7 +443,7 @@ class GroupHost:
             raise _not_found(consumer_id) from None
         finally:
             self.members.poll_ended(consumer_id)
-        self._counters.delivered(self.queue, self.group, out)
+        self._counters.delivered(self.queue, self.group, len(out), sum(1 for d in got if d.delivery_count > 1))
         return out
 
     async def _wait(self, consumer_id: str, timeout_s: float) -> None:
@@ -456,18 +459,19 @@ class GroupHost:
             if not events:
                 del self._waiting[consumer_id]
 
-    async def _render(self, consumer_id: str, got: list[Delivery]) -> tuple[list[dict[str, Any]], int]:
+    async def _render(self, consumer_id: str, got: list[Delivery]) -> tuple[list[bytes], int]:
         """The messages of ``got`` to answer, and how many were acked in their place
         instead (expired or vanished)."""
         source = self.parts.source
         cutoff = self.expiry.cutoff()
-        cached, queue = source.cached, self.queue
-        out: list[dict[str, Any]] = []
+        cached = source.cache.get  # RecordSource.cached without the call in between
+        out: list[bytes] = []
         append = out.append
+        render = self._renderer.render
         gone: list[str] = []
         failed: list[str] = []
         for d in got:
-            tailed = cached(d.pp, d.offset)
+            tailed = cached((d.pp, d.offset))
             if tailed is None:
                 try:
                     tailed = await source.get(d.pp, d.offset)
@@ -482,32 +486,19 @@ class GroupHost:
             if cutoff is not None and ts is not None and ts < cutoff:
                 gone.append(d.message_id)
                 continue
-            append(render_message(queue, tailed, d.vp, d.delivery_count))
+            append(render(tailed, d.vp, d.delivery_count))
         if gone:
-            self._done_ids(gone)
-            self.delivery.ack(consumer_id, gone)
+            self.delivery.ack_positions(consumer_id, decode_message_ids(gone), self.snapshots.note_done)
             self._changes += 1
             self.expiry.add(len(gone))
         if failed:
             self.delivery.nack(consumer_id, failed, self._opt.retry_ms * 5, monotonic_ms())
         return out, len(gone)
 
-    def _done_ids(self, ids: list[str]) -> list[tuple[int, int]]:
-        """Note, per stream, the offsets asked to be acked (the snapshots' highest done
-        offset); returns the decoded positions. MessageIdError on a malformed id."""
-        positions = decode_message_ids(ids)
-        stream_at = self.delivery.stream_at
-        note = self.snapshots.note_done
-        for pp, offset in positions:
-            stream = stream_at(pp, offset)
-            if stream is not None:
-                note(stream, offset)
-        return positions
-
     async def ack(self, consumer_id: str, ids: list[str]) -> int:
         self._require_member(consumer_id)
         try:
-            n = self.delivery.ack_positions(consumer_id, self._done_ids(ids))
+            n = self.delivery.ack_positions(consumer_id, decode_message_ids(ids), self.snapshots.note_done)
         except MessageIdError as exc:
             raise BadRequest("invalid_request", str(exc), field="ids") from None
         except UnknownConsumer:

@@ -44,6 +44,7 @@ from vpq.metadata.errors import MetadataUnavailable
 from vpq.metadata.names import check_name
 from vpq.node_rpc.cluster_auth import cluster_secret_middlewares
 from vpq.node_rpc.read_node_client import MESSAGE_COUNT_HEADER
+from vpq.read_nodes.messages import poll_body
 
 if TYPE_CHECKING:
     from vpq.read_nodes.group_host import GroupHost
@@ -188,7 +189,7 @@ async def poll(request: web.Request) -> web.Response:
     cid = request.match_info["consumer_id"]
     messages = await _on_host(request, queue, group, lambda h: h.poll(cid, max_messages, wait_ms))
     return web.Response(
-        body=orjson.dumps({"messages": messages}),
+        body=poll_body(messages),
         content_type="application/json",
         headers={MESSAGE_COUNT_HEADER: str(len(messages))},
     )

@@ -57,8 +57,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from vpq.codec.system_headers import addressed_elsewhere
-from vpq.codec.system_headers import split as split_attributes
+from vpq.codec.system_headers import addressed_elsewhere, reader_attributes
+from vpq.codec.system_headers import attributes as header_attributes
 from vpq.common.errors import VpqError
 from vpq.read_nodes.delivery import GroupDelivery
 from vpq.read_nodes.delivery_types import Admission, DeliveryEntry, DeliveryFull, stream_ctx_id, stream_of, stream_pp
@@ -273,11 +273,18 @@ class Ingestor:
         source_cached = self._pool.source.cached
         wall = self._clock()
         next_due = delivery.next_delayed_ms(self._skip_due)
+        offset = c
+
+        def cursor_of(p: int) -> int:  # for order.check: the record's own pp is read up to it
+            return offset if p == pp else self._cursor_of(p, ctx_id)
+
+        # routable: the stream's context was met and a live consumer takes it; only an
+        # await below (other tasks: joins, leaves) can change that, so it is checked
+        # again after one
+        routable = False
         for offset, ref in entries:
             key_hash = ref & 0xFFFFFFFF
-            decision = Decision.INGEST if plain else order.check(
-                key_hash & mask, v, pp, offset, lambda p: offset if p == pp else self._cursor_of(p, ctx_id)
-            )
+            decision = Decision.INGEST if plain else order.check(key_hash & mask, v, pp, offset, cursor_of)
             if decision is Decision.UNKNOWN and not self._unknown_expired(pp, offset, now_ms):
                 result.unknown = True
                 stopped = True
@@ -297,14 +304,18 @@ class Ingestor:
                     c = offset + 1
                     continue
                 # done by its offset, unless it is a delayed record still waiting: read it
-            known = source_context(ctx_id)
-            if known is not None and not delivery.routable(known):  # decided before reading the record
-                result.nobody = True
-                cold.add(ctx_id)
-                stopped = True
-                break
+            if not routable:
+                known = source_context(ctx_id)
+                if known is not None:
+                    if not delivery.routable(known):  # decided before reading the record
+                        result.nobody = True
+                        cold.add(ctx_id)
+                        stopped = True
+                        break
+                    routable = True
             tailed = source_cached(pp, offset)
             if tailed is None:
+                routable = False
                 tailed = await self._record(pp, offset, result)
                 if tailed is False:
                     stopped = True
@@ -315,31 +326,32 @@ class Ingestor:
                     c = offset + 1
                     continue
             r = tailed.record
-            if r.headers and addressed_elsewhere(r.headers, self._group):
-                c = offset + 1
-                continue
+            deliver_at: int | None = None
+            priority = 0
+            if r.headers:
+                deliver_at, priority, to_group = reader_attributes(r.headers)
+                if to_group is not None and to_group != self._group:  # addressed to another group
+                    c = offset + 1
+                    continue
             if self._expired(r.timestamp_ms):
                 if not delivery.is_done(stream, offset, key_hash):
                     self.expired += 1
                 c = offset + 1
                 continue
             ts = r.timestamp_ms or 0
-            priority = 0
-            if r.headers:
-                attrs = split_attributes(r.headers)[0]
-                priority = attrs.priority
-                if attrs.deliver_at_ms is not None and attrs.deliver_at_ms > ts:
-                    entry = DeliveryEntry.trusted(pp, offset, key_hash, r.key, tailed.ctx, ts, ctx_id, priority)
-                    if delivery.defer(entry, attrs.deliver_at_ms):
-                        result.deferred += 1
-                        self._uncache_if_far(pp, offset, attrs.deliver_at_ms, wall)
-                        if next_due is None or attrs.deliver_at_ms < next_due:
-                            next_due = attrs.deliver_at_ms
-                    c = offset + 1
-                    continue
+            if deliver_at is not None and deliver_at > ts:
+                entry = DeliveryEntry.trusted(pp, offset, key_hash, r.key, tailed.ctx, ts, ctx_id, priority)
+                if delivery.defer(entry, deliver_at):
+                    result.deferred += 1
+                    self._uncache_if_far(pp, offset, deliver_at, wall)
+                    if next_due is None or deliver_at < next_due:
+                        next_due = deliver_at
+                c = offset + 1
+                continue
             if next_due is not None and next_due <= ts and next_due <= wall:
                 # what came due before this record was written joins its key first
                 await self.drain_due(min(ts, wall), result)
+                routable = False
                 next_due = delivery.next_delayed_ms(self._skip_due)
             verdict = delivery.admit(stream, offset, tailed.ctx, ctx_id, key_hash, r.key)
             if verdict == Admission.NOBODY:
@@ -470,7 +482,7 @@ class Ingestor:
                     elif not (tailed.record.headers and addressed_elsewhere(tailed.record.headers, self._group)):
                         r = tailed.record
                         ts = r.timestamp_ms or 0
-                        attrs = split_attributes(r.headers)[0]
+                        attrs = header_attributes(r.headers)
                         entry = DeliveryEntry.trusted(
                             pp, offset, key_hash, r.key, tailed.ctx, ts, ctx_id, attrs.priority
                         )
@@ -527,7 +539,7 @@ class Ingestor:
                     result.nobody = True
                     delivery.defer_again((item,))
                     continue
-                priority = split_attributes(r.headers)[0].priority if r.headers else 0
+                priority = header_attributes(r.headers).priority if r.headers else 0
                 entry = DeliveryEntry.trusted(
                     pp, offset, r.key_hash, r.key, tailed.ctx, r.timestamp_ms or 0, stream_ctx_id(stream), priority
                 )

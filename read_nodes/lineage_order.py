@@ -54,6 +54,9 @@ class Decision(enum.Enum):
     UNKNOWN = "unknown"
 
 
+INGEST = Decision.INGEST
+
+
 class LineageOrder:
     """The lineage of every vp of one queue (``vp -> ranges, oldest first``)."""
 
@@ -105,14 +108,21 @@ class LineageOrder:
     ) -> Decision:
         """May the record at ``(pp, offset)`` of ``vp`` be ingested now? ``cursor_of(pp)``
         is how far the group has ingested each pp (for the record's own pp: ``offset``)."""
-        ranges = self.ranges(vp, virtual_partitions)
+        ranges = self._resolved.get((vp, virtual_partitions))
+        if ranges is None:
+            ranges = self.ranges(vp, virtual_partitions)
         if not ranges:
-            return Decision.INGEST
-        for k, r in enumerate(ranges):
+            return INGEST
+        r = ranges[0]  # the oldest range (the only one of a vp that never moved): nothing before it
+        to = r.to_offset
+        if r.pp == pp and r.from_offset <= offset and (to is None or offset < to):
+            return INGEST
+        for k in range(1, len(ranges)):
+            r = ranges[k]
             if r.pp == pp and r.from_offset <= offset and (r.to_offset is None or offset < r.to_offset):
                 for earlier in ranges[:k]:
                     to = earlier.to_offset
                     if to is not None and cursor_of(earlier.pp) < to:
                         return Decision.HOLD
-                return Decision.INGEST
+                return INGEST
         return Decision.UNKNOWN

@@ -3,7 +3,8 @@
 A read node decodes each record it tails once and keeps it in the record cache
 as a ``TailedRecord`` (the decoded ``codec.records.Record`` plus its
 resolved isolation context). ``render_message`` turns one into the object
-API.md fixes for a poll::
+API.md fixes for a poll (``MessageRenderer`` into its JSON bytes, which is what a
+poll answers)::
 
     {"id", "queue", "key", "value" | "value_b64", "headers", "lane", "env", "set",
      "partition", "offset", "virtual_partition", "timestamp_ms", "delivery_count"}
@@ -11,7 +12,9 @@ API.md fixes for a poll::
 Decisions:
 
 - ``value_encoding`` 0 (JSON): the stored bytes are parsed with orjson and
-  answered as ``"value"``; should they not parse (never produced by the gateway,
+  answered as ``"value"`` (``MessageRenderer`` splices the checked bytes in as they
+  are: the producer's own JSON text, which the gateway stores, so the same value,
+  a number too long for a double included); should they not parse (never produced by the gateway,
   which stores compact JSON), they are answered as ``"value_b64"`` instead.
   Encoding 1 (raw bytes): ``"value_b64"`` (standard base64).
 - ``key``: None for a keyless message, else the key bytes decoded as UTF-8.
@@ -36,7 +39,7 @@ import orjson
 
 from vpq.codec.batch_common import VALUE_JSON
 from vpq.codec.records import Record
-from vpq.codec.system_headers import user_headers
+from vpq.codec.system_headers import RESERVED_PREFIX, user_headers
 from vpq.isolation.context import IsolationContext
 
 _loads = orjson.loads
@@ -72,12 +75,28 @@ class TailedRecord:
     def size_bytes(self) -> int:
         """Footprint declared to the record cache (payload plus a fixed overhead)."""
         r = self.record
-        size = RECORD_OVERHEAD_BYTES + len(r.value) + (len(r.key) if r.key is not None else 0)
-        if r.headers:
-            size += HEADERS_BYTES
-            for name, value in r.headers:
-                size += len(name) + len(value) + HEADER_OVERHEAD_BYTES
+        key = r.key
+        size = RECORD_OVERHEAD_BYTES + len(r.value) + (len(key) if key is not None else 0)
+        headers = r.headers
+        if headers:
+            size += HEADERS_BYTES + HEADER_OVERHEAD_BYTES * len(headers)
+            for name, value in headers:
+                size += len(name) + len(value)
         return size
+
+
+_new = object.__new__
+_set_pp, _set_record, _set_ctx = (getattr(TailedRecord, name).__set__ for name in ("pp", "record", "ctx"))
+
+
+def tailed_record(pp: int, record: Record, ctx: IsolationContext) -> TailedRecord:
+    """``TailedRecord(pp, record, ctx)`` built without the dataclass's ``__init__``
+    (a tailer builds one per record it decodes)."""
+    t = _new(TailedRecord)
+    _set_pp(t, pp)
+    _set_record(t, record)
+    _set_ctx(t, ctx)
+    return t
 
 
 def decode_key(key: bytes | None) -> tuple[str | None, str | None]:
@@ -133,3 +152,91 @@ def render_message(
     if key_b64 is not None:
         msg["key_b64"] = key_b64
     return msg
+
+
+_HEAD = b'{"id":"%d-%d","queue":%b,"key":%b,'
+_TAIL = b',"headers":%b,%b,"partition":%d,"offset":%d,"virtual_partition":%d,"timestamp_ms":%d,"delivery_count":%d'
+_dumps = orjson.dumps
+_CONTEXTS_HELD = 1024
+_KEYS_HELD = 4096
+
+
+class MessageRenderer:
+    """``render_message`` of one queue's messages straight into JSON bytes: the same
+    object, fields in the same order, without building it. A JSON value is checked
+    with orjson (as ``render_message`` does) and answered as the stored bytes, which
+    are therefore valid JSON; other values as ``render_message`` answers them.
+    Not thread-safe; holds the JSON of the isolation contexts and (UTF-8) keys met
+    last (at most 1,024 and 4,096: when full, it starts again)."""
+
+    __slots__ = ("_queue", "_contexts", "_keys")
+
+    def __init__(self, queue: str) -> None:
+        self._queue = _dumps(queue)
+        self._contexts: dict[IsolationContext, bytes] = {}
+        self._keys: dict[bytes, bytes] = {}  # UTF-8 key -> its JSON string
+
+    def _context(self, ctx: IsolationContext) -> bytes:
+        got = self._contexts.get(ctx)
+        if got is None:
+            if len(self._contexts) >= _CONTEXTS_HELD:
+                self._contexts.clear()
+            got = self._contexts[ctx] = _dumps({"lane": ctx.lane, "env": ctx.env, "set": ctx.set})[1:-1]
+        return got
+
+    def render(self, tailed: TailedRecord, virtual_partition: int, delivery_count: int) -> bytes:
+        """The JSON bytes of ``render_message(queue, tailed, virtual_partition, delivery_count)``."""
+        r = tailed.record
+        raw_key = r.key
+        key_b64 = None
+        if raw_key is None:
+            key = b"null"
+        else:
+            key = self._keys.get(raw_key)
+            if key is None:
+                try:
+                    key = _dumps(raw_key.decode("utf-8"))
+                except UnicodeDecodeError:
+                    text, key_b64 = decode_key(raw_key)
+                    key = _dumps(text)
+                else:
+                    if len(self._keys) >= _KEYS_HELD:
+                        self._keys.clear()
+                    self._keys[raw_key] = key
+        value = r.value
+        if r.value_encoding == VALUE_JSON:
+            try:
+                _loads(value)
+                name = b'"value":'
+            except orjson.JSONDecodeError:
+                name, value = b'"value_b64":"', _b64(value) + b'"'
+        else:
+            name, value = b'"value_b64":"', _b64(value) + b'"'
+        headers = _headers_json(r.headers) if r.headers else b"{}"
+        ts = r.timestamp_ms
+        pp = tailed.pp
+        offset = r.offset
+        tail = _TAIL % (
+            headers, self._context(tailed.ctx), pp, offset, virtual_partition, ts if ts is not None else 0,
+            delivery_count,
+        )
+        if key_b64 is not None:
+            tail += b',"key_b64":"' + key_b64.encode("ascii") + b'"'
+        return b"".join((_HEAD % (pp, offset, self._queue, key), name, value, tail, b"}"))
+
+
+def _headers_json(headers: tuple[tuple[str, bytes], ...]) -> bytes:
+    """The producer's own headers (``user_headers``, decoded as ``decode_headers``) as a JSON object."""
+    own = {name: value.decode("utf-8", "replace") for name, value in headers if not name.startswith(RESERVED_PREFIX)}
+    return _dumps(own) if own else b"{}"
+
+
+def poll_body(messages: list[bytes]) -> bytes:
+    """A poll's answer, ``{"messages": [...]}``, of rendered messages (one copy of
+    them: the brackets go onto the first and last message, not around the whole)."""
+    if not messages:
+        return b'{"messages":[]}'
+    if len(messages) == 1:
+        return b'{"messages":[' + messages[0] + b"]}"
+    ends = [b'{"messages":[' + messages[0], *messages[1:-1], messages[-1] + b"]}"]
+    return b",".join(ends)

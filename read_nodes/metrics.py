@@ -57,7 +57,8 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 class DeliveryCounters(Protocol):
     """What a hosted group counts (``ReadNodeMetrics`` implements it)."""
 
-    def delivered(self, queue: str, group: str, messages: Sequence[Mapping[str, Any]]) -> None: ...
+    def delivered(self, queue: str, group: str, n: int, redelivered: int) -> None:
+        """``n`` messages delivered, ``redelivered`` of them not for the first time."""
 
     def acked(self, queue: str, group: str, n: int) -> None: ...
 
@@ -257,13 +258,12 @@ class ReadNodeMetrics:
         r.register(self._sample)  # type: ignore[arg-type]
 
     # -------------------------------------------------------- DeliveryCounters
-    def delivered(self, queue: str, group: str, messages: Sequence[Mapping[str, Any]]) -> None:
-        if not messages:
+    def delivered(self, queue: str, group: str, n: int, redelivered: int) -> None:
+        if not n:
             return
-        self._delivered.labels(queue, group).inc(len(messages))
-        again = sum(1 for m in messages if int(m.get("delivery_count", 1)) > 1)
-        if again:
-            self._redelivered.labels(queue, group).inc(again)
+        self._delivered.labels(queue, group).inc(n)
+        if redelivered:
+            self._redelivered.labels(queue, group).inc(redelivered)
 
     def acked(self, queue: str, group: str, n: int) -> None:
         if n:
@@ -298,7 +298,7 @@ class ReadNodeMetrics:
 class NoCounters:
     """``DeliveryCounters`` that count nothing (a group host built without metrics)."""
 
-    def delivered(self, queue: str, group: str, messages: Sequence[Mapping[str, Any]]) -> None:
+    def delivered(self, queue: str, group: str, n: int, redelivered: int) -> None:
         return None
 
     def acked(self, queue: str, group: str, n: int) -> None:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import heapq
 from array import array
 from bisect import bisect_left, bisect_right
+from collections.abc import Iterable
 from itertools import islice
 
 NO_REF = -1
@@ -147,6 +148,35 @@ class QueueIndex:
             col = ctxs[context_id] = _Column(self._chunk)
         col.append(offset, ref)
         self._end[pp] = offset + 1
+
+    def add_many(self, pp: int, entries: Iterable[tuple[int, int, int, int]]) -> None:
+        """``add`` of each ``(offset, queue_id, ref, context_id)`` in turn, for values
+        read from a verified record batch (not type-checked; offsets must still
+        increase, ValueError otherwise, with the entries before the bad one added)."""
+        _check_nonneg(pp, "pp")
+        end = self._end.get(pp, 0)
+        cols = self._cols.get(pp)
+        if cols is None:
+            cols = self._cols[pp] = {}
+        last: tuple[int, int] | None = None
+        col: _Column | None = None
+        try:
+            for offset, queue_id, ref, context_id in entries:
+                if offset < end:
+                    raise ValueError(f"pp {pp}: offset {offset} is below the indexed end {end} (offsets must increase)")
+                if (queue_id, context_id) != last:
+                    last = (queue_id, context_id)
+                    ctxs = cols.get(queue_id)
+                    if ctxs is None:
+                        ctxs = cols[queue_id] = {}
+                    col = ctxs.get(context_id)
+                    if col is None:
+                        col = ctxs[context_id] = _Column(self._chunk)
+                col.append(offset, ref)  # type: ignore[union-attr]
+                end = offset + 1
+        finally:
+            if end:
+                self._end[pp] = max(end, self._end.get(pp, 0))
 
     def advance(self, pp: int, offset: int) -> None:
         """Every record of ``pp`` below ``offset`` has been indexed (e.g. after a

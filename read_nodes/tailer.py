@@ -42,7 +42,7 @@ from vpq.codec.errors import CorruptBatchError
 from vpq.codec.records import iter_batches
 from vpq.common.errors import VpqError
 from vpq.isolation.context import IsolationContext
-from vpq.read_nodes.messages import TailedRecord
+from vpq.read_nodes.messages import TailedRecord, tailed_record
 from vpq.read_nodes.queue_index import QueueIndex
 from vpq.read_nodes.record_cache import RecordCache
 
@@ -169,6 +169,7 @@ class RecordSource:
         out: list[TailedRecord] = []
         end = from_offset
         yielded_at = 0
+        put = self.cache.put
         for view in iter_batches(data, verify=True):
             if view.next_offset > end:
                 end = view.next_offset
@@ -182,11 +183,14 @@ class RecordSource:
                     continue
                 ctx = self._contexts.get(rec.context_id)
                 if ctx is None:
-                    ctx = self._contexts[rec.context_id] = await self._resolve(rec.context_id)
-                tailed = TailedRecord(pp, rec, ctx)
+                    resolved = await self._resolve(rec.context_id)
+                    # another decode may have resolved it meanwhile: keep one object per
+                    # context, so the delivery path's dict lookups match by identity
+                    ctx = self._contexts.setdefault(rec.context_id, resolved)
+                tailed = tailed_record(pp, rec, ctx)
                 cold = None if cache_cold else self.cold.get(rec.queue_id)
                 if cold is None or rec.context_id not in cold:
-                    self.cache.put((pp, rec.offset), tailed, tailed.size_bytes())
+                    put((pp, rec.offset), tailed, tailed.size_bytes())
                 out.append(tailed)
         return out, end
 
@@ -345,9 +349,10 @@ class PartitionTailer:
             return  # reset while decoding: the index was replaced
         index = self.index
         pp = self.pp
-        for tailed in records:
-            r = tailed.record
-            index.add(pp, r.offset, r.queue_id, pack_ref(r.context_id, r.key_hash), r.context_id)
+        index.add_many(pp, [
+            (r.offset, r.queue_id, (r.context_id << KEY_HASH_BITS) | r.key_hash, r.context_id)  # pack_ref
+            for r in [t.record for t in records]
+        ])
         self._pos = end
         index.advance(pp, end)
         self.records_tailed += len(records)

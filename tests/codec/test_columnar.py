@@ -44,7 +44,12 @@ records_st = st.builds(
     context_id=st.integers(0, 2**32 - 1),
     value_encoding=st.integers(0, 1),
     key=st.none() | st.binary(max_size=40),
-    headers=st.lists(st.tuples(st.text(max_size=8), st.binary(max_size=12)), max_size=3).map(tuple),
+    # long names and values too: their lengths take two varint bytes (not the decoder's fast path)
+    headers=st.lists(
+        st.tuples(st.text(max_size=8) | st.text(min_size=128, max_size=130),
+                  st.binary(max_size=12) | st.binary(min_size=127, max_size=140)),
+        max_size=3,
+    ).map(tuple),
     timestamp_ms=st.none() | st.integers(0, 1 << 45),
 )
 

@@ -50,7 +50,7 @@ def write_text(messages: int) -> str:
 
 def read_text() -> str:
     m = ReadNodeMetrics()
-    m.delivered("orders", "g", [{"delivery_count": 1}, {"delivery_count": 2}])
+    m.delivered("orders", "g", 2, 1)
     m.acked("orders", "g", 1)
     g = GroupSample("orders", "g", 4, {"": 3, "feat-a": 1}, {"prod": 4}, {"": 4}, 1, 1, 2, 0)
     return m.render(NodeSample(groups=[g], tailers=[{"pp": 0, "records_tailed": 9}])).decode()

@@ -63,8 +63,8 @@ def test_group_sample_from_the_public_group_answer() -> None:
 
 def test_counters_count_redeliveries_and_ignore_zero() -> None:
     m = ReadNodeMetrics()
-    m.delivered("q", "g", [{"delivery_count": 1}, {"delivery_count": 3}])
-    m.delivered("q", "g", [])
+    m.delivered("q", "g", 2, 1)
+    m.delivered("q", "g", 0, 0)
     m.acked("q", "g", 0)
     m.nacked("q", "h", 2)
     fams = samples(m.render(NodeSample()).decode())

@@ -47,6 +47,25 @@ def test_offsets_must_increase_per_partition() -> None:
         idx.add(0, 61, 1, ref=-2)
 
 
+def test_add_many_is_add_in_turn() -> None:
+    one, many = QueueIndex(chunk_size=3), QueueIndex(chunk_size=3)
+    entries = [(off, 1 + (off % 3 == 0), off * 7, off % 2) for off in range(5, 40)]
+    for off, q, ref, ctx in entries:
+        one.add(4, off, q, ref, ctx)
+    many.add_many(4, entries[:10])
+    many.add_many(4, [])
+    many.add_many(4, entries[10:])
+    for q in (1, 2):
+        for ctx in (0, 1):
+            assert many.entries_from(4, q, 0, 100, ctx) == one.entries_from(4, q, 0, 100, ctx)
+    assert many.end_offset(4) == one.end_offset(4) == 40 and many.entries() == one.entries()
+    with pytest.raises(ValueError, match="increase"):
+        many.add_many(4, [(40, 1, 0, 0), (39, 1, 0, 0)])
+    assert many.end_offset(4) == 41  # the entries before the bad one were added
+    with pytest.raises(ValueError):
+        many.add_many(-1, [(0, 1, 0, 0)])
+
+
 def test_truncate_below() -> None:
     idx = QueueIndex(chunk_size=3)
     for off in range(0, 40, 2):

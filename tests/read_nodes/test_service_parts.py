@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 
+import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -20,7 +21,7 @@ from vpq.read_nodes.delivery import GroupDelivery
 from vpq.read_nodes.delivery_types import DeliveryConfig, stream_of
 from vpq.read_nodes.ingestor import Ingestor
 from vpq.read_nodes.lineage_order import Decision, LineageOrder
-from vpq.read_nodes.messages import TailedRecord, render_message
+from vpq.read_nodes.messages import MessageRenderer, TailedRecord, poll_body, render_message
 from vpq.read_nodes.queue_index import QueueIndex
 from vpq.read_nodes.tailer import pack_ref, unpack_ref
 
@@ -120,6 +121,28 @@ def test_render_message_json_bytes_and_keys() -> None:
     assert base64.b64decode(raw["value_b64"]) == b"\x00\x01" and "value" not in raw and raw["key"] is None
     odd = render_message("q", _tailed(b"1", VALUE_JSON, b"\xff\xfe"), 0, 1)
     assert odd["key"] == "\ufffd\ufffd" and base64.b64decode(odd["key_b64"]) == b"\xff\xfe" and odd["value"] == 1
+
+
+def test_renderer_bytes_are_render_message() -> None:
+    renderer = MessageRenderer('q"\u00e9')
+    cases = [
+        _tailed(b'{"a":[1,2]}', VALUE_JSON, b"k1", (("h", b"v"),)),
+        _tailed(b'"x\\u00e9 \xc3\xa9"', VALUE_JSON, "cl\u00e9".encode(), ((":dedup", b"d1"),)),
+        _tailed(b" [1, 2.5e3, null] ", VALUE_JSON, None, ((":priority", b"3"), ("x", b"\xff"), (":dedup", b"d"))),
+        _tailed(b"\x00\x01", VALUE_RAW, None),
+        _tailed(b"1", VALUE_JSON, b"\xff\xfe"),
+        _tailed(b"{not json", VALUE_JSON, b"k"),
+        _tailed(b"[1]", VALUE_JSON, b"k", ((":dedup", b"only reserved"),)),
+    ]
+    rendered = [renderer.render(t, 7, 3) for t in cases]
+    for t, got in zip(cases, rendered):
+        assert orjson.loads(got) == render_message('q"\u00e9', t, 7, 3)
+        assert list(orjson.loads(got)) == list(render_message('q"\u00e9', t, 7, 3))  # same fields, same order
+        assert renderer.render(t, 7, 3) == got  # again, with its key's JSON remembered
+    assert orjson.loads(poll_body(rendered)) == {"messages": [orjson.loads(m) for m in rendered]}
+    assert orjson.loads(poll_body([])) == {"messages": []}
+    for k in (1, 2):
+        assert orjson.loads(poll_body(rendered[:k])) == {"messages": [orjson.loads(m) for m in rendered[:k]]}
 
 
 def test_dlq_names_fit_the_name_limit() -> None:

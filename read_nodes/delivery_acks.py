@@ -1,0 +1,114 @@
+"""Acks and nacks of ``GroupDelivery`` (see ``read_nodes.delivery`` for the rules). A
+base class of ``GroupDelivery``, sharing its state; split off so that each file has one
+job.
+
+An ack is the hot path of a consumer catching up (one call per poll, hundreds of
+messages), so ``ack_positions`` finishes the acked messages in one pass and settles
+the per-context counters once per call; it does what ``_finish`` does for each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from vpq.codec.message_id import decode_message_ids
+from vpq.isolation.context import IsolationContext
+from vpq.read_nodes.delivery_items import INFLIGHT, Msg, Pos, check_now
+
+
+class DeliveryAcks:
+    """Acks and nacks of one group."""
+
+    def _held(self, consumer_id: str, positions: Iterable[Pos]) -> list[Msg]:
+        out: list[Msg] = []
+        seen: set[Pos] = set()
+        for pos in positions:
+            msg = self._msgs.get(pos)
+            if msg is not None and msg.holder == consumer_id and msg.state == INFLIGHT and pos not in seen:
+                seen.add(pos)
+                out.append(msg)
+        return out
+
+    def ack(self, consumer_id: str, ids: Iterable[str]) -> int:
+        """Acknowledge messages in flight to ``consumer_id``; returns how many were.
+        Ids not in flight to this consumer (unknown, already acked, timed out, held
+        by another, given back with an earlier message of their run) are ignored.
+        MessageIdError (nothing changes) on a malformed id; UnknownConsumer when not
+        a member."""
+        return self.ack_positions(consumer_id, decode_message_ids(list(ids)))
+
+    def ack_positions(
+        self, consumer_id: str, positions: Iterable[Pos], note_done: Callable[[int, int], None] | None = None
+    ) -> int:
+        """``ack`` of already decoded ids; ``note_done(stream, offset)`` is told, per
+        stream, the highest offset this call acked (``ack_persistence.AckSnapshots``)."""
+        c = self._consumer(consumer_id)
+        msgs = self._msgs
+        inflight = c.inflight
+        released = self._released
+        unchain = self._unchain
+        acked: dict[int, list[int]] = {}
+        done_by_ctx: dict[IsolationContext, int] = {}
+        n = left = 0
+        for pos in positions:
+            msg = msgs.get(pos)
+            # a position listed twice finds nothing the second time: it is gone from msgs
+            if msg is None or msg.holder != consumer_id or msg.state != INFLIGHT:
+                continue
+            n += 1
+            timer = msg.timer
+            if timer is not None:
+                msg.timer = None
+                timer.live -= 1
+                if not timer.live:
+                    timer.msgs = None
+            msg.due = None
+            if pos in inflight:
+                inflight.remove(pos)
+                left += 1
+            msg.holder = None
+            del msgs[pos]
+            e = msg.entry
+            ctx = e.ctx
+            done_by_ctx[ctx] = done_by_ctx.get(ctx, 0) + 1
+            offsets = acked.get(e.stream)
+            if offsets is None:
+                acked[e.stream] = [e.offset]
+            else:
+                offsets.append(e.offset)
+            released(msg)
+            if msg.chain is not None:
+                unchain(msg, msg.chain)
+        if left:
+            self._inflight_by_ctx[c.ctx] -= left
+            self._inflight -= left
+        counts = self._ctx_count
+        for ctx, k in done_by_ctx.items():
+            rest = counts[ctx] - k
+            if rest:
+                counts[ctx] = rest
+            else:
+                del counts[ctx]
+        for stream, offsets in acked.items():
+            if note_done is not None:
+                note_done(stream, max(offsets))
+            self._tracker.done_many(stream, offsets)
+        return n
+
+    def nack(self, consumer_id: str, ids: Iterable[str], delay_ms: int, now_ms: int) -> int:
+        """Give messages in flight to ``consumer_id`` back: delivered again after
+        ``delay_ms`` (their key stays blocked meanwhile) with the later messages of
+        their runs, or dead-lettered when they reached ``max_deliveries``. Returns
+        how many were in flight to it."""
+        check_now(now_ms)
+        if not isinstance(delay_ms, int) or isinstance(delay_ms, bool) or delay_ms < 0:
+            raise ValueError(f"delay_ms must be an integer >= 0, got {delay_ms!r}")
+        self._consumer(consumer_id)
+        positions = decode_message_ids(list(ids))  # validate before any change
+        self.expire(now_ms)
+        held = sorted(self._held(consumer_id, positions), key=lambda m: m.seq)
+        nacked = {(m.entry.pp, m.entry.offset) for m in held}
+        for msg in held:
+            if msg.state == INFLIGHT and msg.holder == consumer_id:  # else given back (and delayed) with an earlier one
+                self._fail(msg, "nack", delay_ms, now_ms, nacked)
+        return len(held)
