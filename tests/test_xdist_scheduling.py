@@ -1,5 +1,5 @@
-"""tests/xdist_scheduling.py on a real ``pytest -n 2 --dist loadgroup`` run of a small
-suite: the tests sharing a module-scoped fixture run on one worker with the fixture set up
+"""tests/xdist_scheduling.py on a real ``pytest -n 2`` run of a small suite, in xdist's
+default ``--dist load`` mode as .ci/run uses it: the tests sharing a module-scoped fixture run on one worker with the fixture set up
 once, the tests of one ``xdist_group`` on one worker, and everything passes."""
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def test_shared_fixture_and_xdist_group_tests_stay_on_one_worker(tmp_path: Path)
     notes = tmp_path / "notes.jsonl"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}  # this run may be a worker
     env.update(NOTES=str(notes), PYTHONPATH=str(ROOT))
-    argv = [sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-p", "tests.xdist_scheduling",
+    argv = [sys.executable, "-m", "pytest", "-n", "2", "-p", "tests.xdist_scheduling",
             "-p", "no:cacheprovider", *NO_PLUGINS, "-q", "--rootdir", str(tmp_path), str(tmp_path / "test_suite.py")]  # fmt: skip
     done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr

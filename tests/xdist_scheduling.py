@@ -1,5 +1,6 @@
-"""How pytest-xdist spreads the suite over workers (``-n N --dist loadgroup``, as .ci/run
-runs it): each test is a unit of its own, sent to whichever worker is free, except that
+"""How pytest-xdist spreads the suite over workers with ``-n N`` (.ci/run passes ``-n 3``),
+in its default ``--dist load`` mode or ``--dist loadgroup``: each test is a unit of its
+own, sent to whichever worker is free, except that
 
 - the tests of a module that share a fixture wider than one test (a module-scoped
   platform, the SparkSession of the Spark job tests) form one unit, so that the fixture
@@ -65,8 +66,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
-    """Controller: ``--dist loadgroup`` uses :class:`GroupScheduling`."""
-    if config.getoption("dist") != "loadgroup":
+    """Controller: ``--dist load`` (the default of ``-n``) and ``--dist loadgroup`` use
+    ``GroupScheduling``; the other modes (loadfile, loadscope, worksteal, ...) are xdist's."""
+    if config.getoption("dist") not in ("load", "loadgroup"):
         return None
     from xdist.scheduler import LoadScopeScheduling
 
