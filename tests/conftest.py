@@ -14,6 +14,9 @@ from vpq.common.redis_server import RedisServer, find_redis_server
 from vpq.config.settings import RedisSettings
 from vpq.metadata.store import MetadataStore
 
+# how pytest-xdist (`-n N --dist loadgroup`, .ci/run) groups tests on workers
+pytest_plugins = ["tests.xdist_scheduling"]
+
 # Tests put their data on whatever disk the machine has. The product default keeps
 # min(1 GiB, 5 %) of it free (produce answers 507 below), which on a nearly full CI disk
 # would refuse every produce; test platforms keep 16 MiB instead (the full-disk tests set

@@ -240,6 +240,8 @@ def test_delete_group_and_redrive(threaded_gateway: ThreadedGateway, q: str) -> 
             got += c.poll(q, "g", cid, max_messages=10, wait_ms=500)
         assert sorted(m.value for m in got) == [1, 2]  # keyless: no order between them
         assert all(m.delivery_count == 1 and m.headers["x-redriven-from"] == f"{q}.g.dlq" for m in got)
+        # acked, they cannot expire (100 ms) back into the dead letters before the next redrive
+        assert c.ack(q, "g", cid, [m.id for m in got]) == 2
         assert "redrove 0 message(s)" in vpq(threaded_gateway, "redrive", q, "g").stdout
         assert vpq(threaded_gateway, "delete-group", q, "g", input="n\n").exit_code == 1
         res = vpq(threaded_gateway, "delete-group", q, "g", "--yes")
