@@ -79,9 +79,11 @@ class Platform:
 
     def node_headers(self) -> dict[str, str]:
         """The headers a direct call to one of this platform's nodes needs (its cluster secret)."""
+        from vpq.common.cluster_secret import load_cluster_secret
+        from vpq.common.runfiles import cluster_secret_path
         from vpq.node_rpc.cluster_auth import client_headers
 
-        return client_headers((self.data_dir / "run" / "cluster.secret").read_text().strip())
+        return client_headers(load_cluster_secret(cluster_secret_path(self.data_dir)))
 
     def output(self) -> str:
         text = (self.data_dir / "up.out").read_text(errors="replace")[-4000:]

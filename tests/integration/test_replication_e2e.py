@@ -18,7 +18,6 @@ from tests.integration.api import Api
 from tests.integration.conftest import FAST
 from tests.integration.platform import Platform
 from vpq.load.replication_faults import FAULTS, FaultConfig, run_fault_campaign
-from vpq.node_rpc.cluster_auth import CLUSTER_SECRET_HEADER
 
 pytestmark = pytest.mark.integration
 
@@ -52,7 +51,7 @@ def test_cluster_shows_leaders_replicas_isr_and_epochs(tmp_path):
             assert x["replicas"] == [f"w{x['id']}", f"w{1 - x['id']}"]
             assert sorted(x["in_sync_replicas"]) == ["w0", "w1"]
             assert x["leader_epoch"] >= 1
-        secret = {CLUSTER_SECRET_HEADER: (tmp_path / "vpq" / "run" / "cluster.secret").read_text().strip()}
+        secret = p.node_headers()
         for node in api.cluster()["write_nodes"]:  # replication metrics of each leader
             text = requests.get(f"http://{node['address']}/internal/v1/metrics", headers=secret, timeout=10).text
             assert 'vpq_partition_leader_epoch{partition="' in text
