@@ -186,6 +186,11 @@ class GatewaySettings(BaseModel):
         description="appends the gateway has in flight to one write node; produce requests arriving "
         "meanwhile leave together as one, one batch per partition (produce_path.append_accumulator)",
     )
+    produce_lane: bool = Field(
+        True,
+        description="answer plain produce requests in the gateway's fast lane (gateway.produce_lane); "
+        "false: every request goes through the aiohttp application",
+    )
     auth_enabled: bool = False
     tokens: list[AuthToken] = Field(default_factory=list)
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
 from aiohttp import web
 from pydantic import ValidationError
@@ -125,14 +125,20 @@ async def error_middleware(request: web.Request, handler: HandlerT) -> web.Strea
         return error_response(InternalError("internal_error", "internal error; see the gateway log"))
 
 
-@web.middleware
-async def params_middleware(request: web.Request, handler: HandlerT) -> web.StreamResponse:
+def check_names(params: Mapping[str, str]) -> None:
+    """400 ``invalid_name`` for the first path name (queue, group, consumer id) that breaks
+    the naming rule."""
     for param in NAME_PARAMS:
-        value = request.match_info.get(param)
+        value = params.get(param)
         if value is not None and not is_valid_name(value):
             raise BadRequest(
                 "invalid_name",
                 f"{param} {value[:140]!r} must match {NAME_RULE}",
                 field=param,
             )
+
+
+@web.middleware
+async def params_middleware(request: web.Request, handler: HandlerT) -> web.StreamResponse:
+    check_names(request.match_info)
     return await handler(request)

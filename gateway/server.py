@@ -1,5 +1,8 @@
 """``GatewayServer``: serve a gateway app on a host and port, with start()/stop().
 
+With ``GatewaySettings.produce_lane`` (the default) plain produce requests are answered
+by the fast lane of ``gateway.produce_lane``, everything else by the app.
+
 For ``vpq up`` and integration tests; port 0 picks a free port (read ``port`` after
 ``start()``).
 """
@@ -8,7 +11,9 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from vpq.common.http_lane import LaneSite
 from vpq.config.settings import GatewaySettings
+from vpq.gateway.produce_lane import ProduceLane
 
 
 class GatewayServer:
@@ -35,7 +40,14 @@ class GatewayServer:
         runner = web.AppRunner(self.app, access_log=None, shutdown_timeout=self.shutdown_timeout_s)
         await runner.setup()
         try:
-            site = web.TCPSite(runner, self.settings.host, self.settings.port)
+            site: web.TCPSite
+            if self.settings.produce_lane:
+                lane = ProduceLane(self.app)
+                site = LaneSite(
+                    runner, self.settings.host, self.settings.port, lane, shutdown_timeout_s=self.shutdown_timeout_s
+                )
+            else:
+                site = web.TCPSite(runner, self.settings.host, self.settings.port)
             await site.start()
         except BaseException:
             await runner.cleanup()
