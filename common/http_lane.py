@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
@@ -188,32 +189,52 @@ def _plain_body(head: RequestHead) -> bool:
     )
 
 
-class LaneSite(web.TCPSite):
-    """``web.TCPSite`` whose connections start in ``lane``."""
+class LaneSite(web.BaseSite):
+    """An aiohttp site (on ``host``/``port``, or on an already bound ``sock``) whose
+    connections start in ``lane``."""
 
     def __init__(
-        self, runner: web.BaseRunner, host: str, port: int, lane: Lane, *, shutdown_timeout_s: float = 5.0
+        self,
+        runner: web.BaseRunner,
+        lane: Lane,
+        *,
+        host: str | None = None,
+        port: int = 0,
+        sock: socket.socket | None = None,
+        shutdown_timeout_s: float = 5.0,
     ) -> None:
-        super().__init__(runner, host, port)
+        super().__init__(runner)
+        if (sock is None) == (host is None):
+            raise ValueError("give either host and port or sock")
         self._lane = lane
+        self._host, self._port, self._sock = host, port, sock
         self._lane_shutdown_s = shutdown_timeout_s
         self._connections: set[LaneProtocol] = set()
 
+    @property
+    def name(self) -> str:
+        if self._sock is not None:
+            host, port = self._sock.getsockname()[:2]
+            return f"http://{host}:{port}"
+        return f"http://{self._host}:{self._port}"
+
     async def start(self) -> None:
-        await web.BaseSite.start(self)
+        await super().start()
         loop = asyncio.get_running_loop()
         fallback = self._runner.server
         assert fallback is not None
         connections = self._connections
         lane = self._lane
-        self._server = await loop.create_server(
-            lambda: LaneProtocol(lane, fallback, connections),
-            self._host,
-            self._port,
-            backlog=self._backlog,
-            reuse_address=self._reuse_address,
-            reuse_port=self._reuse_port,
-        )
+
+        def factory() -> LaneProtocol:
+            return LaneProtocol(lane, fallback, connections)
+
+        if self._sock is not None:
+            self._server = await loop.create_server(factory, sock=self._sock, backlog=self._backlog)
+        else:
+            self._server = await loop.create_server(
+                factory, self._host, self._port, backlog=self._backlog, reuse_address=True
+            )
 
     async def stop(self) -> None:
         """Stop listening, let the lane requests in flight finish (up to the shutdown

@@ -40,11 +40,14 @@ class GatewayServer:
         runner = web.AppRunner(self.app, access_log=None, shutdown_timeout=self.shutdown_timeout_s)
         await runner.setup()
         try:
-            site: web.TCPSite
+            site: web.BaseSite
             if self.settings.produce_lane:
-                lane = ProduceLane(self.app)
                 site = LaneSite(
-                    runner, self.settings.host, self.settings.port, lane, shutdown_timeout_s=self.shutdown_timeout_s
+                    runner,
+                    ProduceLane(self.app),
+                    host=self.settings.host,
+                    port=self.settings.port,
+                    shutdown_timeout_s=self.shutdown_timeout_s,
                 )
             else:
                 site = web.TCPSite(runner, self.settings.host, self.settings.port)

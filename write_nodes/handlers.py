@@ -145,7 +145,11 @@ def _int_value(raw: str | None, name: str, default: int | None, minimum: int) ->
 
 
 def _epoch(request: web.Request) -> int:
-    raw = request.headers.get(MAP_EPOCH_HEADER)
+    return map_epoch(request.headers.get(MAP_EPOCH_HEADER))
+
+
+def map_epoch(raw: str | None) -> int:
+    """The sender's map epoch from ``X-Map-Epoch`` (0 when absent); 400 when invalid."""
     if raw is None:
         return 0
     try:

@@ -43,6 +43,7 @@ from urllib.parse import urlparse
 from aiohttp import web
 
 from vpq.codec.columnar import TrafficKey
+from vpq.common.http_lane import LaneSite
 from vpq.config.settings import LogSettings, Settings
 from vpq.metadata.aio import cancel_and_wait
 from vpq.metadata.contexts import ContextRegistry
@@ -54,6 +55,7 @@ from vpq.metadata.queue_config import MAX_DEDUP_WINDOW_MS
 from vpq.metadata.store import MetadataStore
 from vpq.traffic.stats_writer import StatsWriter
 from vpq.traffic.traffic_counter import TrafficCounter
+from vpq.write_nodes.append_lane import AppendLane
 from vpq.write_nodes.compactor import Compactor
 from vpq.write_nodes.dedup import DedupIndex
 from vpq.write_nodes.dedup_log import rebuild
@@ -384,7 +386,8 @@ class WriteNodeService:
             wire_fence(app, self._fence, self._ownership, lambda epoch: guard.refresh_if_needed(epoch, ()))
             self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=5.0)
             await self._runner.setup()
-            await web.SockSite(self._runner, sock).start()
+            lane = AppendLane(handlers, max_body_bytes=body_limit, cluster_secret=self._cluster_secret)
+            await LaneSite(self._runner, lane, sock=sock).start()
             await self._keeper.start()
             await self._ownership.start()
             if self._replication is not None:

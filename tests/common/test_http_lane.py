@@ -54,7 +54,7 @@ async def served() -> AsyncIterator[tuple[EchoLane, int, web.AppRunner]]:
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     lane = EchoLane()
-    site = LaneSite(runner, "127.0.0.1", 0, lane, shutdown_timeout_s=5.0)
+    site = LaneSite(runner, lane, host="127.0.0.1", port=0, shutdown_timeout_s=5.0)
     await site.start()
     port = runner.addresses[0][1]
     try:

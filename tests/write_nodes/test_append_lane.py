@@ -1,0 +1,69 @@
+"""The write node's append lane (``write_nodes.append_lane``) answers what the aiohttp
+route answers. A fresh connection's append is the lane's (no ``Server`` header); on a
+connection whose first request went to aiohttp, the append is aiohttp's."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+
+from tests.write_nodes.test_service_helpers import batch, make_settings, open_metadata, place_queue
+from vpq.node_rpc.append_frames import Frame, encode_frames
+from vpq.write_nodes.service import WriteNodeService
+
+pytestmark = pytest.mark.timeout(60)
+
+SECRET = "s" * 32
+
+
+@pytest.fixture
+async def secured(tmp_path: Any, redis_url: str, key_prefix: str) -> AsyncIterator[tuple[WriteNodeService, int]]:
+    settings = make_settings(tmp_path, key_prefix, write_nodes=2, partitions=4)
+    md = await open_metadata(settings, redis_url)
+    qid = await place_queue(md, "q", [0, 1, 2, 0])
+    service = WriteNodeService(settings, "w0", 0, redis_url, cluster_secret=SECRET)
+    await service.start()
+    yield service, qid
+    await service.stop()
+    await md.stop()
+
+
+async def _post(address: str, body: bytes, headers: dict[str, str], *, via_app: bool) -> tuple[int, Any, bool]:
+    """One append on a new connection; with ``via_app`` the connection's first request is
+    a GET, which hands it to aiohttp. Answers (status, JSON, answered by aiohttp)."""
+    connector = aiohttp.TCPConnector(limit=1)
+    async with aiohttp.ClientSession(connector=connector) as http:
+        if via_app:
+            async with http.get(f"http://{address}/internal/v1/partitions", headers={"X-Vpq-Cluster-Secret": SECRET}) as r:
+                assert r.status == 200
+        async with http.post(f"http://{address}/internal/v1/append", data=body, headers=headers) as r:
+            return r.status, orjson.loads(await r.read()), "Server" in r.headers
+
+
+async def test_lane_and_app_answer_alike(secured: tuple[WriteNodeService, int]) -> None:
+    service, qid = secured
+    good = encode_frames([Frame(0, batch(qid, [0, 3])), Frame(2, batch(qid, [2]))])
+    ok = {"X-Vpq-Cluster-Secret": SECRET, "X-Map-Epoch": "1"}
+    cases: list[tuple[str, bytes, dict[str, str]]] = [
+        ("no secret", good, {"X-Map-Epoch": "1"}),
+        ("wrong secret", good, {"X-Vpq-Cluster-Secret": "x" * 32, "X-Map-Epoch": "1"}),
+        ("bad epoch", good, {"X-Vpq-Cluster-Secret": SECRET, "X-Map-Epoch": "-3"}),
+        ("malformed frames", b"\x00\x01", ok),
+        ("stale map", encode_frames([Frame(0, batch(qid, [1]))]), ok),
+        ("not owner", encode_frames([Frame(1, batch(qid, [1]))]), ok),
+    ]
+    for name, body, headers in cases:
+        lane = await _post(service.address, body, headers, via_app=False)
+        app = await _post(service.address, body, headers, via_app=True)
+        assert (lane[0], lane[1]) == (app[0], app[1]), name
+        assert (lane[2], app[2]) == (False, True), name
+    lane = await _post(service.address, good, ok, via_app=False)
+    app = await _post(service.address, good, ok, via_app=True)
+    assert lane[0] == app[0] == 200 and not lane[2] and app[2]
+    # both appended, one after the other: offsets continue
+    assert lane[1]["results"] == [{"base_offset": 0, "last_offset": 1}, {"base_offset": 0, "last_offset": 0}]
+    assert app[1]["results"] == [{"base_offset": 2, "last_offset": 3}, {"base_offset": 1, "last_offset": 1}]
