@@ -73,6 +73,7 @@ class LaneProtocol(asyncio.Protocol):
         self._buf = bytearray()
         self._busy: asyncio.Task[None] | None = None
         self._paused = False
+        self._eof = False
 
     # -- asyncio.Protocol ----------------------------------------------------------------
 
@@ -90,7 +91,8 @@ class LaneProtocol(asyncio.Protocol):
             self._paused = True
 
     def eof_received(self) -> bool | None:
-        # a half-closed client still gets the answer of its request in flight
+        # a half-closed client still gets the answers of the requests it sent
+        self._eof = True
         return True if self._busy is not None else None
 
     def connection_lost(self, exc: BaseException | None) -> None:
@@ -159,6 +161,8 @@ class LaneProtocol(asyncio.Protocol):
             self._paused = False
             transport.resume_reading()
         self._next()
+        if self._eof and self._busy is None and self._transport is not None:
+            self._transport.close()
 
     def _hand_over(self) -> None:
         """Give the transport and every unanswered byte to aiohttp's protocol."""
@@ -175,6 +179,8 @@ class LaneProtocol(asyncio.Protocol):
             transport.resume_reading()
         if data:
             protocol.data_received(data)
+        if self._eof:
+            protocol.eof_received()
 
 
 def _plain_body(head: RequestHead) -> bool:

@@ -194,3 +194,16 @@ async def test_aiohttp_clients_get_both_kinds_of_answer(served: tuple[EchoLane, 
                 assert await r.read() == expected
         async with session.get(f"http://127.0.0.1:{port}/other") as r:
             assert r.status == 200
+
+
+async def test_a_half_closed_client_gets_its_answers(served: tuple[EchoLane, int, web.AppRunner]) -> None:
+    _, port, _ = served
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(post(b"one") + post(b"two"))
+    writer.write_eof()
+    assert [(s, b) for s, _, b in [await read_answer(reader), await read_answer(reader)]] == [
+        (201, b"lane:one"),
+        (201, b"lane:two"),
+    ]
+    assert await reader.read() == b""  # closed once answered
+    writer.close()
