@@ -71,7 +71,9 @@ def test_queue_delete_removes_every_key_of_the_queue_and_its_groups(api: Api, rd
             f"ackstate:gone:{g}", f"lease:group:gone:{g}", f"fence:group:gone:{g}",
         )),
     ]  # fmt: skip
-    before = _wait_for(lambda: (k := _keys(rds)) >= set(wanted) and k, "the ack state and leases of 'gone'")
+    # the ack state is persisted in the background: wait for kept's too
+    wanted += [f"{PREFIX}:ackstate:kept:g1", f"{PREFIX}:lease:group:kept:g1"]
+    before = _wait_for(lambda: (k := _keys(rds)) >= set(wanted) and k, "the ack state and leases of both queues")
     kept_before = _owned_by("kept", before)
     assert f"{PREFIX}:ackstate:kept:g1" in kept_before and f"{PREFIX}:lease:group:kept:g1" in kept_before
     assert rds.hexists(f"{PREFIX}:queues", "gone")
