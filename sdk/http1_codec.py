@@ -124,9 +124,18 @@ class ResponseParser:
         if self._state == _DONE:
             self.keep_alive = False  # bytes nobody asked for: the connection is out of step
             return True
-        buf = self._buf + data if self._buf else data
-        self._buf = b""
-        return self._advance(buf)
+        if self._buf:
+            data, self._buf = self._buf + data, b""
+        if self._state == _HEAD:  # the common case first: a whole answer in one piece
+            end = data.find(b"\r\n\r\n")
+            if end >= 0:
+                self._parse_head(data[:end])
+                start = end + 4
+                if self._state == _LENGTH and len(data) - start == self._remaining:
+                    self._finish(data[start:])
+                    return True
+                return self._advance(data, start)
+        return self._advance(data, 0)
 
     def feed_eof(self) -> bool:
         """The connection ended. True when that completes the answer (a body delimited by
@@ -144,8 +153,7 @@ class ResponseParser:
 
     # -- internals -----------------------------------------------------------------------
 
-    def _advance(self, buf: bytes) -> bool:
-        pos = 0
+    def _advance(self, buf: bytes, pos: int) -> bool:
         n = len(buf)
         while pos < n or self._state == _DONE:
             state = self._state
@@ -299,7 +307,8 @@ class ResponseParser:
         self._state = _CHUNK_DATA if self._remaining else _TRAILER
 
     def _finish(self, body: bytes) -> None:
-        self._parts = []
+        if self._parts:
+            self._parts = []
         self._state = _DONE
         if body and self._encoding in ("gzip", "x-gzip", "deflate"):
             body = _decompress(body, self._encoding)
