@@ -29,12 +29,15 @@ Contract:
 from __future__ import annotations
 
 import asyncio
+import math
 import socket
 from collections import deque
 from collections.abc import Mapping
 
 from vpq.sdk.http1_codec import BadHttpResponse, ResponseParser, encode_request
 
+TIMER_SLACK_S = 0.001
+"""A request is expired by a timer that fires up to this early (timers have 1 ms steps)."""
 RETRY_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"})
 
 
@@ -73,6 +76,7 @@ class _Connection(asyncio.Protocol):
         self.waiter: asyncio.Future[ResponseParser] | None = None
         self.closed = False
         self.requests = 0
+        self.deadline = 0.0
 
     # -- asyncio.Protocol ----------------------------------------------------------------
 
@@ -100,7 +104,9 @@ class _Connection(asyncio.Protocol):
 
     def eof_received(self) -> bool:
         parser = self.parser
-        if parser is not None:
+        if parser is None:  # the server closed an idle connection: out of the pool now
+            self.close()
+        else:
             try:
                 if parser.feed_eof():
                     self._complete(parser)
@@ -182,6 +188,9 @@ class Http1Pool:
         self._opening = 0
         self._waiters: deque[asyncio.Future[_Connection | None]] = deque()
         self._stopped = False
+        self._busy: set[_Connection] = set()
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = math.inf
 
     def start(self) -> None:
         """Bind the pool to the running loop (connections open on first use)."""
@@ -190,6 +199,10 @@ class Http1Pool:
     async def stop(self) -> None:
         """Close every connection; later requests raise :class:`PoolClosed`."""
         self._stopped = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._busy.clear()
         for conn in list(self._all):
             conn.close()
         self._idle.clear()
@@ -230,7 +243,7 @@ class Http1Pool:
                 continue
             reused = conn.requests > 0
             waiter = conn.send(data, head_only, loop)
-            timer = loop.call_at(deadline, conn.expire)
+            self._watch(conn, deadline)
             try:
                 parser = await waiter
             except ServerDisconnected as exc:
@@ -243,9 +256,40 @@ class Http1Pool:
                 conn.close()  # timed out, cancelled or malformed: never reused mid-answer
                 raise
             finally:
-                timer.cancel()
+                self._busy.discard(conn)
             self._release(conn, parser.keep_alive)
             return parser
+
+    # -- deadlines -----------------------------------------------------------------------
+
+    def _watch(self, conn: _Connection, deadline: float) -> None:
+        """Expire ``conn`` at ``deadline`` unless its request ends first. One timer serves
+        the pool, set at the earliest deadline: a request with the same timeout as those
+        before it starts no timer of its own."""
+        conn.deadline = deadline
+        self._busy.add(conn)
+        if deadline < self._timer_at:
+            if self._timer is not None:
+                self._timer.cancel()
+            assert self._loop is not None
+            self._timer_at = deadline
+            self._timer = self._loop.call_at(deadline, self._sweep)
+
+    def _sweep(self) -> None:
+        """Expire the requests whose deadline passed; set the timer for the next one."""
+        assert self._loop is not None
+        self._timer, self._timer_at = None, math.inf
+        now = self._loop.time() + TIMER_SLACK_S
+        following = math.inf
+        for conn in list(self._busy):
+            if conn.deadline <= now:
+                self._busy.discard(conn)
+                conn.expire()
+            elif conn.deadline < following:
+                following = conn.deadline
+        if following < math.inf:
+            self._timer_at = following
+            self._timer = self._loop.call_at(following, self._sweep)
 
     # -- connections ---------------------------------------------------------------------
 

@@ -205,6 +205,20 @@ async def test_timeout_closes_the_connection(server: TestServer, seen: Seen) -> 
     assert seen.ports[0] == seen.ports[1] != seen.ports[2]
 
 
+async def test_a_shorter_timeout_after_a_longer_one_still_expires_first(server: TestServer, seen: Seen) -> None:
+    async with AsyncClient(url_of(server), timeout=0.2, retry=NO_RETRY) as c:
+        long = asyncio.create_task(c.request("GET", "/slow", extra_timeout=60))
+        while not seen.paths:
+            await asyncio.sleep(0.01)
+        with pytest.raises(GatewayTimeoutError):
+            await c.request("GET", "/slow")
+        assert not long.done()
+        long.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await long
+        assert pool_of(c).size == 0
+
+
 async def test_cancelled_request_closes_its_connection(server: TestServer, seen: Seen) -> None:
     async with AsyncClient(url_of(server)) as c:
         task = asyncio.create_task(c.request("GET", "/slow"))
