@@ -210,6 +210,7 @@ class Http1Pool:
             waiter = self._waiters.popleft()
             if not waiter.done():
                 waiter.set_exception(PoolClosed("the connection pool is closed"))
+        await asyncio.sleep(0)  # the transports finish closing (their sockets) on the next turn
 
     @property
     def size(self) -> int:
