@@ -12,7 +12,10 @@ Contract:
   ``dedup_window_ms`` a produce whose answer was lost is stored once, and the retry is
   answered with the stored messages' ids. ``dedup=False`` sends no ids of the client's
   own (then a retried produce may be stored twice: at-least-once).
-* The HTTP session is opened lazily (on first use, inside the running loop) and closed
+* Requests to an ``http://`` gateway go through the SDK's own HTTP/1.1 keep-alive pool
+  (:mod:`sdk.http1_pool`, up to ``max_connections``); any other base URL (``https://``,
+  credentials in the URL) through an aiohttp session. Both answer and fail alike. The
+  pool or session is opened lazily (on first use, inside the running loop) and closed
   by :meth:`close` or ``async with``.
 """
 
@@ -21,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from functools import lru_cache
 from types import TracebackType
 from typing import Any
 from urllib.parse import quote
@@ -36,6 +40,8 @@ from vpq.sdk.errors import (
     VpqClientError,
     error_from_response,
 )
+from vpq.sdk.http1_codec import BadHttpResponse, fixed_headers, host_header
+from vpq.sdk.http1_pool import ConnectFailed, Http1Pool, HttpTransportError
 from vpq.sdk.models import (
     ClusterInfo,
     CurrentMap,
@@ -62,8 +68,10 @@ USER_AGENT = "vpq-sdk/0.1"
 Sleep = Callable[[float], Awaitable[None]]
 
 
+@lru_cache(maxsize=4096)
 def _seg(name: str) -> str:
-    """A queue/group/consumer name as one URL path segment."""
+    """A queue/group/consumer name as one URL path segment (kept: quoting costs more
+    than the look-up)."""
     return quote(name, safe="")
 
 
@@ -120,6 +128,7 @@ class AsyncClient:
         self._max_connections = max_connections
         self._sleep = sleep
         self._session: aiohttp.ClientSession | None = None
+        self._pool: Http1Pool | None = None
         self._closed = False
         self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
         self._urls: dict[str, URL] = {}
@@ -137,21 +146,48 @@ class AsyncClient:
         await self.close()
 
     async def close(self) -> None:
-        """Close the HTTP session. Further calls raise :class:`ClientClosedError`."""
+        """Close the connections. Further calls raise :class:`ClientClosedError`."""
         self._closed = True
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            await pool.stop()
         if self._session is not None:
             session, self._session = self._session, None
             await session.close()
+
+    def _default_headers(self) -> dict[str, str]:
+        headers = {"User-Agent": USER_AGENT, "Accept": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        return headers
+
+    def _uses_pool(self) -> bool:
+        """Whether the base URL suits the own HTTP/1.1 pool: plain http, a host, no
+        credentials, query or fragment. Anything else goes through aiohttp."""
+        base = self._base
+        return (
+            base.scheme == "http" and bool(base.host) and base.port is not None
+            and base.user is None and base.password is None and not base.raw_query_string and not base.raw_fragment
+        )  # fmt: skip
+
+    def _get_pool(self) -> Http1Pool | None:
+        """The pool (opened on first use), or None when this base URL goes through aiohttp."""
+        if self._closed:
+            raise ClientClosedError("the client is closed")
+        if self._pool is None and self._uses_pool():
+            base = self._base
+            assert base.host is not None and base.port is not None
+            fixed = fixed_headers(host_header(base.host, base.port), self._default_headers())
+            self._pool = Http1Pool(base.host, base.port, fixed, self._max_connections)
+            self._pool.start()
+        return self._pool
 
     def _get_session(self) -> aiohttp.ClientSession:
         if self._closed:
             raise ClientClosedError("the client is closed")
         if self._session is None:
-            headers = {"User-Agent": USER_AGENT, "Accept": "application/json"}
-            if self.token:
-                headers["Authorization"] = f"Bearer {self.token}"
             self._session = aiohttp.ClientSession(
-                headers=headers,
+                headers=self._default_headers(),
                 connector=aiohttp.TCPConnector(limit=self._max_connections),
             )
         return self._session
@@ -176,7 +212,60 @@ class AsyncClient:
             self._urls[path] = url
         return url
 
+    def _target(self, path: str) -> str:
+        """The request target of ``path`` (the base URL's path joined, already quoted)."""
+        target = self._base_path + path
+        if not target.isascii() or " " in target:
+            target = self._url(path).raw_path_qs
+        return target
+
     async def _once(
+        self, method: str, path: str, data: bytes | None, headers: Mapping[str, str] | None, extra_timeout: float
+    ) -> tuple[int, Any]:
+        pool = self._pool if self._pool is not None else self._get_pool()
+        if pool is None:
+            return await self._once_aiohttp(method, path, data, headers, extra_timeout)
+        try:
+            answer = await pool.request(method, self._target(path), headers, data, self.timeout + extra_timeout)
+        except TimeoutError as exc:
+            raise self._timeout_error(extra_timeout) from exc
+        except ConnectFailed as exc:
+            raise self._refused_error(exc.os_error) from exc
+        except (HttpTransportError, BadHttpResponse, OSError) as exc:
+            raise GatewayConnectionError(
+                None, "connection_error", f"connection to {self.base_url} failed: {exc!r}", retryable=True
+            ) from exc
+        status = answer.status
+        return self._answer(status, answer.header("retry-after") if status >= 400 else None, answer.body)
+
+    def _answer(self, status: int, retry_after: str | None, raw: bytes) -> tuple[int, Any]:
+        """``(status, parsed JSON)`` of an answer (its text when not JSON); raises the
+        matching error for a status >= 400."""
+        if status >= 400:
+            raise error_from_response(status, raw, parse_retry_after(retry_after))
+        if not raw:
+            return status, {}
+        try:
+            return status, orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return status, raw.decode("utf-8", "replace")
+
+    def _timeout_error(self, extra_timeout: float) -> GatewayTimeoutError:
+        return GatewayTimeoutError(
+            None, "timeout", f"no answer from {self.base_url} within {self.timeout + extra_timeout:g}s", retryable=True
+        )
+
+    def _refused_error(self, os_error: OSError) -> GatewayConnectionError:
+        reason = "connection refused" if isinstance(os_error, ConnectionRefusedError) else (os_error.strerror or str(os_error))
+        return GatewayConnectionError(
+            None,
+            "connection_refused",
+            f"cannot connect to the gateway at {self.base_url}: {reason}",
+            {"reason": reason},
+            retryable=True,
+        )
+
+    async def _once_aiohttp(
         self, method: str, path: str, data: bytes | None, headers: Mapping[str, str] | None, extra_timeout: float
     ) -> tuple[int, Any]:
         session = self._get_session()
@@ -196,28 +285,11 @@ class AsyncClient:
         try:
             async with session.request(method, url, data=data, headers=send_headers, timeout=timeout) as resp:
                 raw = await resp.read()
-                if resp.status >= 400:
-                    raise error_from_response(resp.status, raw, parse_retry_after(resp.headers.get("Retry-After")))
-                if not raw:
-                    return resp.status, {}
-                try:
-                    return resp.status, orjson.loads(raw)
-                except orjson.JSONDecodeError:
-                    return resp.status, raw.decode("utf-8", "replace")
+                return self._answer(resp.status, resp.headers.get("Retry-After"), raw)
         except TimeoutError as exc:
-            raise GatewayTimeoutError(
-                None, "timeout", f"no answer from {self.base_url} within {self.timeout + extra_timeout:g}s", retryable=True
-            ) from exc
+            raise self._timeout_error(extra_timeout) from exc
         except aiohttp.ClientConnectorError as exc:
-            os_error = exc.os_error
-            reason = "connection refused" if isinstance(os_error, ConnectionRefusedError) else (os_error.strerror or str(os_error))
-            raise GatewayConnectionError(
-                None,
-                "connection_refused",
-                f"cannot connect to the gateway at {self.base_url}: {reason}",
-                {"reason": reason},
-                retryable=True,
-            ) from exc
+            raise self._refused_error(exc.os_error) from exc
         except aiohttp.ClientError as exc:
             raise GatewayConnectionError(
                 None, "connection_error", f"connection to {self.base_url} failed: {exc!r}", retryable=True
