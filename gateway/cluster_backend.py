@@ -49,6 +49,7 @@ from vpq.metadata.queues import QueueRecord
 from vpq.metadata.store import MetadataStore
 from vpq.node_rpc.cluster_auth import client_headers
 from vpq.node_rpc.node_directory import ReadNodeDirectory, WriteNodeDirectory
+from vpq.node_rpc.node_pools import NodePools
 from vpq.node_rpc.read_node_client import ReadNodeClient
 from vpq.node_rpc.write_node_client import WriteNodeClient
 from vpq.produce_path.append_accumulator import AppendAccumulator
@@ -109,6 +110,7 @@ class ClusterBackend:
         self._listener: EventListener | None = None
         self._cache: MapCache | None = None
         self._session: aiohttp.ClientSession | None = None
+        self._pools: NodePools | None = None
         self._writers: WriteNodeDirectory | None = None
         self._readers: ReadNodeDirectory | None = None
         self._write_client: WriteNodeClient | None = None
@@ -145,7 +147,9 @@ class ClusterBackend:
             listener.add_callback(readers.on_event)
             await writers.refresh()
             await readers.refresh()
-            self._write_client = WriteNodeClient(self._session)
+            # appends, the hot call, go over lean keep-alive connections (node_rpc.node_pools)
+            self._pools = NodePools(client_headers(self._cluster_secret), max_connections_per_node=256)
+            self._write_client = WriteNodeClient(self._session, pools=self._pools)
             self._read_client = ReadNodeClient(self._session)
             batcher = self._batcher = AppendAccumulator(
                 self._write_client,
@@ -182,12 +186,13 @@ class ClusterBackend:
                 self._cache.stop if self._cache else None,
                 self._listener.stop if self._listener else None,
                 self._session.close if self._session else None,
+                self._pools.stop if self._pools else None,
                 self._md.stop if self._md else None,
             ),
             log,
             "the cluster backend",
         )
-        self._cache = self._listener = self._session = self._md = None
+        self._cache = self._listener = self._session = self._md = self._pools = None
         self._batcher = None
 
     def _placeable_partitions(self) -> list[int]:

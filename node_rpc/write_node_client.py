@@ -18,8 +18,10 @@ from multidict import CIMultiDictProxy
 from vpq.common.errors import InternalError, VpqError
 from vpq.node_rpc.append_frames import Deduplicated, Frame, encode_frames
 from vpq.node_rpc.call import BAD_NODE_ANSWER, MAX_WAIT_MS, call_node
+from vpq.node_rpc.node_pools import NodePools
 
 MAP_EPOCH_HEADER = "X-Map-Epoch"
+APPEND_PATH = "/internal/v1/append"
 START_OFFSET_HEADER = "X-Start-Offset"
 END_OFFSET_HEADER = "X-End-Offset"
 
@@ -64,8 +66,10 @@ class WriteNodeClient:
         append_timeout_s: float = 30.0,
         read_margin_s: float = 10.0,
         admin_timeout_s: float = 5.0,
+        pools: NodePools | None = None,
     ) -> None:
         self._session = session
+        self._pools = pools
         self._append_timeout_s = append_timeout_s
         self._read_margin_s = read_margin_s
         self._admin_timeout_s = admin_timeout_s
@@ -77,16 +81,23 @@ class WriteNodeClient:
         in order, ``(base_offset, last_offset)`` once durable, ``Deduplicated`` when some
         of its records were duplicates, or the node's error for it. A failure of the whole
         request (unreachable, malformed body) raises."""
-        answer = await call_node(
-            self._session,
-            "POST",
-            address,
-            "/internal/v1/append",
-            role=self.ROLE,
-            timeout_s=self._append_timeout_s,
-            data=encode_frames(items),
-            headers={MAP_EPOCH_HEADER: str(int(map_epoch))},
-        )
+        body = encode_frames(items)
+        headers = {MAP_EPOCH_HEADER: str(int(map_epoch))}
+        if self._pools is not None:
+            answer = await self._pools.call(
+                "POST", address, APPEND_PATH, role=self.ROLE, timeout_s=self._append_timeout_s, data=body, headers=headers
+            )
+        else:
+            answer = await call_node(
+                self._session,
+                "POST",
+                address,
+                APPEND_PATH,
+                role=self.ROLE,
+                timeout_s=self._append_timeout_s,
+                data=body,
+                headers=headers,
+            )
         obj = answer.json()
         entries = obj.get("results") if isinstance(obj, Mapping) else None
         if not isinstance(entries, list) or len(entries) != len(items):

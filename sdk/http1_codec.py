@@ -61,9 +61,15 @@ def fixed_headers(host: str, headers: Mapping[str, str]) -> bytes:
 
 
 def encode_request(
-    method: str, target: str, fixed: bytes, headers: Mapping[str, str] | None, body: bytes | None
+    method: str,
+    target: str,
+    fixed: bytes,
+    headers: Mapping[str, str] | None,
+    body: bytes | None,
+    content_type: bytes = b"application/json",
 ) -> bytes:
-    """One request's bytes: request line, ``fixed``, ``headers``, body framing, body.
+    """One request's bytes: request line, ``fixed``, ``headers``, body framing (with
+    ``content_type``), body.
 
     A request without ``body`` gets ``Content-Length: 0`` when its method usually
     carries one (POST, PUT, PATCH), no framing otherwise."""
@@ -73,8 +79,8 @@ def encode_request(
         extra = b""
     _check(target, "target")
     if body is not None:
-        return b"%s %s HTTP/1.1\r\n%s%sContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (
-            method.encode("ascii"), target.encode("ascii"), fixed, extra, len(body), body
+        return b"%s %s HTTP/1.1\r\n%s%sContent-Type: %s\r\nContent-Length: %d\r\n\r\n%s" % (
+            method.encode("ascii"), target.encode("ascii"), fixed, extra, content_type, len(body), body
         )  # fmt: skip
     tail = b"Content-Length: 0\r\n\r\n" if method in ("POST", "PUT", "PATCH") else b"\r\n"
     return b"%s %s HTTP/1.1\r\n%s%s%s" % (method.encode("ascii"), target.encode("ascii"), fixed, extra, tail)

@@ -222,16 +222,22 @@ class Http1Pool:
         return len(self._idle)
 
     async def request(
-        self, method: str, target: str, headers: Mapping[str, str] | None, body: bytes | None, timeout: float
+        self,
+        method: str,
+        target: str,
+        headers: Mapping[str, str] | None,
+        body: bytes | None,
+        timeout: float,
+        content_type: bytes = b"application/json",
     ) -> ResponseParser:
-        """Send ``method target`` with ``headers`` and ``body`` (JSON; see
+        """Send ``method target`` with ``headers`` and ``body`` (of ``content_type``; see
         :func:`sdk.http1_codec.encode_request`); answers the complete answer."""
         loop = self._loop
         if loop is None:
             self.start()
             loop = self._loop
             assert loop is not None
-        data = encode_request(method, target, self._fixed, headers, body)
+        data = encode_request(method, target, self._fixed, headers, body, content_type)
         deadline = loop.time() + timeout
         head_only = method == "HEAD"
         may_retry = method in RETRY_SAFE_METHODS

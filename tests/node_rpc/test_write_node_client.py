@@ -24,6 +24,7 @@ from vpq.common.errors import BadRequest, InternalError, Unavailable, VpqError
 from vpq.gateway.cluster_backend import ClusterBackend
 from vpq.node_rpc.append_frames import Frame
 from vpq.node_rpc.call import NODE_UNREACHABLE, call_node
+from vpq.node_rpc.node_pools import NodePools
 from vpq.node_rpc.write_node_client import WriteNodeClient
 
 
@@ -58,6 +59,17 @@ def node(platform: LivePlatform) -> Node:
     vp_on = {pp: vp for vp, pp in reversed(list(enumerate(info["placement"])))}
     assert sorted(vp_on) == [0, 1], info["placement"]
     return Node(platform.writers[0].address, info["id"], vp_on)
+
+
+@pytest.fixture(params=["aiohttp", "node-pools"])
+async def pools(request: pytest.FixtureRequest) -> AsyncIterator[NodePools | None]:
+    """Appends over aiohttp (``call_node``) and over ``node_rpc.node_pools``: same answers."""
+    if request.param == "aiohttp":
+        yield None
+        return
+    pools = NodePools({})
+    yield pools
+    await pools.stop()
 
 
 @pytest.fixture
@@ -103,9 +115,9 @@ async def end_offset(client: WriteNodeClient, node: Node, pp: int) -> int:
     return {p["id"]: p["end_offset"] for p in listing["partitions"]}[pp]
 
 
-async def test_append_stamps_offsets_and_sends_the_epoch(session, node: Node, proxied) -> None:
+async def test_append_stamps_offsets_and_sends_the_epoch(session, pools, node: Node, proxied) -> None:
     proxy, address = proxied
-    client = WriteNodeClient(session)
+    client = WriteNodeClient(session, pools=pools)
     base0, base1 = await end_offset(client, node, 0), await end_offset(client, node, 1)
     assert await append(client, address, 0, batch(node, 0, b"a", b"b"), map_epoch=5) == (base0, base0 + 1)
     assert await append(client, address, 0, batch(node, 0, b"c"), map_epoch=6) == (base0 + 2, base0 + 2)
@@ -117,8 +129,8 @@ async def test_append_stamps_offsets_and_sends_the_epoch(session, node: Node, pr
     assert [(r.offset, r.value) for r in records] == [(base0, b"a"), (base0 + 1, b"b"), (base0 + 2, b"c")]
 
 
-async def test_read_returns_whole_batches_and_offsets(session, node: Node) -> None:
-    client = WriteNodeClient(session)
+async def test_read_returns_whole_batches_and_offsets(session, pools, node: Node) -> None:
+    client = WriteNodeClient(session, pools=pools)
     base = await end_offset(client, node, 0)
     await append(client, node.address, 0, batch(node, 0, b"a", b"b"), 1)
     await append(client, node.address, 0, batch(node, 0, b"c"), 1)
@@ -130,8 +142,8 @@ async def test_read_returns_whole_batches_and_offsets(session, node: Node) -> No
     assert [r.value for r in decode_batches(res.data)] == [b"c"]  # at least one batch
 
 
-async def test_read_long_polls_at_the_end(session, node: Node) -> None:
-    client = WriteNodeClient(session)
+async def test_read_long_polls_at_the_end(session, pools, node: Node) -> None:
+    client = WriteNodeClient(session, pools=pools)
     end = await end_offset(client, node, 1)
     empty = await client.read(node.address, 1, offset=end, max_bytes=1024, wait_ms=20)
     assert empty.data == b"" and empty.end_offset == end
@@ -142,8 +154,8 @@ async def test_read_long_polls_at_the_end(session, node: Node) -> None:
     assert [r.value for r in decode_batches(got.data)] == [b"late"]
 
 
-async def test_partitions_listing(session, node: Node) -> None:
-    client = WriteNodeClient(session)
+async def test_partitions_listing(session, pools, node: Node) -> None:
+    client = WriteNodeClient(session, pools=pools)
     before = await end_offset(client, node, 1)
     await append(client, node.address, 1, batch(node, 1, b"a"), 1)
     listing = await client.partitions(node.address)
@@ -152,8 +164,8 @@ async def test_partitions_listing(session, node: Node) -> None:
     assert listing["partitions"][1]["end_offset"] == before + 1
 
 
-async def test_node_errors_come_back_as_the_same_exception(session, node: Node) -> None:
-    client = WriteNodeClient(session)
+async def test_node_errors_come_back_as_the_same_exception(session, pools, node: Node) -> None:
+    client = WriteNodeClient(session, pools=pools)
     before = await end_offset(client, node, 0)
     with pytest.raises(Unavailable) as info:
         await append(client, node.address, 0, batch(node, 0, b"a", vp=node.vp_on[1]), 1)  # that vp is on pp 1
@@ -176,8 +188,8 @@ async def test_node_errors_come_back_as_the_same_exception(session, node: Node) 
     assert await end_offset(client, node, 0) == before  # nothing was stored by any refused append
 
 
-async def test_a_refused_frame_does_not_stop_the_others(session, node: Node) -> None:
-    client = WriteNodeClient(session)
+async def test_a_refused_frame_does_not_stop_the_others(session, pools, node: Node) -> None:
+    client = WriteNodeClient(session, pools=pools)
     base0, base1 = await end_offset(client, node, 0), await end_offset(client, node, 1)
     answers = await client.append_many(
         node.address,
@@ -205,26 +217,26 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def test_connection_refused_is_unavailable_naming_the_node(session) -> None:
+async def test_connection_refused_is_unavailable_naming_the_node(session, pools) -> None:
     address = f"127.0.0.1:{free_port()}"
     with pytest.raises(Unavailable) as info:
-        await append(WriteNodeClient(session), address, 0, any_batch(), 1)
+        await append(WriteNodeClient(session, pools=pools), address, 0, any_batch(), 1)
     err = info.value
     assert err.code == NODE_UNREACHABLE and err.retryable
     assert address in err.message and err.details["node"] == address and err.details["role"] == "write"
     assert err.headers()["Retry-After"] == "1"
 
 
-async def test_timeout_is_unavailable(session, node: Node, proxied) -> None:
+async def test_timeout_is_unavailable(session, pools, node: Node, proxied) -> None:
     proxy, address = proxied
     proxy.delay(r"/append$", 2.0)
-    client = WriteNodeClient(session, append_timeout_s=0.1)
+    client = WriteNodeClient(session, pools=pools, append_timeout_s=0.1)
     with pytest.raises(Unavailable) as info:
         await append(client, address, 0, batch(node, 0, b"a"), 1)
     assert info.value.code == NODE_UNREACHABLE
 
 
-async def test_malformed_success_answer_is_internal_error(session, node: Node, proxied) -> None:
+async def test_malformed_success_answer_is_internal_error(session, pools, node: Node, proxied) -> None:
     """The real node's answer to a multi-append, its offset made a string by the proxy."""
     proxy, address = proxied
     proxy.rewrite(r"/internal/v1/append$", lambda status, headers, body: (200, headers, b'{"results": [{"base_offset": "zero"}]}'))
@@ -232,7 +244,7 @@ async def test_malformed_success_answer_is_internal_error(session, node: Node, p
     records = [Record(value=b"x", queue_id=node.queue_id, virtual_partition=node.vp_on[0])]
     frame = Frame(0, build_columnar_batch(0, now, columns_of(records, now)))
     with pytest.raises(InternalError) as info:
-        await WriteNodeClient(session).append_many(address, [frame], 1)
+        await WriteNodeClient(session, pools=pools).append_many(address, [frame], 1)
     assert info.value.code == "bad_node_answer"
 
 
@@ -245,12 +257,12 @@ async def test_malformed_success_answer_is_internal_error(session, node: Node, p
         b'{"offsets": [1], "vps": [true]}',
     ],
 )
-async def test_malformed_deduplicated_answer_is_internal_error(session, node: Node, proxied, entry: bytes) -> None:
+async def test_malformed_deduplicated_answer_is_internal_error(session, pools, node: Node, proxied, entry: bytes) -> None:
     proxy, address = proxied
     proxy.rewrite(r"/internal/v1/append$", lambda status, headers, body: (200, headers, b'{"results": [' + entry + b"]}"))
     now = int(time.time() * 1000)
     records = [Record(value=b"x", queue_id=node.queue_id, virtual_partition=node.vp_on[0])]
     frame = Frame(0, build_columnar_batch(0, now, columns_of(records, now)))
     with pytest.raises(InternalError) as info:
-        await WriteNodeClient(session).append_many(address, [frame], 1)
+        await WriteNodeClient(session, pools=pools).append_many(address, [frame], 1)
     assert info.value.code == "bad_node_answer"
