@@ -33,7 +33,7 @@ class CompletionRelay:
     __slots__ = ("_loop", "_lock", "_calls", "_scheduled", "__weakref__")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
+        self._loop = weakref.ref(loop)  # not a strong one: the registry must not keep the loop alive
         self._lock = threading.Lock()
         self._calls: list[tuple[Callable[..., object], tuple[Any, ...]]] = []
         self._scheduled = False  # a drain is queued on the loop and has not taken the calls yet
@@ -56,7 +56,10 @@ class CompletionRelay:
             if self._scheduled:
                 return
             self._scheduled = True
-        self._loop.call_soon_threadsafe(self._drain)
+        loop = self._loop()
+        if loop is None:
+            raise RuntimeError("the relay's event loop is gone")
+        loop.call_soon_threadsafe(self._drain)
 
     def _drain(self) -> None:
         with self._lock:
@@ -66,6 +69,9 @@ class CompletionRelay:
             try:
                 fn(*args)
             except Exception as exc:
-                self._loop.call_exception_handler(
+                loop = self._loop()
+                if loop is None:  # pragma: no cover - a drain runs on its loop
+                    raise
+                loop.call_exception_handler(
                     {"message": f"exception in relayed callback {fn!r}", "exception": exc}
                 )

@@ -98,7 +98,7 @@ class PartitionLog(LogCompaction):
         self.on_rewind: Callable[[int], None] | None = None  # e.g. the dedup index's forget_from
         self._error: PartitionOfflineError | None = None
         self._running = False
-        self._advanced = asyncio.Event()
+        self._advanced: asyncio.Event | None = None  # made by the first waiter of a durable advance
         self._housekeeping: asyncio.Task[None] | None = None
         self._checkpointed: int | None = None
         self._checkpoint_lock = asyncio.Lock()
@@ -192,7 +192,7 @@ class PartitionLog(LogCompaction):
             self._on_failed(self._wrap(exc))
         finally:
             self._close_files()
-            self._advanced.set()
+            self._wake()
         if self._error is not None:
             raise self._error
 
@@ -380,6 +380,8 @@ class PartitionLog(LogCompaction):
             if remaining <= 0:
                 return False
             event = self._advanced
+            if event is None:
+                event = self._advanced = asyncio.Event()
             try:
                 await asyncio.wait_for(event.wait(), remaining)
             except asyncio.TimeoutError:
@@ -491,9 +493,9 @@ class PartitionLog(LogCompaction):
         self._wake()
 
     def _wake(self) -> None:
-        event = self._advanced
-        self._advanced = asyncio.Event()
-        event.set()
+        event, self._advanced = self._advanced, None
+        if event is not None:
+            event.set()
 
 
 def _remove_checkpoint(directory: Path, storage: Storage) -> None:
