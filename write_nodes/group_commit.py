@@ -125,10 +125,13 @@ class GroupCommitter:
         truncate: TruncateFn = OS_STORAGE.truncate,
         name: str = "log",
         history_size: int = 0,
+        write_sync: WriteFn | None = None,
     ) -> None:
         """``fsync`` syncs one fd and ``write`` writes buffers to one fd (both on the I/O
         thread), ``truncate`` cuts one fd back after a full disk: the storage of the files
-        the sink places writes in."""
+        the sink places writes in. ``write_sync`` (optional) is ``write`` then ``fsync`` of
+        that fd in one call (``Storage.write_all_dsync``): a synced group whose ops all
+        append to one fd and sync only it is written with it, counted as one fsync."""
         if policy not in ("group", "interval", "none"):
             raise ValueError(f"unknown fsync policy {policy!r}")
         self._sink = sink
@@ -138,6 +141,7 @@ class GroupCommitter:
         self._max_group_bytes = max_group_bytes
         self._fsync_fn = fsync
         self._write = write
+        self._write_sync = write_sync
         self._truncate = truncate
         self._name = name
         self._queue: deque[WriteOp] = deque()
@@ -303,7 +307,22 @@ class GroupCommitter:
         return group
 
     def _execute(self, group: list[WriteOp]) -> bool:
-        """Writes (one writev per run of ops on the same fd), then the fsyncs."""
+        """Writes (one writev per run of ops on the same fd), then the fsyncs; or, for a
+        synced group of plain appends to one fd, one ``write_sync`` call."""
+        if self._write_sync is not None and self._sync_groups:
+            fd = group[0].fd
+            only = (fd,)
+            for op in group:
+                if op.fd != fd or op.before or not op.data or op.sync_fds != only:
+                    break
+            else:
+                bufs = [op.data for op in group]
+                self._write_sync(fd, bufs)
+                self.fsyncs += 1
+                if self.history.maxlen:
+                    with self._lock:
+                        self.history.append((sum(len(b) for b in bufs), 1))
+                return True
         before = self.fsyncs
         write_all = self._write
         sync = self._sync_groups

@@ -47,7 +47,7 @@ from vpq.write_nodes.checkpoint import write_checkpoint
 from vpq.write_nodes.compaction import SegmentSummary
 from vpq.write_nodes.end_marker import write_end_marker
 from vpq.write_nodes.errors import LogIOError, OffsetOutOfRangeError, PartitionOfflineError
-from vpq.write_nodes.group_commit import FULL_ERRNOS, FsyncFn, GroupCommitter
+from vpq.write_nodes.group_commit import FULL_ERRNOS, FsyncFn, GroupCommitter, WriteFn
 from vpq.write_nodes.log_compaction import CompactionTotals, LogCompaction
 from vpq.write_nodes.recovery import LogLoader, RecoveryReport
 from vpq.write_nodes.retention import QueuePolicy, SegmentInfo, segments_to_delete
@@ -72,12 +72,16 @@ class PartitionLog(LogCompaction):
         *,
         clock_ms: Callable[[], int] = wall_clock_ms,
         fsync: FsyncFn | None = None,
+        write_sync: WriteFn | None = None,
         history_size: int = 0,
         on_group: Callable[[int], None] | None = None,
         storage: Storage = OS_STORAGE,
     ) -> None:
         """Every file call goes through ``storage`` (the real file system by default).
         ``fsync`` syncs one fd (called on the I/O thread; default ``storage.fdatasync``);
+        ``write_sync`` writes and syncs one fd in one call (default
+        ``storage.write_all_dsync``, none when ``fsync`` is given: then every sync is an
+        ``fsync`` call);
         ``on_group`` is called on the loop thread with the number of records each
         completed group commit made durable (it must not raise: it runs inside the
         commit's completion)."""
@@ -87,6 +91,7 @@ class PartitionLog(LogCompaction):
         self._clock_ms = clock_ms
         self.storage = storage
         self._fsync = fsync if fsync is not None else storage.fdatasync
+        self._write_sync = write_sync if write_sync is not None or fsync is not None else storage.write_all_dsync
         self._history_size = history_size
         self._on_group = on_group
         self._durable_seen = 0
@@ -160,6 +165,7 @@ class PartitionLog(LogCompaction):
             truncate=storage.truncate,
             name=f"p{self.partition_id}",
             history_size=self._history_size,
+            write_sync=self._write_sync,
         )
         await self._committer.start()
         self._error = None
