@@ -5,8 +5,11 @@ place the write (on the event-loop thread: offsets, segment roll, indexes) and
 queues the resulting :class:`WriteOp`. A dedicated I/O thread drains the queue
 continuously: it takes everything queued (up to ``max_group_bytes``), writes it
 with one ``writev`` per file, fsyncs once per file, then hands the group back to
-the loop, which lets the sink mark it durable and only then resolves the
-waiters. The thread never waits for the loop, so it writes group N+1 while the
+the loop through the loop's :class:`~write_nodes.completion_relay.CompletionRelay`
+(one loop wake-up for the groups of several committers that complete together),
+which lets the sink mark it durable and only then resolves the waiters. The loop
+wakes a parked I/O thread with one lock release; a busy one takes the next group
+without being woken. The thread never waits for the loop, so it writes group N+1 while the
 loop is still acknowledging group N and building the next batches.
 
 Fsync policy (``LogSettings.fsync_policy``):
@@ -44,6 +47,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+from vpq.write_nodes.completion_relay import CompletionRelay
 from vpq.write_nodes.errors import DiskFullError, LogIOError, PartitionOfflineError
 from vpq.write_nodes.storage import OS_STORAGE
 
@@ -121,10 +125,13 @@ class GroupCommitter:
         truncate: TruncateFn = OS_STORAGE.truncate,
         name: str = "log",
         history_size: int = 0,
+        write_sync: WriteFn | None = None,
     ) -> None:
         """``fsync`` syncs one fd and ``write`` writes buffers to one fd (both on the I/O
         thread), ``truncate`` cuts one fd back after a full disk: the storage of the files
-        the sink places writes in."""
+        the sink places writes in. ``write_sync`` (optional) is ``write`` then ``fsync`` of
+        that fd in one call (``Storage.write_all_dsync``): a synced group whose ops all
+        append to one fd and sync only it is written with it, counted as one fsync."""
         if policy not in ("group", "interval", "none"):
             raise ValueError(f"unknown fsync policy {policy!r}")
         self._sink = sink
@@ -134,10 +141,15 @@ class GroupCommitter:
         self._max_group_bytes = max_group_bytes
         self._fsync_fn = fsync
         self._write = write
+        self._write_sync = write_sync
         self._truncate = truncate
         self._name = name
         self._queue: deque[WriteOp] = deque()
-        self._cond = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()  # guards the queue and the flags the I/O thread reads
+        self._wake = threading.Lock()  # held while the I/O thread may park on it
+        self._wake.acquire()
+        self._parked = False  # the I/O thread waits on ``_wake`` (released once to wake it)
+        self._relay: CompletionRelay | None = None
         self._closing = False
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -167,6 +179,7 @@ class GroupCommitter:
         if self._thread is not None:
             raise RuntimeError("committer already started")
         self._loop = asyncio.get_running_loop()
+        self._relay = CompletionRelay.of(self._loop)
         self._accepting = True
         self._thread = threading.Thread(target=self._io_main, name=f"vpq-io-{self._name}", daemon=True)
         self._thread.start()
@@ -189,9 +202,9 @@ class GroupCommitter:
         except LogIOError:
             pass
         finally:
-            with self._cond:
+            with self._lock:
                 self._closing = True
-                self._cond.notify()
+                self._unpark()
             await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
             self._thread = None
         if self._error is not None:
@@ -199,7 +212,7 @@ class GroupCommitter:
 
     def history_snapshot(self) -> list[tuple[int, int]]:
         """A copy of ``history``: (bytes written, fsyncs) per I/O round, oldest first."""
-        with self._cond:
+        with self._lock:
             return list(self.history)
 
     # ------------------------------------------------------------------ appends
@@ -233,42 +246,54 @@ class GroupCommitter:
         assert self._loop is not None
         fut: asyncio.Future[None] = self._loop.create_future()
         op.future = fut
-        with self._cond:
+        with self._lock:
             if self._refusing:
                 self._late.append(op)
                 return fut
             self._queue.append(op)
-            if len(self._queue) == 1:
-                self._cond.notify()
+            if self._parked:
+                self._parked = False
+                self._wake.release()
         return fut
+
+    def _unpark(self) -> None:
+        """Wake the I/O thread if it is parked (``_lock`` held)."""
+        if self._parked:
+            self._parked = False
+            self._wake.release()
 
     # ---------------------------------------------------------------- I/O thread
     def _io_main(self) -> None:
-        loop = self._loop
-        assert loop is not None
+        relay = self._relay
+        assert relay is not None
         while True:
-            with self._cond:
-                while (not self._queue or self._refusing) and not self._closing:
-                    self._cond.wait()
-                if not self._queue or self._refusing:
+            with self._lock:
+                if (not self._queue or self._refusing) and not self._closing:
+                    self._parked = True
+                    group = None
+                elif not self._queue or self._refusing:
                     return
-                group = self._take_group()
+                else:
+                    group = self._take_group()
+            if group is None:
+                self._wake.acquire()  # released by whoever clears ``_parked``
+                continue
             try:
                 synced = self._execute(group)
             except OSError as exc:
                 if exc.errno in FULL_ERRNOS and self._undo(group):
-                    with self._cond:
+                    with self._lock:
                         self._refusing = True
                         refused = group + list(self._queue)
                         self._queue.clear()
-                    loop.call_soon_threadsafe(self._refuse, exc, refused)
+                    relay.post(self._refuse, exc, refused)
                     continue
-                loop.call_soon_threadsafe(self._go_offline, exc, group)
+                relay.post(self._go_offline, exc, group)
                 return
             except BaseException as exc:  # the partition goes offline; the loop learns why
-                loop.call_soon_threadsafe(self._go_offline, exc, group)
+                relay.post(self._go_offline, exc, group)
                 return
-            loop.call_soon_threadsafe(self._complete, group, synced)
+            relay.post(self._complete, group, synced)
 
     def _take_group(self) -> list[WriteOp]:
         queue = self._queue
@@ -282,7 +307,22 @@ class GroupCommitter:
         return group
 
     def _execute(self, group: list[WriteOp]) -> bool:
-        """Writes (one writev per run of ops on the same fd), then the fsyncs."""
+        """Writes (one writev per run of ops on the same fd), then the fsyncs; or, for a
+        synced group of plain appends to one fd, one ``write_sync`` call."""
+        if self._write_sync is not None and self._sync_groups:
+            fd = group[0].fd
+            only = (fd,)
+            for op in group:
+                if op.fd != fd or op.before or not op.data or op.sync_fds != only:
+                    break
+            else:
+                bufs = [op.data for op in group]
+                self._write_sync(fd, bufs)
+                self.fsyncs += 1
+                if self.history.maxlen:
+                    with self._lock:
+                        self.history.append((sum(len(b) for b in bufs), 1))
+                return True
         before = self.fsyncs
         write_all = self._write
         sync = self._sync_groups
@@ -314,7 +354,7 @@ class GroupCommitter:
                         done.add(sync_fd)
                         self._counted_fsync(sync_fd)
         if self.history.maxlen:
-            with self._cond:
+            with self._lock:
                 self.history.append((nbytes, self.fsyncs - before))
         return sync
 
@@ -363,7 +403,7 @@ class GroupCommitter:
 
     def _refuse(self, exc: OSError, ops: list[WriteOp]) -> None:
         """Loop side of a full disk (see the module docstring)."""
-        with self._cond:
+        with self._lock:
             ops = ops + self._late
             self._late = []
         if self._error is not None:  # went offline meanwhile: those ops fail with it
@@ -384,9 +424,9 @@ class GroupCommitter:
             if fut is not None and not fut.done():
                 fut.set_exception(err)
                 fut.exception()  # the submitter may be gone: no "never retrieved" warning
-        with self._cond:
+        with self._lock:
             self._refusing = False
-            self._cond.notify()
+            self._unpark()
 
     def _go_offline(self, exc: BaseException, group: list[WriteOp]) -> None:
         first = self._error is None
@@ -394,13 +434,13 @@ class GroupCommitter:
             err = PartitionOfflineError(f"{self._name}: I/O error, partition offline: {exc}")
             err.__cause__ = exc
             self._error = err
-        with self._cond:
+        with self._lock:
             failed = list(group) + list(self._queue) + self._late
             self._queue.clear()
             self._late = []
             self._refusing = False
             self._closing = True
-            self._cond.notify()
+            self._unpark()
         for op in failed:
             fut = op.future
             if fut is not None and not fut.done():

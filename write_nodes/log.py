@@ -47,7 +47,7 @@ from vpq.write_nodes.checkpoint import write_checkpoint
 from vpq.write_nodes.compaction import SegmentSummary
 from vpq.write_nodes.end_marker import write_end_marker
 from vpq.write_nodes.errors import LogIOError, OffsetOutOfRangeError, PartitionOfflineError
-from vpq.write_nodes.group_commit import FULL_ERRNOS, FsyncFn, GroupCommitter
+from vpq.write_nodes.group_commit import FULL_ERRNOS, FsyncFn, GroupCommitter, WriteFn
 from vpq.write_nodes.log_compaction import CompactionTotals, LogCompaction
 from vpq.write_nodes.recovery import LogLoader, RecoveryReport
 from vpq.write_nodes.retention import QueuePolicy, SegmentInfo, segments_to_delete
@@ -72,12 +72,16 @@ class PartitionLog(LogCompaction):
         *,
         clock_ms: Callable[[], int] = wall_clock_ms,
         fsync: FsyncFn | None = None,
+        write_sync: WriteFn | None = None,
         history_size: int = 0,
         on_group: Callable[[int], None] | None = None,
         storage: Storage = OS_STORAGE,
     ) -> None:
         """Every file call goes through ``storage`` (the real file system by default).
         ``fsync`` syncs one fd (called on the I/O thread; default ``storage.fdatasync``);
+        ``write_sync`` writes and syncs one fd in one call (default
+        ``storage.write_all_dsync``, none when ``fsync`` is given: then every sync is an
+        ``fsync`` call);
         ``on_group`` is called on the loop thread with the number of records each
         completed group commit made durable (it must not raise: it runs inside the
         commit's completion)."""
@@ -87,6 +91,7 @@ class PartitionLog(LogCompaction):
         self._clock_ms = clock_ms
         self.storage = storage
         self._fsync = fsync if fsync is not None else storage.fdatasync
+        self._write_sync = write_sync if write_sync is not None or fsync is not None else storage.write_all_dsync
         self._history_size = history_size
         self._on_group = on_group
         self._durable_seen = 0
@@ -98,7 +103,7 @@ class PartitionLog(LogCompaction):
         self.on_rewind: Callable[[int], None] | None = None  # e.g. the dedup index's forget_from
         self._error: PartitionOfflineError | None = None
         self._running = False
-        self._advanced = asyncio.Event()
+        self._advanced: asyncio.Event | None = None  # made by the first waiter of a durable advance
         self._housekeeping: asyncio.Task[None] | None = None
         self._checkpointed: int | None = None
         self._checkpoint_lock = asyncio.Lock()
@@ -160,6 +165,7 @@ class PartitionLog(LogCompaction):
             truncate=storage.truncate,
             name=f"p{self.partition_id}",
             history_size=self._history_size,
+            write_sync=self._write_sync,
         )
         await self._committer.start()
         self._error = None
@@ -192,7 +198,7 @@ class PartitionLog(LogCompaction):
             self._on_failed(self._wrap(exc))
         finally:
             self._close_files()
-            self._advanced.set()
+            self._wake()
         if self._error is not None:
             raise self._error
 
@@ -380,6 +386,8 @@ class PartitionLog(LogCompaction):
             if remaining <= 0:
                 return False
             event = self._advanced
+            if event is None:
+                event = self._advanced = asyncio.Event()
             try:
                 await asyncio.wait_for(event.wait(), remaining)
             except asyncio.TimeoutError:
@@ -491,9 +499,9 @@ class PartitionLog(LogCompaction):
         self._wake()
 
     def _wake(self) -> None:
-        event = self._advanced
-        self._advanced = asyncio.Event()
-        event.set()
+        event, self._advanced = self._advanced, None
+        if event is not None:
+            event.set()
 
 
 def _remove_checkpoint(directory: Path, storage: Storage) -> None:

@@ -17,7 +17,8 @@ Histograms:
 - ``vpq_append_seconds{partition}``: from handing a batch to the log to its being durable
   (group-commit wait, write and fsync);
 - ``vpq_fsync_seconds{partition}``: each ``fdatasync``/``fsync`` of the partition's files,
-  timed on the log's I/O thread;
+  or write made durable in the same call (``Storage.write_all_dsync``), timed on the
+  log's I/O thread;
 - ``vpq_group_commit_records{partition}``: records made durable by one group commit.
 
 Gauges, read when scraped: ``vpq_partition_{start,end,next}_offset``, ``vpq_partition_size_bytes``,
@@ -42,7 +43,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from vpq.common.counter_table import CounterTable
 from vpq.config.settings import LogSettings
-from vpq.write_nodes.group_commit import FsyncFn, default_fsync
+from vpq.write_nodes.group_commit import FsyncFn, WriteFn, default_fsync
 from vpq.write_nodes.log import PartitionLog
 from vpq.write_nodes.storage import OS_STORAGE, Storage
 
@@ -232,6 +233,19 @@ class WriteNodeMetrics:
 
         return fsync
 
+    def timed_write_sync(self, pp: int, inner: WriteFn) -> WriteFn:
+        """``inner`` (a write made durable in the same call) timed into
+        ``vpq_fsync_seconds{partition=pp}``, like :meth:`timed_fsync`."""
+        hist = self.fsync_seconds.labels(str(pp))
+
+        def write_sync(fd: int, buffers: list[bytes]) -> int:
+            started = time.perf_counter()
+            n = inner(fd, buffers)
+            hist.observe(time.perf_counter() - started)
+            return n
+
+        return write_sync
+
     def group_observer(self, pp: int) -> Callable[[int], None]:
         """Observes the records of each group commit of ``pp`` (``PartitionLog(on_group=...)``)."""
         return self.group_records.labels(str(pp)).observe
@@ -246,6 +260,7 @@ class WriteNodeMetrics:
             settings,
             pp,
             fsync=self.timed_fsync(pp, storage.fdatasync),
+            write_sync=self.timed_write_sync(pp, storage.write_all_dsync),
             on_group=self.group_observer(pp),
             storage=storage,
         )

@@ -337,6 +337,13 @@ class SimDisk:
             handle.position = pos + len(chunk)
             return len(chunk)
 
+    def write_all_dsync(self, fd: int, buffers: Sequence[bytes]) -> int:
+        """``write_all`` then ``fdatasync``: a crash point between the two, like the OS call
+        that may be cut by a power loss after some of the data reached the disk."""
+        n = self.write_all(fd, buffers)
+        self.fdatasync(fd)
+        return n
+
     def pread(self, fd: int, n: int, position: int) -> bytes:
         with self._lock:
             _, node = self._file(fd)

@@ -12,6 +12,9 @@ the same meaning):
   to the end of the file); ``open_dir`` opens a directory only so it can be fsynced;
 - ``write_all`` writes every buffer, in order (retrying short writes), at the file
   position (the end for ``O_APPEND``);
+- ``write_all_dsync`` is ``write_all`` then ``fdatasync`` of the file, made as one call
+  where the OS allows (``pwritev2`` with ``RWF_DSYNC``): when it returns, the buffers
+  are durable as after an ``fdatasync``;
 - data written is *durable* only after ``fsync``/``fdatasync`` of its file; a name
   created, renamed or removed in a directory is durable only after an fsync of that
   directory (POSIX; what a power loss is allowed to take back);
@@ -22,12 +25,35 @@ the same meaning):
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
 _IOV_MAX = min(os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024, 1024)
+
+
+def _dsync_writev() -> Callable[[int, list[bytes | memoryview]], int] | None:
+    """``writev`` at the file position with ``RWF_DSYNC`` (``pwritev2``), None where the
+    OS or Python lacks it."""
+    pwritev, flag = getattr(os, "pwritev", None), getattr(os, "RWF_DSYNC", None)
+    if pwritev is None or flag is None:
+        return None
+
+    def writev(fd: int, buffers: list[bytes | memoryview]) -> int:
+        return pwritev(fd, buffers, -1, flag)
+
+    return writev
+
+
+class _DsyncSupport:
+    def __init__(self) -> None:
+        self.writev = _dsync_writev()
+        self.proven = False  # a call succeeded: an EINVAL from now on is a real error
+
+
+_DSYNC = _DsyncSupport()
 
 
 class Storage(Protocol):
@@ -40,6 +66,8 @@ class Storage(Protocol):
     def close(self, fd: int) -> None: ...
 
     def write_all(self, fd: int, buffers: Sequence[bytes]) -> int: ...
+
+    def write_all_dsync(self, fd: int, buffers: Sequence[bytes]) -> int: ...
 
     def pread(self, fd: int, n: int, position: int) -> bytes: ...
 
@@ -104,6 +132,27 @@ class OsStorage:
 
     def write_all(self, fd: int, buffers: Sequence[bytes]) -> int:
         return writev_all(os.writev, fd, buffers)
+
+    def write_all_dsync(self, fd: int, buffers: Sequence[bytes]) -> int:
+        """``write_all`` + ``fdatasync`` in one ``pwritev2(RWF_DSYNC)`` per chunk at the file
+        position (``-1``), where the OS has it; else, and in a subclass that overrides
+        ``write_all`` or ``fdatasync``, the two calls."""
+        cls = type(self)
+        writev = _DSYNC.writev
+        if writev is not None and cls.write_all is OsStorage.write_all and cls.fdatasync is OsStorage.fdatasync:
+            try:
+                n = writev_all(writev, fd, buffers)
+            except OSError as exc:
+                # a kernel older than RWF_DSYNC refuses the flag before writing anything
+                if _DSYNC.proven or exc.errno not in (errno.EINVAL, errno.EOPNOTSUPP):
+                    raise
+                _DSYNC.writev = None
+            else:
+                _DSYNC.proven = True
+                return n
+        n = self.write_all(fd, buffers)
+        self.fdatasync(fd)
+        return n
 
     def pread(self, fd: int, n: int, position: int) -> bytes:
         return os.pread(fd, n, position)
