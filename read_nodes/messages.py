@@ -74,15 +74,19 @@ class TailedRecord:
 
     def size_bytes(self) -> int:
         """Footprint declared to the record cache (payload plus a fixed overhead)."""
-        r = self.record
-        key = r.key
-        size = RECORD_OVERHEAD_BYTES + len(r.value) + (len(key) if key is not None else 0)
-        headers = r.headers
-        if headers:
-            size += HEADERS_BYTES + HEADER_OVERHEAD_BYTES * len(headers)
-            for name, value in headers:
-                size += len(name) + len(value)
-        return size
+        return record_size(self.record)
+
+
+def record_size(r: Record) -> int:
+    """``TailedRecord.size_bytes`` of a ``TailedRecord`` holding ``r``."""
+    key = r.key
+    size = RECORD_OVERHEAD_BYTES + len(r.value) + (len(key) if key is not None else 0)
+    headers = r.headers
+    if headers:
+        size += HEADERS_BYTES + HEADER_OVERHEAD_BYTES * len(headers)
+        for name, value in headers:
+            size += len(name) + len(value)
+    return size
 
 
 _new = object.__new__

@@ -14,7 +14,7 @@ Pure logic: no I/O.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -98,6 +98,29 @@ class RecordCache(Generic[K, V]):
         self._bytes += size
         self._evict()
         return True
+
+    def put_many(self, entries: Iterable[tuple[K, V, int]]) -> int:
+        """``put`` of each ``(key, value, size)`` in turn, sizes trusted (integers >= 0:
+        a caller's own ``size_bytes``), evicting once at the end (the same entries stay
+        as with one ``put`` each). Returns how many were stored."""
+        data = self._data
+        pop = data.pop
+        limit = self._max
+        added = stored = 0
+        for key, value, size in entries:
+            old = pop(key, None)
+            if old is not None:
+                added -= old[1]
+            if size > limit:
+                self._rejected += 1
+                continue
+            data[key] = (value, size)
+            added += size
+            stored += 1
+        self._puts += stored
+        self._bytes += added
+        self._evict()
+        return stored
 
     def pop(self, key: K) -> V | None:
         """Remove and return an entry (not counted as an eviction)."""
