@@ -121,8 +121,10 @@ class RecordCache(Generic[K, V]):
 
     def put_many(self, entries: Iterable[tuple[K, V, int]]) -> int:
         """``put`` of each ``(key, value, size)`` in turn, sizes trusted (integers >= 0:
-        a caller's own ``size_bytes``), evicting once at the end (the same entries stay
-        as with one ``put`` each). Returns how many were stored."""
+        a caller's own ``size_bytes``), evicting once at the end: the same entries stay,
+        in the same order, as with one ``put`` each (``evictions`` may count fewer: an
+        entry replaced by the batch is not first evicted by it). Returns how many were
+        stored."""
         data = self._data
         pop = data.pop
         limit = self._max
