@@ -102,6 +102,7 @@ from vpq.read_nodes.delivery_items import (
     check_now,
 )
 from vpq.read_nodes.delivery_membership import DeliveryMembership
+from vpq.read_nodes.delivery_offer import DeliveryOffer
 from vpq.read_nodes.delivery_parking import DeliveryParking
 from vpq.read_nodes.delivery_reports import DeliveryReports
 from vpq.read_nodes.delivery_types import (
@@ -118,7 +119,7 @@ from vpq.read_nodes.routing_table import RouterFactory, RoutingTable
 _new_delivery = tuple.__new__
 
 
-class GroupDelivery(DeliveryAcks, DeliveryMembership, DeliveryParking, DeliveryDelays, DeliveryReports):
+class GroupDelivery(DeliveryAcks, DeliveryOffer, DeliveryMembership, DeliveryParking, DeliveryDelays, DeliveryReports):
     """Delivery state of one group on one queue (see the module docstring).
 
     ``router_factory(live_contexts)`` returns the routing function for a set of
@@ -252,6 +253,12 @@ class GroupDelivery(DeliveryAcks, DeliveryMembership, DeliveryParking, DeliveryD
                 )
         if not tracker.track_new(stream, entry.offset, entry.key_hash):
             return False
+        self._add(entry, pos, chain_key, chain)
+        return True
+
+    def _add(self, entry: DeliveryEntry, pos: Pos, chain_key: ChainKey | None, chain: Chain | None) -> None:
+        """Hold ``entry`` (at ``pos``), tracked already; ``chain`` is its key's, when
+        there is one yet (``chain_key`` None: no key order for it)."""
         if chain_key is not None and chain is None:
             chain = self._chains[chain_key] = Chain(chain_key, (entry.ctx_id, entry.key_hash))
         msg = Msg(self._seq, entry, chain)
@@ -271,12 +278,11 @@ class GroupDelivery(DeliveryAcks, DeliveryMembership, DeliveryParking, DeliveryD
             self._parked[parked] += 1
         if chain is None:
             self._make_ready(msg)
-            return True
+            return
         chain.pending.append(msg)
         if len(chain.pending) == 1 and not chain.run:
             self._make_ready(msg)
         self._recount(chain)
-        return True
 
     def mark_scanned(self, pp: int, offset: int) -> None:
         """Every record of the queue in stream ``pp`` below ``offset`` has been passed
@@ -375,7 +381,7 @@ class GroupDelivery(DeliveryAcks, DeliveryMembership, DeliveryParking, DeliveryD
             self._unroutable_held -= 1
         out.append(
             _new_delivery(Delivery, (  # Delivery(...) without the named tuple's Python-level __new__
-                encode_message_id(e.pp, e.offset), e.pp, e.offset, e.key_hash & self._mask, e.key, e.ctx,
+                f"{e.pp}-{e.offset}", e.pp, e.offset, e.key_hash & self._mask, e.key, e.ctx,  # encode_message_id
                 e.timestamp_ms, msg.count, deadline,
             ))
         )

@@ -45,7 +45,7 @@ class DeliveryAcks:
         c = self._consumer(consumer_id)
         msgs = self._msgs
         inflight = c.inflight
-        released = self._released
+        released = self._released if self._parked else None  # nothing parked: no key to refill
         unchain = self._unchain
         acked: dict[int, list[int]] = {}
         done_by_ctx: dict[IsolationContext, int] = {}
@@ -76,9 +76,19 @@ class DeliveryAcks:
                 acked[e.stream] = [e.offset]
             else:
                 offsets.append(e.offset)
-            released(msg)
-            if msg.chain is not None:
-                unchain(msg, msg.chain)
+            if released is not None:
+                released(msg)
+            chain = msg.chain
+            if chain is not None:
+                run = chain.run
+                if msg in run and len(run) > 1:  # unchain's usual case: the run goes on, nothing to kick
+                    del run[msg]
+                    counted = len(chain.pending)  # _recount (the run is still out)
+                    if counted != chain.counted:
+                        self._blocked += counted - chain.counted
+                        chain.counted = counted
+                else:
+                    unchain(msg, chain)
         if left:
             self._inflight_by_ctx[c.ctx] -= left
             self._inflight -= left

@@ -464,14 +464,13 @@ class GroupHost:
         instead (expired or vanished)."""
         source = self.parts.source
         cutoff = self.expiry.cutoff()
-        cached = source.cache.get  # RecordSource.cached without the call in between
         out: list[bytes] = []
         append = out.append
         render = self._renderer.render
         gone: list[str] = []
         failed: list[str] = []
-        for d in got:
-            tailed = cached((d.pp, d.offset))
+        # RecordSource.cached of each, in one call
+        for d, tailed in zip(got, source.cache.get_many([(d.pp, d.offset) for d in got])):
             if tailed is None:
                 try:
                     tailed = await source.get(d.pp, d.offset)

@@ -57,7 +57,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from vpq.codec.system_headers import addressed_elsewhere, reader_attributes
+from vpq.codec.system_headers import DEDUP, addressed_elsewhere, reader_attributes
 from vpq.codec.system_headers import attributes as header_attributes
 from vpq.common.errors import VpqError
 from vpq.read_nodes.delivery import GroupDelivery
@@ -274,6 +274,9 @@ class Ingestor:
         wall = self._clock()
         next_due = delivery.next_delayed_ms(self._skip_due)
         offset = c
+        offer = delivery.offer
+        cutoff = self.expire_before
+        parked_keys = parked._keys  # noqa: SLF001 - same room; ``pk in parked`` without the call
 
         def cursor_of(p: int) -> int:  # for order.check: the record's own pp is read up to it
             return offset if p == pp else self._cursor_of(p, ctx_id)
@@ -294,7 +297,7 @@ class Ingestor:
                 stopped = True
                 break
             pk = (ctx_id, key_hash)
-            if pk in parked:
+            if parked_keys and pk in parked_keys:  # pk in parked
                 covered = parked.covers(pk, stream)
                 if not covered and not delivery.is_done(stream, offset, key_hash):
                     self._park(pk, stream, offset)
@@ -328,17 +331,19 @@ class Ingestor:
             r = tailed.record
             deliver_at: int | None = None
             priority = 0
-            if r.headers:
-                deliver_at, priority, to_group = reader_attributes(r.headers)
+            headers = r.headers
+            if headers and (len(headers) > 1 or headers[0][0] != DEDUP):  # a dedup id alone says nothing here
+                deliver_at, priority, to_group = reader_attributes(headers)
                 if to_group is not None and to_group != self._group:  # addressed to another group
                     c = offset + 1
                     continue
-            if self._expired(r.timestamp_ms):
+            ts = r.timestamp_ms
+            if cutoff is not None and ts is not None and ts < cutoff:  # self._expired(ts)
                 if not delivery.is_done(stream, offset, key_hash):
                     self.expired += 1
                 c = offset + 1
                 continue
-            ts = r.timestamp_ms or 0
+            ts = ts or 0
             if deliver_at is not None and deliver_at > ts:
                 entry = DeliveryEntry.trusted(pp, offset, key_hash, r.key, tailed.ctx, ts, ctx_id, priority)
                 if delivery.defer(entry, deliver_at):
@@ -353,23 +358,22 @@ class Ingestor:
                 await self.drain_due(min(ts, wall), result)
                 routable = False
                 next_due = delivery.next_delayed_ms(self._skip_due)
-            verdict = delivery.admit(stream, offset, tailed.ctx, ctx_id, key_hash, r.key)
-            if verdict == Admission.NOBODY:
-                result.nobody = True
-                cold.add(ctx_id)
-                stopped = True
-                break
-            if verdict == Admission.PAUSE:
-                result.held = True
-                stopped = True
-                break
-            if verdict == Admission.PARK:
-                if not delivery.is_done(stream, offset, key_hash):
-                    self._park(pk, stream, offset)
-            elif delivery.ingest(
-                DeliveryEntry.trusted(pp, offset, key_hash, r.key, tailed.ctx, ts, ctx_id, priority), True
-            ):
+            # admit, then ingest when it says INGEST (True: ingested, False: skipped)
+            verdict = offer(pp, offset, tailed.ctx, ctx_id, key_hash, r.key, ts, priority)
+            if verdict is True:
                 result.ingested += 1
+            elif verdict is not False:
+                if verdict == Admission.NOBODY:
+                    result.nobody = True
+                    cold.add(ctx_id)
+                    stopped = True
+                    break
+                if verdict == Admission.PAUSE:
+                    result.held = True
+                    stopped = True
+                    break
+                if not delivery.is_done(stream, offset, key_hash):  # PARK
+                    self._park(pk, stream, offset)
             c = offset + 1
         if not stopped and len(entries) < self._batch:
             c = max(c, indexed_end)

@@ -74,15 +74,19 @@ class TailedRecord:
 
     def size_bytes(self) -> int:
         """Footprint declared to the record cache (payload plus a fixed overhead)."""
-        r = self.record
-        key = r.key
-        size = RECORD_OVERHEAD_BYTES + len(r.value) + (len(key) if key is not None else 0)
-        headers = r.headers
-        if headers:
-            size += HEADERS_BYTES + HEADER_OVERHEAD_BYTES * len(headers)
-            for name, value in headers:
-                size += len(name) + len(value)
-        return size
+        return record_size(self.record)
+
+
+def record_size(r: Record) -> int:
+    """``TailedRecord.size_bytes`` of a ``TailedRecord`` holding ``r``."""
+    key = r.key
+    size = RECORD_OVERHEAD_BYTES + len(r.value) + (len(key) if key is not None else 0)
+    headers = r.headers
+    if headers:
+        size += HEADERS_BYTES + HEADER_OVERHEAD_BYTES * len(headers)
+        for name, value in headers:
+            size += len(name) + len(value)
+    return size
 
 
 _new = object.__new__
@@ -154,8 +158,10 @@ def render_message(
     return msg
 
 
-_HEAD = b'{"id":"%d-%d","queue":%b,"key":%b,'
-_TAIL = b',"headers":%b,%b,"partition":%d,"offset":%d,"virtual_partition":%d,"timestamp_ms":%d,"delivery_count":%d'
+_MESSAGE = (
+    b'{"id":"%d-%d","queue":%b,"key":%b,%b%b,"headers":%b,%b,"partition":%d,"offset":%d,"virtual_partition":%d,'
+    b'"timestamp_ms":%d,"delivery_count":%d%b}'
+)
 _dumps = orjson.dumps
 _CONTEXTS_HELD = 1024
 _KEYS_HELD = 4096
@@ -212,17 +218,22 @@ class MessageRenderer:
                 name, value = b'"value_b64":"', _b64(value) + b'"'
         else:
             name, value = b'"value_b64":"', _b64(value) + b'"'
-        headers = _headers_json(r.headers) if r.headers else b"{}"
+        headers = r.headers
+        if not headers or (len(headers) == 1 and headers[0][0].startswith(RESERVED_PREFIX)):
+            headers_json = b"{}"  # none of the producer's own (a dedup id alone, usually)
+        else:
+            headers_json = _headers_json(headers)
+        ctx_json = self._contexts.get(tailed.ctx)
+        if ctx_json is None:
+            ctx_json = self._context(tailed.ctx)
         ts = r.timestamp_ms
         pp = tailed.pp
         offset = r.offset
-        tail = _TAIL % (
-            headers, self._context(tailed.ctx), pp, offset, virtual_partition, ts if ts is not None else 0,
-            delivery_count,
+        return _MESSAGE % (
+            pp, offset, self._queue, key, name, value, headers_json, ctx_json, pp, offset, virtual_partition,
+            ts if ts is not None else 0, delivery_count,
+            b"" if key_b64 is None else b',"key_b64":"' + key_b64.encode("ascii") + b'"',
         )
-        if key_b64 is not None:
-            tail += b',"key_b64":"' + key_b64.encode("ascii") + b'"'
-        return b"".join((_HEAD % (pp, offset, self._queue, key), name, value, tail, b"}"))
 
 
 def _headers_json(headers: tuple[tuple[str, bytes], ...]) -> bytes:

@@ -14,7 +14,7 @@ Pure logic: no I/O.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -81,6 +81,26 @@ class RecordCache(Generic[K, V]):
         self._hits += 1
         return item[0]
 
+    def get_many(self, keys: Iterable[K]) -> list[V | None]:
+        """``get`` of each key in turn (None for a miss), in one call."""
+        data = self._data
+        find = data.get
+        touch = data.move_to_end
+        out: list[V | None] = []
+        append = out.append
+        misses = 0
+        for key in keys:
+            item = find(key)
+            if item is None:
+                misses += 1
+                append(None)
+            else:
+                touch(key)
+                append(item[0])
+        self._misses += misses
+        self._hits += len(out) - misses
+        return out
+
     def put(self, key: K, value: V, size: int) -> bool:
         """Store ``value`` (replacing any previous one) as the most recently used,
         evicting least recently used entries to stay within ``max_bytes``. False (and
@@ -98,6 +118,31 @@ class RecordCache(Generic[K, V]):
         self._bytes += size
         self._evict()
         return True
+
+    def put_many(self, entries: Iterable[tuple[K, V, int]]) -> int:
+        """``put`` of each ``(key, value, size)`` in turn, sizes trusted (integers >= 0:
+        a caller's own ``size_bytes``), evicting once at the end: the same entries stay,
+        in the same order, as with one ``put`` each (``evictions`` may count fewer: an
+        entry replaced by the batch is not first evicted by it). Returns how many were
+        stored."""
+        data = self._data
+        pop = data.pop
+        limit = self._max
+        added = stored = 0
+        for key, value, size in entries:
+            old = pop(key, None)
+            if old is not None:
+                added -= old[1]
+            if size > limit:
+                self._rejected += 1
+                continue
+            data[key] = (value, size)
+            added += size
+            stored += 1
+        self._puts += stored
+        self._bytes += added
+        self._evict()
+        return stored
 
     def pop(self, key: K) -> V | None:
         """Remove and return an entry (not counted as an eviction)."""

@@ -42,7 +42,7 @@ from vpq.codec.errors import CorruptBatchError
 from vpq.codec.records import iter_batches
 from vpq.common.errors import VpqError
 from vpq.isolation.context import IsolationContext
-from vpq.read_nodes.messages import TailedRecord, tailed_record
+from vpq.read_nodes.messages import HEADER_OVERHEAD_BYTES, HEADERS_BYTES, RECORD_OVERHEAD_BYTES, TailedRecord
 from vpq.read_nodes.queue_index import QueueIndex
 from vpq.read_nodes.record_cache import RecordCache
 
@@ -91,6 +91,9 @@ ContextResolver = Callable[[int], Awaitable[IsolationContext]]
 Listener = Callable[[int], None]
 
 RecordKey = tuple[int, int]
+
+_new_tailed = object.__new__
+_set_pp, _set_record, _set_ctx = (getattr(TailedRecord, name).__set__ for name in ("pp", "record", "ctx"))
 
 _DECODE_SLICE = 128
 """``decode`` yields to the event loop between batches once it decoded this many records
@@ -169,7 +172,10 @@ class RecordSource:
         out: list[TailedRecord] = []
         end = from_offset
         yielded_at = 0
-        put = self.cache.put
+        put_many = self.cache.put_many
+        contexts = self._contexts
+        all_cold = self.cold
+        new, set_pp, set_record, set_ctx = _new_tailed, _set_pp, _set_record, _set_ctx
         for view in iter_batches(data, verify=True):
             if view.next_offset > end:
                 end = view.next_offset
@@ -178,20 +184,35 @@ class RecordSource:
             if len(out) - yielded_at >= _DECODE_SLICE:
                 yielded_at = len(out)
                 await asyncio.sleep(0)  # a full read holds thousands of records: let requests in
+            batch: list[tuple[RecordKey, TailedRecord, int]] = []
             for rec in view.records():
-                if rec.offset < from_offset:
+                offset = rec.offset
+                if offset < from_offset:
                     continue
-                ctx = self._contexts.get(rec.context_id)
+                ctx = contexts.get(rec.context_id)
                 if ctx is None:
+                    put_many(batch)  # cached as soon as decoded, as before the await
+                    batch = []
                     resolved = await self._resolve(rec.context_id)
                     # another decode may have resolved it meanwhile: keep one object per
                     # context, so the delivery path's dict lookups match by identity
-                    ctx = self._contexts.setdefault(rec.context_id, resolved)
-                tailed = tailed_record(pp, rec, ctx)
-                cold = None if cache_cold else self.cold.get(rec.queue_id)
+                    ctx = contexts.setdefault(rec.context_id, resolved)
+                tailed = new(TailedRecord)  # tailed_record(pp, rec, ctx), inlined
+                set_pp(tailed, pp)
+                set_record(tailed, rec)
+                set_ctx(tailed, ctx)
+                cold = all_cold.get(rec.queue_id) if all_cold and not cache_cold else None
                 if cold is None or rec.context_id not in cold:
-                    put((pp, rec.offset), tailed, tailed.size_bytes())
+                    key = rec.key  # record_size(rec), inlined
+                    size = RECORD_OVERHEAD_BYTES + len(rec.value) + (len(key) if key is not None else 0)
+                    headers = rec.headers
+                    if headers:
+                        size += HEADERS_BYTES + HEADER_OVERHEAD_BYTES * len(headers)
+                        for name, value in headers:
+                            size += len(name) + len(value)
+                    batch.append(((pp, offset), tailed, size))
                 out.append(tailed)
+            put_many(batch)
         return out, end
 
 

@@ -54,3 +54,32 @@ def test_bound_holds_under_random_puts() -> None:
             c.get(rng.randrange(300))
     s = c.stats()
     assert s.entries == len(c) and s.bytes == c.bytes
+
+
+def _ops_cache(max_bytes: int) -> RecordCache[int, str]:
+    c: RecordCache[int, str] = RecordCache(max_bytes)
+    for k in range(5):
+        c.put(k, f"old{k}", 10)
+    c.get(0)
+    return c
+
+
+def test_put_many_keeps_what_one_put_each_keeps() -> None:
+    entries = [(2, "a", 30), (7, "b", 25), (8, "big", 500), (9, "c", 40), (3, "d", 5)]
+    one, many = _ops_cache(100), _ops_cache(100)
+    for key, value, size in entries:
+        one.put(key, value, size)
+    assert many.put_many(entries) == 4
+    assert list(many._data.items()) == list(one._data.items())  # same entries, same LRU order
+    s1, s2 = one.stats(), many.stats()
+    assert (s2.puts, s2.rejected, s2.hits, s2.misses) == (s1.puts, s1.rejected, s1.hits, s1.misses)
+    assert many.bytes == one.bytes <= 100
+    # key 3 was replaced in place rather than evicted first and put again
+    assert s2.evictions == s1.evictions - 1
+
+
+def test_get_many_is_one_get_each() -> None:
+    one, many = _ops_cache(100), _ops_cache(100)
+    keys = [3, 9, 1, 3]
+    assert many.get_many(keys) == [one.get(k) for k in keys] == ["old3", None, "old1", "old3"]
+    assert list(many._data) == list(one._data) and many.stats() == one.stats()
