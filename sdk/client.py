@@ -13,7 +13,10 @@ Contract:
   answered with the stored messages' ids. ``dedup=False`` sends no ids of the client's
   own (then a retried produce may be stored twice: at-least-once).
 * Requests to an ``http://`` gateway go through the SDK's own HTTP/1.1 keep-alive pool
-  (:mod:`sdk.http1_pool`, up to ``max_connections``); any other base URL (``https://``,
+  (:mod:`sdk.http1_pool`, up to ``max_connections``; produce requests have a pool of
+  their own of the same size, so no other request shares their connections: a gateway
+  answers produce requests in its fast lane only on connections that carried nothing
+  else, ``docs/internals.md``); any other base URL (``https://``,
   credentials in the URL) through an aiohttp session. Both answer and fail alike. The
   pool or session is opened lazily (on first use, inside the running loop) and closed
   by :meth:`close` or ``async with``.
@@ -129,6 +132,7 @@ class AsyncClient:
         self._sleep = sleep
         self._session: aiohttp.ClientSession | None = None
         self._pool: Http1Pool | None = None
+        self._produce_pool: Http1Pool | None = None
         self._closed = False
         self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
         self._urls: dict[str, URL] = {}
@@ -148,9 +152,11 @@ class AsyncClient:
     async def close(self) -> None:
         """Close the connections. Further calls raise :class:`ClientClosedError`."""
         self._closed = True
-        if self._pool is not None:
-            pool, self._pool = self._pool, None
-            await pool.stop()
+        pools = (self._pool, self._produce_pool)
+        self._pool = self._produce_pool = None
+        for pool in pools:
+            if pool is not None:
+                await pool.stop()
         if self._session is not None:
             session, self._session = self._session, None
             await session.close()
@@ -170,17 +176,23 @@ class AsyncClient:
             and base.user is None and base.password is None and not base.raw_query_string and not base.raw_fragment
         )  # fmt: skip
 
-    def _get_pool(self) -> Http1Pool | None:
-        """The pool (opened on first use), or None when this base URL goes through aiohttp."""
+    def _get_pool(self, produce: bool = False) -> Http1Pool | None:
+        """The pool of produce requests (``produce``) or of the others, opened on first
+        use; None when this base URL goes through aiohttp."""
         if self._closed:
             raise ClientClosedError("the client is closed")
-        if self._pool is None and self._uses_pool():
+        pool = self._produce_pool if produce else self._pool
+        if pool is None and self._uses_pool():
             base = self._base
             assert base.host is not None and base.port is not None
             fixed = fixed_headers(host_header(base.host, base.port), self._default_headers())
-            self._pool = Http1Pool(base.host, base.port, fixed, self._max_connections)
-            self._pool.start()
-        return self._pool
+            pool = Http1Pool(base.host, base.port, fixed, self._max_connections)
+            pool.start()
+            if produce:
+                self._produce_pool = pool
+            else:
+                self._pool = pool
+        return pool
 
     def _get_session(self) -> aiohttp.ClientSession:
         if self._closed:
@@ -222,7 +234,8 @@ class AsyncClient:
     async def _once(
         self, method: str, path: str, data: bytes | None, headers: Mapping[str, str] | None, extra_timeout: float
     ) -> tuple[int, Any]:
-        pool = self._pool if self._pool is not None else self._get_pool()
+        produce = method == "POST" and path.endswith("/messages")
+        pool = (self._produce_pool if produce else self._pool) or self._get_pool(produce)
         if pool is None:
             return await self._once_aiohttp(method, path, data, headers, extra_timeout)
         try:

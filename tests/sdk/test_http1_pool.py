@@ -94,6 +94,7 @@ def app(seen: Seen) -> web.Application:
     a.router.add_route("*", "/fail/{status}", fail)
     a.router.add_delete("/empty", empty)
     a.router.add_get("/text", text)
+    a.router.add_route("*", "/v1/queues/{queue}/messages", echo)
     return a
 
 
@@ -352,3 +353,18 @@ def test_on_uvloop() -> None:
             await runner.cleanup()
 
     uvloop.run(main())
+
+
+async def test_produce_requests_have_connections_of_their_own(server: TestServer, seen: Seen) -> None:
+    # a gateway answers produce requests in its fast lane only on connections that
+    # carried nothing else (docs/internals.md)
+    async with AsyncClient(url_of(server), max_connections=2) as c:
+        for _ in range(3):
+            await c.request("POST", "/v1/queues/q/messages", {"messages": [{"value": 1}]})
+            await c.request("GET", "/echo")
+            await c.request("GET", "/v1/queues/q/messages")  # not a produce: the other pool
+        produce = {port for port, path, i in zip(seen.ports, seen.paths, range(9)) if i % 3 == 0}
+        other = {port for port, path, i in zip(seen.ports, seen.paths, range(9)) if i % 3 != 0}
+        assert len(produce) == 1 and len(other) == 1 and not produce & other
+        assert c._produce_pool is not None and c._produce_pool.size == 1 and pool_of(c).size == 1
+    assert c._produce_pool is None and c._pool is None
