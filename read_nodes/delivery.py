@@ -457,8 +457,12 @@ class GroupDelivery(DeliveryAcks, DeliveryOffer, DeliveryMembership, DeliveryPar
     def _unchain(self, msg: Msg, chain: Chain) -> None:
         """``msg`` (done) leaves its key's run or, a failed run's head, its pending list;
         the key's next message becomes ready when nothing of it is out any more."""
-        if msg in chain.run:
-            del chain.run[msg]
+        run = chain.run
+        if msg in run:
+            del run[msg]
+            if run:  # the run goes on: nothing of the key can become ready, the chain stays
+                self._recount(chain)
+                return
         elif chain.pending and chain.pending[0] is msg:  # pragma: no branch - a failed run's head
             chain.pending.popleft()
         else:  # pragma: no cover - invariant: only a run's messages or a key's head finish

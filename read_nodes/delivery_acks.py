@@ -78,17 +78,8 @@ class DeliveryAcks:
                 offsets.append(e.offset)
             if released is not None:
                 released(msg)
-            chain = msg.chain
-            if chain is not None:
-                run = chain.run
-                if msg in run and len(run) > 1:  # unchain's usual case: the run goes on, nothing to kick
-                    del run[msg]
-                    counted = len(chain.pending)  # _recount (the run is still out)
-                    if counted != chain.counted:
-                        self._blocked += counted - chain.counted
-                        chain.counted = counted
-                else:
-                    unchain(msg, chain)
+            if msg.chain is not None:
+                unchain(msg, msg.chain)
         if left:
             self._inflight_by_ctx[c.ctx] -= left
             self._inflight -= left
