@@ -42,7 +42,7 @@ from vpq.codec.errors import CorruptBatchError
 from vpq.codec.records import iter_batches
 from vpq.common.errors import VpqError
 from vpq.isolation.context import IsolationContext
-from vpq.read_nodes.messages import HEADER_OVERHEAD_BYTES, HEADERS_BYTES, RECORD_OVERHEAD_BYTES, TailedRecord
+from vpq.read_nodes.messages import TailedRecord, record_size
 from vpq.read_nodes.queue_index import QueueIndex
 from vpq.read_nodes.record_cache import RecordCache
 
@@ -203,14 +203,7 @@ class RecordSource:
                 set_ctx(tailed, ctx)
                 cold = all_cold.get(rec.queue_id) if all_cold and not cache_cold else None
                 if cold is None or rec.context_id not in cold:
-                    key = rec.key  # record_size(rec), inlined
-                    size = RECORD_OVERHEAD_BYTES + len(rec.value) + (len(key) if key is not None else 0)
-                    headers = rec.headers
-                    if headers:
-                        size += HEADERS_BYTES + HEADER_OVERHEAD_BYTES * len(headers)
-                        for name, value in headers:
-                            size += len(name) + len(value)
-                    batch.append(((pp, offset), tailed, size))
+                    batch.append(((pp, offset), tailed, record_size(rec)))
                 out.append(tailed)
             put_many(batch)
         return out, end
