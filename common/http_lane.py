@@ -28,8 +28,10 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
+import orjson
 from aiohttp import web
 
+from vpq.common.errors import VpqError
 from vpq.common.http1 import NOT_PLAIN, RequestHead, parse_request_head, render_answer
 
 log = logging.getLogger(__name__)
@@ -45,6 +47,11 @@ class LaneAnswer:
     body: bytes
     content_type: str = "application/json"
     headers: list[tuple[str, str]] = field(default_factory=list)
+
+
+def error_answer(err: VpqError) -> LaneAnswer:
+    """The JSON answer of ``err`` (``common.errors``), with its headers (``Retry-After``...)."""
+    return LaneAnswer(err.status, orjson.dumps(err.to_dict()), headers=list(err.headers().items()))
 
 
 class Lane(Protocol):

@@ -20,12 +20,11 @@ import time
 from collections.abc import Coroutine
 from typing import Any
 
-import orjson
 from aiohttp import web
 
 from vpq.common.errors import BadRequest, InternalError, VpqError
 from vpq.common.http1 import RequestHead
-from vpq.common.http_lane import LaneAnswer
+from vpq.common.http_lane import LaneAnswer, error_answer
 from vpq.gateway.backend import Backend
 from vpq.gateway.handlers_produce import model_batch, results_body, time_ms
 from vpq.gateway.http import is_json_media
@@ -102,7 +101,7 @@ class ProduceLane:
 
     async def _answer(self, queue: str, batch: OutgoingBatch | VpqError) -> LaneAnswer:
         if isinstance(batch, VpqError):
-            return _error_answer(batch)
+            return error_answer(batch)
         try:
             results = await self._backend.produce(queue, batch)
             if len(results) != len(batch):
@@ -110,13 +109,10 @@ class ProduceLane:
         except VpqError as err:
             if err.status >= 500 and not err.retryable:
                 log.error("POST /v1/queues/%s/messages failed: %r", queue, err)
-            return _error_answer(err)
+            return error_answer(err)
         except Exception:
             log.exception("unhandled error in POST /v1/queues/%s/messages", queue)
-            return _error_answer(InternalError("internal_error", "internal error; see the gateway log"))
+            return error_answer(InternalError("internal_error", "internal error; see the gateway log"))
         self._metrics.produced(queue, len(batch), batch.value_bytes())
         return LaneAnswer(200, results_body(results))
 
-
-def _error_answer(err: VpqError) -> LaneAnswer:
-    return LaneAnswer(err.status, orjson.dumps(err.to_dict()), headers=list(err.headers().items()))

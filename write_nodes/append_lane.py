@@ -18,7 +18,7 @@ import orjson
 
 from vpq.common.errors import BadRequest, InternalError, VpqError
 from vpq.common.http1 import RequestHead
-from vpq.common.http_lane import LaneAnswer
+from vpq.common.http_lane import LaneAnswer, error_answer
 from vpq.node_rpc.append_frames import Frame, FrameError, decode_frames
 from vpq.node_rpc.cluster_auth import CLUSTER_SECRET_HEADER, check_cluster_secret
 from vpq.write_nodes.handlers import CORRUPT_BATCH, MAP_EPOCH_HEADER, WriteNodeHandlers, map_epoch
@@ -63,10 +63,6 @@ class AppendLane:
             log.exception("unexpected error in POST %s", APPEND_PATH)
             return error_answer(InternalError(message="internal error in the write node"))
         return LaneAnswer(200, orjson.dumps({"results": entries}))
-
-
-def error_answer(err: VpqError) -> LaneAnswer:
-    return LaneAnswer(err.status, orjson.dumps(err.to_dict()), headers=list(err.headers().items()))
 
 
 async def _failed(err: VpqError) -> LaneAnswer:
