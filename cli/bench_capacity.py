@@ -26,6 +26,7 @@ def bench_capacity(
     pipeline: int = typer.Option(100, min=1, help="redis-benchmark commands in flight per client"),
     value_bytes: int = typer.Option(1024, min=1, help="bytes of each message's value"),
     physical_partitions: int = typer.Option(8, min=1, help="physical partitions of the vpq under test"),
+    gateway_workers: int = typer.Option(1, min=1, max=64, help="gateway processes of the vpq under test"),
     install: bool = typer.Option(True, help="apt-get install wrk when it is missing"),
     data_dir: Path = typer.Option(Path(".vpq/bench"), help="where the results file and the servers' data go"),
 ) -> None:
@@ -35,7 +36,8 @@ def bench_capacity(
 
     cfg = CapacityConfig(
         rounds=rounds, seconds=seconds, batch=batch, connections=connections, pipeline=pipeline,
-        value_bytes=value_bytes, physical_partitions=physical_partitions, install=install, data_dir=data_dir,
+        value_bytes=value_bytes, physical_partitions=physical_partitions, gateway_workers=gateway_workers,
+        install=install, data_dir=data_dir,
     )  # fmt: skip
     with Stages() as stages:
         stages.stage(f"capacity: {rounds} round(s) of {seconds:g} s per system")

@@ -23,6 +23,7 @@ def bench_ceiling(
     seconds: float = typer.Option(3.0, min=0.1, help="seconds of each system's run in a round"),
     batch: int = typer.Option(100, min=1, max=1000, help="messages per request"),
     producers: int = typer.Option(16, min=1, help="closed-loop producer tasks"),
+    gateway_workers: int = typer.Option(1, min=1, max=64, help="gateway processes of the vpq under test"),
     data_dir: Path = typer.Option(Path(".vpq/bench"), help="where the results file and owned servers' data go"),
 ) -> None:
     """How far vpq is from the floor of its two HTTP hops, next to Redis (scenario 1)."""
@@ -33,8 +34,9 @@ def bench_ceiling(
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     cfg = CeilingConfig(
-        systems=chosen, rounds=rounds, seconds=seconds, batch=batch, producers=producers, data_dir=data_dir
-    )
+        systems=chosen, rounds=rounds, seconds=seconds, batch=batch, producers=producers, data_dir=data_dir,
+        gateway_workers=gateway_workers,
+    )  # fmt: skip
     with Stages() as stages:  # the live line shows the step running now, on stderr
         stages.stage(f"ceiling: {len(chosen)} system(s) x {rounds} round(s) of {seconds:g} s")
         result = event_loop.run(run_ceiling(cfg, echo=stages.follow))

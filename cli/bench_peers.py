@@ -28,6 +28,9 @@ def bench_peers(
     start_vpq: bool = typer.Option(
         True, "--start-vpq/--no-start-vpq", help="start `vpq up` on a free port when --vpq-url does not answer"
     ),
+    gateway_workers: int = typer.Option(
+        1, min=1, max=64, help="gateway processes of the `vpq up` the benchmark starts (vpq up --gateway-workers)"
+    ),
     data_dir: Path = typer.Option(Path(".vpq/bench"), help="where results, the chart and owned servers' data go"),
 ) -> None:
     """Benchmark vpq against its peers, side by side; print figures and ratios."""
@@ -41,8 +44,9 @@ def bench_peers(
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     cfg = HarnessConfig(
-        systems=chosen, scenarios=numbers, quick=quick, data_dir=data_dir, vpq_url=vpq_url, start_vpq=start_vpq
-    )
+        systems=chosen, scenarios=numbers, quick=quick, data_dir=data_dir, vpq_url=vpq_url, start_vpq=start_vpq,
+        vpq_gateway_workers=gateway_workers,
+    )  # fmt: skip
     with Stages() as stages:  # the live line shows the scenario running now, on stderr
         stages.stage(f"peers: {len(chosen)} system(s), scenario(s) {','.join(map(str, numbers))}")
         results = event_loop.run(run_harness(cfg, echo=stages.follow))

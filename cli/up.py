@@ -1,8 +1,8 @@
 """``vpq up``: run the whole platform in the foreground.
 
 Starts the embedded Redis (when no URL is given), N write-node and M read-node
-processes and the gateway, each its own OS process under a supervisor that restarts
-crashed children; ``--single-process`` runs every vpq role in this process instead.
+processes and the gateway (``--gateway-workers`` processes sharing its port), each its
+own OS process under a supervisor that restarts crashed children; ``--single-process`` runs every vpq role in this process instead.
 SIGINT/SIGTERM stop everything; restarting on the same data directory resumes.
 
 The settings are built once here (``--config`` TOML, ``VPQ_`` variables, ``--set
@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -53,6 +54,9 @@ def up(
     port: Optional[int] = typer.Option(None, "--port", help="gateway port (default 8080)"),
     write_nodes: Optional[int] = typer.Option(None, "--write-nodes", help="write-node processes (default 1)"),
     read_nodes: Optional[int] = typer.Option(None, "--read-nodes", help="read-node processes (default 1)"),
+    gateway_workers: Optional[int] = typer.Option(
+        None, "--gateway-workers", help="gateway processes sharing its host and port (default 1)"
+    ),
     physical_partitions: Optional[int] = typer.Option(
         None, "--physical-partitions", help="physical partitions when the cluster is new (default 4)"
     ),
@@ -84,6 +88,7 @@ def up(
         "gateway.port": port,
         "cluster.write_nodes": write_nodes,
         "cluster.read_nodes": read_nodes,
+        "gateway.workers": gateway_workers,
         "cluster.physical_partitions": physical_partitions,
         "cluster.replication_factor": replication_factor,
         "cluster.min_insync": min_insync,
@@ -113,6 +118,12 @@ def _port_free(host: str, port: int) -> bool:
         except OSError:
             return False
     return True
+
+
+def _free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
 
 
 def _lock_data_dir(data_dir: Path) -> int:
@@ -193,6 +204,11 @@ async def _up(settings: Settings) -> int:
         console.print(f"[red]error:[/red] {gw.host}:{gw.port} is already in use (choose another with --port)")
         os.close(lock_fd)
         return 1
+    if gw.workers > 1 and settings.cluster.single_process:
+        console.print("[yellow]vpq:[/yellow] --single-process runs one gateway; gateway.workers is ignored")
+    elif gw.workers > 1 and gw.port == 0:  # every worker must listen on the same port
+        gw = gw.model_copy(update={"port": _free_port(gw.host)})
+        settings = settings.model_copy(update={"gateway": gw})
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -258,7 +274,17 @@ async def _start_children(supervisor: Supervisor, settings: Settings, settings_f
         await supervisor.start_child(
             ChildSpec(f"read-{j}", [py, "-m", "vpq.read_nodes.main", *common, "--node-id", f"r{j}"])
         )
-    await supervisor.start_child(ChildSpec("gateway", [py, "-m", "vpq.gateway.main", *common]))
+    workers = settings.gateway.workers
+    if workers == 1:
+        await supervisor.start_child(ChildSpec("gateway", [py, "-m", "vpq.gateway.main", *common]))
+        return
+    from vpq.common.runfiles import gateway_workers_dir
+
+    shutil.rmtree(gateway_workers_dir(settings.data_dir), ignore_errors=True)  # a previous run's addresses
+    for k in range(workers):
+        await supervisor.start_child(
+            ChildSpec(f"gateway-{k}", [py, "-m", "vpq.gateway.main", *common, "--worker", str(k)])
+        )
 
 
 async def _start_in_process(settings: Settings, redis_url: str, secret: str) -> list:

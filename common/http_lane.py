@@ -204,7 +204,8 @@ def _plain_body(head: RequestHead) -> bool:
 
 class LaneSite(web.BaseSite):
     """An aiohttp site (on ``host``/``port``, or on an already bound ``sock``) whose
-    connections start in ``lane``."""
+    connections start in ``lane``; ``reuse_port`` lets other processes listen on the same
+    host and port (``SO_REUSEPORT``)."""
 
     def __init__(
         self,
@@ -215,6 +216,7 @@ class LaneSite(web.BaseSite):
         port: int = 0,
         sock: socket.socket | None = None,
         shutdown_timeout_s: float = 5.0,
+        reuse_port: bool = False,
     ) -> None:
         super().__init__(runner)
         if (sock is None) == (host is None):
@@ -222,6 +224,7 @@ class LaneSite(web.BaseSite):
         self._lane = lane
         self._host, self._port, self._sock = host, port, sock
         self._lane_shutdown_s = shutdown_timeout_s
+        self._reuse_port = reuse_port
         self._connections: set[LaneProtocol] = set()
 
     @property
@@ -246,7 +249,12 @@ class LaneSite(web.BaseSite):
             self._server = await loop.create_server(factory, sock=self._sock, backlog=self._backlog)
         else:
             self._server = await loop.create_server(
-                factory, self._host, self._port, backlog=self._backlog, reuse_address=True
+                factory,
+                self._host,
+                self._port,
+                backlog=self._backlog,
+                reuse_address=True,
+                reuse_port=self._reuse_port or None,
             )
 
     async def stop(self) -> None:

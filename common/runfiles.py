@@ -22,6 +22,12 @@ def cluster_secret_path(data_dir: Path) -> Path:
     return run_dir(data_dir) / "cluster.secret"
 
 
+def gateway_workers_dir(data_dir: Path) -> Path:
+    """Where the workers of a gateway started with ``gateway.workers`` > 1 publish their
+    private addresses (``gateway.worker_peers``)."""
+    return run_dir(data_dir) / "gateway-workers"
+
+
 def redis_url_path(data_dir: Path) -> Path:
     return run_dir(data_dir) / "redis.url"
 

@@ -186,6 +186,13 @@ class GatewaySettings(BaseModel):
         description="appends the gateway has in flight to one write node; produce requests arriving "
         "meanwhile leave together as one, one batch per partition (produce_path.append_accumulator)",
     )
+    workers: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="gateway processes sharing the host and port (SO_REUSEPORT); /metrics and queue "
+        "traffic add up every worker's share (gateway.worker_peers)",
+    )
     produce_lane: bool = Field(
         True,
         description="answer plain produce requests in the gateway's fast lane (gateway.produce_lane); "

@@ -16,6 +16,7 @@ from vpq.gateway.keys import (
     SETTINGS_KEY,
     UI_CSP_KEY,
     UI_HTML_KEY,
+    WORKER_PEERS_KEY,
 )
 from vpq.gateway.models import ElectLeaderRequest
 from vpq.gateway.routes_spec import QueryParam
@@ -62,7 +63,8 @@ async def readyz(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    """``GET /metrics``: the gateway's series, then the backend's (when it has any)."""
+    """``GET /metrics``: the gateway's series (added up over its workers when it has
+    several), then the backend's (when it has any)."""
     extra = ""
     try:
         extra = await request.app[BACKEND_KEY].metrics_text()
@@ -70,7 +72,11 @@ async def metrics(request: web.Request) -> web.Response:
         # node metrics are best effort: the gateway's own series are still served
         log.warning("backend metrics unavailable: %s", exc)
     m = request.app[METRICS_KEY]
-    return web.Response(body=m.render(extra), headers={"Content-Type": m.content_type})
+    body = m.render()
+    peers = request.app.get(WORKER_PEERS_KEY)
+    if peers is not None:  # this gateway is several workers: their series added up
+        body = await peers.metrics(body)
+    return web.Response(body=m.render_extra(body, extra), headers={"Content-Type": m.content_type})
 
 
 async def openapi_json(request: web.Request) -> web.Response:

@@ -11,6 +11,7 @@ from vpq.gateway.auth import Authorizer
 from vpq.gateway.backend import Backend
 from vpq.gateway.metrics import GatewayMetrics
 from vpq.gateway.routes_spec import RouteIndex
+from vpq.gateway.worker_peers import WorkerPeers
 
 SETTINGS_KEY = web.AppKey("vpq_gateway_settings", GatewaySettings)
 QUEUE_DEFAULTS_KEY = web.AppKey("vpq_queue_defaults", QueueDefaults)
@@ -23,3 +24,5 @@ OPENAPI_JSON_KEY = web.AppKey("vpq_openapi_json", bytes)
 DOCS_HTML_KEY = web.AppKey("vpq_docs_html", bytes)
 UI_HTML_KEY = web.AppKey("vpq_ui_html", bytes)
 UI_CSP_KEY = web.AppKey("vpq_ui_csp", str)
+WORKER_PEERS_KEY = web.AppKey("vpq_worker_peers", WorkerPeers)
+"""Set when the gateway runs as several workers (``gateway.workers``)."""

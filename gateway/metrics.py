@@ -88,8 +88,11 @@ class GatewayMetrics:
 
     def render(self, extra: str = "") -> bytes:
         """Prometheus text of the gateway's registry followed by ``extra`` (node metrics)."""
-        text = generate_latest(self.registry)
+        return self.render_extra(generate_latest(self.registry), extra)
+
+    @staticmethod
+    def render_extra(text: bytes, extra: str) -> bytes:
+        """``text`` followed by ``extra`` (ending in a newline)."""
         if extra:
-            tail = extra.encode() if extra.endswith("\n") else (extra + "\n").encode()
-            text += tail
+            text += extra.encode() if extra.endswith("\n") else (extra + "\n").encode()
         return text

@@ -1,7 +1,8 @@
 """``GatewayServer``: serve a gateway app on a host and port, with start()/stop().
 
 With ``GatewaySettings.produce_lane`` (the default) plain produce requests are answered
-by the fast lane of ``gateway.produce_lane``, everything else by the app.
+by the fast lane of ``gateway.produce_lane``, everything else by the app. With
+``GatewaySettings.workers`` > 1 it listens with ``SO_REUSEPORT``, beside the other workers.
 
 For ``vpq up`` and integration tests; port 0 picks a free port (read ``port`` after
 ``start()``).
@@ -39,6 +40,7 @@ class GatewayServer:
             raise RuntimeError("already started")
         runner = web.AppRunner(self.app, access_log=None, shutdown_timeout=self.shutdown_timeout_s)
         await runner.setup()
+        shared = self.settings.workers > 1  # the other workers listen on the same port
         try:
             site: web.BaseSite
             if self.settings.produce_lane:
@@ -48,9 +50,10 @@ class GatewayServer:
                     host=self.settings.host,
                     port=self.settings.port,
                     shutdown_timeout_s=self.shutdown_timeout_s,
+                    reuse_port=shared,
                 )
             else:
-                site = web.TCPSite(runner, self.settings.host, self.settings.port)
+                site = web.TCPSite(runner, self.settings.host, self.settings.port, reuse_port=shared or None)
             await site.start()
         except BaseException:
             await runner.cleanup()

@@ -1,7 +1,8 @@
 """``vpq bench capacity``: server capacity measured with native load generators, so no
 Python client sets the pace.
 
-* vpq: ``vpq up`` (own data directory, ``physical_partitions`` partitions, durable acks)
+* vpq: ``vpq up`` (own data directory, ``physical_partitions`` partitions,
+  ``gateway_workers`` gateway processes, durable acks)
   driven by ``wrk``: ``connections`` connections POST batch-``batch`` JSON bodies of
   ``value_bytes`` values; messages per second = 2xx answers x batch / duration.
 * Redis Streams: its own ``redis-server`` with AOF ``appendfsync always`` driven by
@@ -44,6 +45,7 @@ class CapacityConfig:
     pipeline: int = 100
     value_bytes: int = 1024
     physical_partitions: int = 8
+    gateway_workers: int = 1
     install: bool = True
     data_dir: Path = Path(".vpq/bench")
 
@@ -141,7 +143,11 @@ async def run_capacity(cfg: CapacityConfig, echo: Callable[[str], None] = print)
         redis: RedisServer | None = None
         try:
             if wrk is not None:
-                vpq = VpqProcess(work / "vpq", physical_partitions=cfg.physical_partitions)
+                vpq = VpqProcess(
+                    work / "vpq",
+                    physical_partitions=cfg.physical_partitions,
+                    extra_args=["--gateway-workers", str(cfg.gateway_workers)],
+                )
                 await vpq.start()
                 async with AsyncClient(vpq.url, timeout=30.0) as client:
                     await client.put_queue(QUEUE, virtual_partitions=64)

@@ -168,6 +168,7 @@ class CeilingConfig:
     producers: int = 16
     message_bytes: int = 1024
     data_dir: Path = Path(".vpq/bench")
+    gateway_workers: int = 1
 
 
 @dataclass
@@ -265,7 +266,12 @@ def make(name: str, cfg: CeilingConfig, tag: str) -> Any:
         return RedisStreams(data_dir=work / f"redis-ceiling-{tag}")
     if name == "vpq":
         # a URL nothing answers on: the driver starts its own platform
-        return Vpq(f"http://127.0.0.1:{free_port()}", data_dir=work / f"vpq-ceiling-{tag}", tag=tag)
+        return Vpq(
+            f"http://127.0.0.1:{free_port()}",
+            data_dir=work / f"vpq-ceiling-{tag}",
+            tag=tag,
+            gateway_workers=cfg.gateway_workers,
+        )
     raise ValueError(f"unknown system {name!r}; choose from {', '.join(SYSTEM_NAMES)}")
 
 

@@ -60,6 +60,7 @@ class HarnessConfig:
     data_dir: Path = Path(".vpq/bench")
     vpq_url: str = "http://127.0.0.1:8080"
     start_vpq: bool = True
+    vpq_gateway_workers: int = 1
     nats_url: str = NATS_URL
     rabbitmq_url: str = RABBITMQ_URL
     tag: str = field(default_factory=lambda: uuid.uuid4().hex[:6])
@@ -141,6 +142,7 @@ async def run_harness(cfg: HarnessConfig, echo: Callable[[str], None] = print) -
         data_dir=cfg.data_dir,
         vpq_url=cfg.vpq_url,
         start_vpq=cfg.start_vpq,
+        vpq_gateway_workers=cfg.vpq_gateway_workers,
         nats_url=cfg.nats_url,
         rabbitmq_url=cfg.rabbitmq_url,
         tag=cfg.tag,

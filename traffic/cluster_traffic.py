@@ -70,6 +70,10 @@ class TrafficMeter:
         """Drop a deleted queue's figures."""
         self._queues.pop(queue, None)
 
+    def all_figures(self) -> dict[str, dict[str, Any]]:
+        """``figures`` of every queue counted so far, by name."""
+        return {name: self.figures(name) for name in list(self._queues)}
+
     def figures(self, queue: str) -> dict[str, Any]:
         """``{"messages_total", "bytes_total", "messages_per_s", "bytes_per_s", "since_ms",
         "scope": "gateway", "by_virtual_partition"}``."""

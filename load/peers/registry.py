@@ -32,6 +32,7 @@ class Endpoints:
     data_dir: Path
     vpq_url: str = "http://127.0.0.1:8080"
     start_vpq: bool = True
+    vpq_gateway_workers: int = 1
     nats_url: str = NATS_URL
     rabbitmq_url: str = RABBITMQ_URL
     tag: str = "run"
@@ -83,6 +84,7 @@ def make_system(name: str, endpoints: Endpoints) -> System:
             data_dir=work_dir(name, endpoints),
             physical_partitions=8,
             tag=endpoints.tag,
+            gateway_workers=endpoints.vpq_gateway_workers,
         )
     if name == "redis":
         return RedisStreams(data_dir=work_dir(name, endpoints))

@@ -69,14 +69,17 @@ class Vpq:
         tag: str | None = None,
         binary: Path | None = None,
         dedup: bool = True,
+        gateway_workers: int = 1,
     ) -> None:
-        """``dedup``: the SDK gives every produced message a ``dedup_id`` (its default)."""
+        """``dedup``: the SDK gives every produced message a ``dedup_id`` (its default);
+        ``gateway_workers``: the gateway processes of a platform it starts."""
         self._url = url.rstrip("/")
         self._dedup = dedup
         self._binary = binary
         self._start_if_missing = start_if_missing
         self._data_dir = data_dir
         self._physical_partitions = physical_partitions
+        self._gateway_workers = gateway_workers
         self._tag = tag or uuid.uuid4().hex[:8]
         self._process: VpqProcess | None = None
         self._client: AsyncClient | None = None
@@ -96,7 +99,10 @@ class Vpq:
             if not self._start_if_missing or self._data_dir is None:
                 raise SystemUnavailable(f"vpq: no ready platform at {self._url}")
             self._process = VpqProcess(
-                self._data_dir, physical_partitions=self._physical_partitions, binary=self._binary
+                self._data_dir,
+                physical_partitions=self._physical_partitions,
+                binary=self._binary,
+                extra_args=["--gateway-workers", str(self._gateway_workers)],
             )
             try:
                 await self._process.start()
@@ -118,6 +124,7 @@ class Vpq:
             "physical_partitions": len(cluster.get("physical_partitions", []) or []),
             "write_nodes": len(cluster.get("write_nodes", []) or []),
             "read_nodes": len(cluster.get("read_nodes", []) or []),
+            "gateway_workers": self._gateway_workers if self._process is not None else None,
         }
 
     async def stop(self) -> None:

@@ -41,3 +41,14 @@ def test_messages_are_counted_per_virtual_partition_when_given() -> None:
     f = meter.figures("q")
     assert f["by_virtual_partition"] == [2, 0, 3, 0, 0, 1] and f["messages_total"] == 8
     assert meter.figures("other")["by_virtual_partition"] == []
+
+
+def test_all_figures_names_every_counted_queue() -> None:
+    now = [1000.0]
+    m = TrafficMeter(window_s=10, clock=lambda: now[0])
+    assert m.all_figures() == {}
+    m.record("a", 2, 20)
+    m.record("b", 1, 5, [3])
+    assert m.all_figures() == {"a": m.figures("a"), "b": m.figures("b")}
+    m.forget("a")
+    assert list(m.all_figures()) == ["b"]
