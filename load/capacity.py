@@ -109,7 +109,10 @@ def summarise(runs: list[Run], skipped: dict[str, str]) -> dict[str, Any]:
 
 
 def report_lines(summary: dict[str, Any]) -> list[str]:
-    lines = ["system   msg/s (median)"]
+    lines = []
+    if "gateway_workers" in summary:
+        lines.append(f"vpq gateway workers: {summary['gateway_workers']}")
+    lines.append("system   msg/s (median)")
     for name, rate in summary["msgs_per_s"].items():
         lines.append(f"{name:<8} {rate:>12,}")
     for peer in ("redis", "nats"):
@@ -186,6 +189,7 @@ async def run_capacity(cfg: CapacityConfig, echo: Callable[[str], None] = print)
             if vpq is not None:
                 vpq.stop()
     summary = summarise(runs, skipped)
+    summary["gateway_workers"] = cfg.gateway_workers
     return {
         "config": {k: str(v) if isinstance(v, Path) else v for k, v in cfg.__dict__.items()},
         "runs": [r.__dict__ for r in runs],

@@ -37,6 +37,8 @@ def test_summary_ratio_against_the_goal() -> None:
     assert s["msgs_per_s"] == {"vpq": 200, "redis": 100}
     assert s["vpq_over_redis"] == 2.0 and s["goal_met_redis"] is (2.0 >= GOAL_RATIO)
     assert any("skipped nats: missing" in line for line in report_lines(s))
+    s["gateway_workers"] = 2
+    assert report_lines(s)[0] == "vpq gateway workers: 2"
 
 
 def test_wrk_script_counts_only_2xx_answers(tmp_path: Path) -> None:
