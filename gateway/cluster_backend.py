@@ -99,9 +99,18 @@ class ClusterBackend:
     node (``common.cluster_secret``)."""
 
     def __init__(
-        self, settings: Settings, redis_url: str, *, policy: AppendPolicy | None = None, cluster_secret: str | None = None
+        self,
+        settings: Settings,
+        redis_url: str,
+        *,
+        policy: AppendPolicy | None = None,
+        cluster_secret: str | None = None,
+        counters_in_metrics_text: bool = True,
     ) -> None:
+        """``counters_in_metrics_text=False``: ``metrics_text`` leaves out
+        ``counters_text`` (a gateway worker's counters are added up over the workers)."""
         self._settings = settings
+        self._counters_in_metrics_text = counters_in_metrics_text
         self._cluster_secret = cluster_secret
         self._redis_url = redis_url
         self._policy = policy or AppendPolicy.from_settings(settings.produce)
@@ -381,18 +390,12 @@ class ClusterBackend:
         with metadata_errors():
             return await md.maps.history(limit)
 
-    async def metrics_text(self) -> str:
-        if not self._started or self._appender is None:
+    def counters_text(self) -> str:
+        """This process's produce and consumer-call counters, Prometheus text."""
+        s = self._appender.stats if self._appender is not None else None
+        if s is None:
             return ""
-        s = self._appender.stats
         lines = [
-            "# HELP vpq_cluster_map_epoch Placement map epoch in this gateway's cache.",
-            "# TYPE vpq_cluster_map_epoch gauge",
-            f"vpq_cluster_map_epoch {self._cache.epoch if self._cache else 0}",
-            "# HELP vpq_cluster_nodes Live nodes as last seen by this gateway.",
-            "# TYPE vpq_cluster_nodes gauge",
-            f'vpq_cluster_nodes{{role="write"}} {len(self._writers.live_nodes()) if self._writers else 0}',
-            f'vpq_cluster_nodes{{role="read"}} {len(self._readers.live_nodes()) if self._readers else 0}',
             "# HELP vpq_produce_messages_total Messages appended durably through this gateway.",
             "# TYPE vpq_produce_messages_total counter",
             f"vpq_produce_messages_total {s.messages}",
@@ -415,7 +418,23 @@ class ClusterBackend:
                 "# TYPE vpq_consumer_failovers_total counter",
                 f"vpq_consumer_failovers_total {self._groups.failovers}",
             ]
+        return "\n".join(lines) + "\n"
+
+    async def metrics_text(self) -> str:
+        if not self._started or self._appender is None:
+            return ""
+        lines = [
+            "# HELP vpq_cluster_map_epoch Placement map epoch in this gateway's cache.",
+            "# TYPE vpq_cluster_map_epoch gauge",
+            f"vpq_cluster_map_epoch {self._cache.epoch if self._cache else 0}",
+            "# HELP vpq_cluster_nodes Live nodes as last seen by this gateway.",
+            "# TYPE vpq_cluster_nodes gauge",
+            f'vpq_cluster_nodes{{role="write"}} {len(self._writers.live_nodes()) if self._writers else 0}',
+            f'vpq_cluster_nodes{{role="read"}} {len(self._readers.live_nodes()) if self._readers else 0}',
+        ]
         own = "\n".join(lines) + "\n"
+        if self._counters_in_metrics_text:
+            own += self.counters_text()
         if self._md is None or self._node_metrics is None:
             return own
         return await self._node_metrics.scrape(own, await registered_nodes(self._md.nodes))

@@ -72,10 +72,9 @@ async def metrics(request: web.Request) -> web.Response:
         # node metrics are best effort: the gateway's own series are still served
         log.warning("backend metrics unavailable: %s", exc)
     m = request.app[METRICS_KEY]
-    body = m.render()
     peers = request.app.get(WORKER_PEERS_KEY)
-    if peers is not None:  # this gateway is several workers: their series added up
-        body = await peers.metrics(body)
+    # several workers: their own series (and counters) added up, then this one's view
+    body = m.render() if peers is None else await peers.metrics()
     return web.Response(body=m.render_extra(body, extra), headers={"Content-Type": m.content_type})
 
 

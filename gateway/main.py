@@ -37,13 +37,21 @@ async def serve(
 ) -> None:
     """Run one gateway until SIGTERM/SIGINT; its calls to nodes carry ``cluster_secret``.
     ``worker``: this process's index among the gateway's ``settings.gateway.workers``."""
-    backend = ClusterBackend(settings, redis_url, cluster_secret=cluster_secret)
+    workers = worker is not None and settings.gateway.workers > 1
+    backend = ClusterBackend(
+        settings, redis_url, cluster_secret=cluster_secret, counters_in_metrics_text=not workers
+    )
     app = create_app(settings.gateway, backend, queue_defaults=settings.queues)
     components: list = []
-    if worker is not None and settings.gateway.workers > 1:
+    if workers:
+        assert worker is not None
         metrics = app[METRICS_KEY]
+
+        def own_share() -> bytes:  # this worker's series, added up over the workers
+            return metrics.render(backend.counters_text())
+
         peers = WorkerPeers(
-            gateway_workers_dir(settings.data_dir), worker, cluster_secret, metrics.render, backend.traffic.all_figures
+            gateway_workers_dir(settings.data_dir), worker, cluster_secret, own_share, backend.traffic.all_figures
         )
         app[WORKER_PEERS_KEY] = peers
         components.append(peers)

@@ -152,8 +152,9 @@ class WorkerPeers:
         answers = await asyncio.gather(*(self._ask(url, path) for url in self._others()))
         return [a for a in answers if a is not None]
 
-    async def metrics(self, own: bytes) -> bytes:
-        """``own`` (this worker's Prometheus text) added up with every other worker's."""
+    async def metrics(self) -> bytes:
+        """This worker's Prometheus text added up with every other worker's."""
+        own = self._own_metrics()
         others = await self._gather(METRICS_PATH)
         if not others:
             return own

@@ -53,13 +53,17 @@ def _own_requests(url: str, headers: dict[str, str]) -> float:
     return total
 
 
-def _produced_total(url: str) -> float:
+def _produced_totals(url: str) -> tuple[float, float]:
+    """The gateway's produced messages of QUEUE and the backend's produce counter, each
+    read from its one family in /metrics."""
     text = requests.get(url + "/metrics", timeout=10).text
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith(f'vpq_gateway_produced_messages_total{{queue="{QUEUE}"}}')
-    )
+    lines = text.splitlines()
+    for family in ("vpq_gateway_produced_messages_total", "vpq_produce_messages_total", "vpq_cluster_map_epoch"):
+        assert lines.count(f"# TYPE {family} " + ("gauge" if "epoch" in family else "counter")) == 1, family
+    by_queue = [line for line in lines if line.startswith(f'vpq_gateway_produced_messages_total{{queue="{QUEUE}"}} ')]
+    total = [line for line in lines if line.startswith("vpq_produce_messages_total ")]
+    assert len(by_queue) == 1 and len(total) == 1
+    return float(by_queue[0].rsplit(" ", 1)[1]), float(total[0].rsplit(" ", 1)[1])
 
 
 def test_two_workers_share_the_port_and_answer_as_one_gateway(tmp_path):
@@ -78,7 +82,7 @@ def test_two_workers_share_the_port_and_answer_as_one_gateway(tmp_path):
         shares = [_own_requests(f["url"], p.node_headers()) for f in files.values()]
         assert sum(shares) == REQUESTS and min(shares) > 0, shares  # both workers served
         for _ in range(4):  # whichever worker answers the scrape, the totals are the gateway's
-            assert _produced_total(p.url) == 2 * REQUESTS
+            assert _produced_totals(p.url) == (2 * REQUESTS, 2 * REQUESTS)
         assert api.call("GET", f"/v1/queues/{QUEUE}").json()["traffic"]["messages_total"] == 2 * REQUESTS
         listed = {q["name"]: q for q in api.call("GET", "/v1/queues").json()["queues"]}
         assert listed[QUEUE]["traffic"]["messages_total"] == 2 * REQUESTS
