@@ -236,5 +236,11 @@ def gateway(
 
     settings = _settled(config, assignments, _common(data_dir, redis_url, cluster_secret_file), redis_url, place)
     console.print(f"[dim]vpq:[/dim] gateway {_node_id(node_id, 'gateway')} serving at http://{address}")
+    if settings.gateway.workers > 1:
+        console.print(
+            "[yellow]vpq:[/yellow] vpq serve gateway runs one process; gateway.workers applies to vpq up "
+            "(run more gateways with more vpq serve gateway commands)"
+        )
+        settings = settings.model_copy(update={"gateway": settings.gateway.model_copy(update={"workers": 1})})
     secret = _secret(settings)
     _run(lambda: serve(settings, redis_url, cluster_secret=secret), "gateway", log_level)
