@@ -261,7 +261,7 @@ class GroupDelivery(DeliveryAcks, DeliveryOffer, DeliveryMembership, DeliveryPar
         there is one yet (``chain_key`` None: no key order for it)."""
         if chain_key is not None and chain is None:
             chain = self._chains[chain_key] = Chain(chain_key, (entry.ctx_id, entry.key_hash))
-        msg = Msg(self._seq, entry, chain)
+        msg = Msg(self._seq, entry, pos, chain)
         self._seq += 1
         self._msgs[pos] = msg
         ctx = entry.ctx
@@ -376,13 +376,13 @@ class GroupDelivery(DeliveryAcks, DeliveryOffer, DeliveryMembership, DeliveryPar
         msg.holder = consumer_id
         msg.count += 1
         msg.due = deadline
-        c.inflight.add((e.pp, e.offset))
+        mid = f"{e.pp}-{e.offset}"  # encode_message_id
+        c.inflight[mid] = msg
         if e.ctx in self._unroutable:
             self._unroutable_held -= 1
         out.append(
             _new_delivery(Delivery, (  # Delivery(...) without the named tuple's Python-level __new__
-                f"{e.pp}-{e.offset}", e.pp, e.offset, e.key_hash & self._mask, e.key, e.ctx,  # encode_message_id
-                e.timestamp_ms, msg.count, deadline,
+                mid, e.pp, e.offset, e.key_hash & self._mask, e.key, e.ctx, e.timestamp_ms, msg.count, deadline,
             ))
         )
 
@@ -420,9 +420,7 @@ class GroupDelivery(DeliveryAcks, DeliveryOffer, DeliveryMembership, DeliveryPar
         msg.due = None
         if msg.holder is not None:
             holder = self._consumers[msg.holder]
-            pos = (msg.entry.pp, msg.entry.offset)
-            if pos in holder.inflight:
-                holder.inflight.remove(pos)
+            if holder.inflight.pop(f"{msg.entry.pp}-{msg.entry.offset}", None) is not None:
                 self._inflight_by_ctx[holder.ctx] -= 1
                 self._inflight -= 1
             msg.holder = None
