@@ -271,18 +271,26 @@ class GroupDelivery(DeliveryAcks, DeliveryOffer, DeliveryMembership, DeliveryPar
             self._routes.add(ctx)
             if self._routes.route_of(ctx) is None:
                 self._unroutable = self._unroutable | {ctx}
-        if ctx in self._unroutable:
+        if self._unroutable and ctx in self._unroutable:
             self._unroutable_held += 1
-        parked = (entry.ctx_id, entry.key_hash)
-        if parked in self._parked:
-            self._parked[parked] += 1
+        if self._parked:
+            parked = (entry.ctx_id, entry.key_hash)
+            if parked in self._parked:
+                self._parked[parked] += 1
         if chain is None:
             self._make_ready(msg)
             return
-        chain.pending.append(msg)
-        if len(chain.pending) == 1 and not chain.run:
+        pending = chain.pending
+        pending.append(msg)
+        if chain.run:  # then _recount: all of pending counts as blocked while a run is out
+            self._blocked += len(pending) - chain.counted
+            chain.counted = len(pending)
+            return
+        if len(pending) == 1:
             self._make_ready(msg)
-        self._recount(chain)
+        if chain.counted:  # pragma: no cover - _recount keeps it 0 while no run is out
+            self._blocked -= chain.counted
+            chain.counted = 0
 
     def mark_scanned(self, pp: int, offset: int) -> None:
         """Every record of the queue in stream ``pp`` below ``offset`` has been passed
