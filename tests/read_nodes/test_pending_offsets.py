@@ -57,7 +57,7 @@ def test_removed_offsets_do_not_pile_up() -> None:
     for v in range(0, 10_000, 2):  # acks spread over the stream, not from its oldest end
         s.discard(v)
     assert len(s) == 5_000 and s[0] == 1 and s[-1] == 9_999
-    assert len(s._order) <= 2 * len(s) + pending_offsets.REBUILD_SLACK  # noqa: SLF001 - the bound itself
+    assert len(s._heap) <= 2 * len(s) + pending_offsets.REBUILD_SLACK  # noqa: SLF001 - the bound itself
 
 
 def test_only_the_ends_can_be_indexed() -> None:
