@@ -269,6 +269,7 @@ class Ingestor:
         parked = self.parked
         stopped = False
         plain = order.is_empty()
+        plain_vps = frozenset() if plain else order.plain_vps(pp, v, c)
         source_context = getattr(self._pool.source, "context", lambda _cid: None)
         source_cached = self._pool.source.cached
         wall = self._clock()
@@ -287,7 +288,10 @@ class Ingestor:
         routable = False
         for offset, ref in entries:
             key_hash = ref & 0xFFFFFFFF
-            decision = Decision.INGEST if plain else order.check(key_hash & mask, v, pp, offset, cursor_of)
+            if plain or key_hash & mask in plain_vps:
+                decision = Decision.INGEST
+            else:
+                decision = order.check(key_hash & mask, v, pp, offset, cursor_of)
             if decision is Decision.UNKNOWN and not self._unknown_expired(pp, offset, now_ms):
                 result.unknown = True
                 stopped = True
