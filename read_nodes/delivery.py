@@ -386,7 +386,7 @@ class GroupDelivery(DeliveryAcks, DeliveryOffer, DeliveryMembership, DeliveryPar
         msg.due = deadline
         mid = f"{e.pp}-{e.offset}"  # encode_message_id
         c.inflight[mid] = msg
-        if e.ctx in self._unroutable:
+        if self._unroutable and e.ctx in self._unroutable:
             self._unroutable_held -= 1
         out.append(
             _new_delivery(Delivery, (  # Delivery(...) without the named tuple's Python-level __new__

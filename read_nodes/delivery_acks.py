@@ -82,7 +82,8 @@ class DeliveryAcks:
         unchain = self._unchain
         acked: dict[int, list[int]] = {}
         done_by_ctx: dict[IsolationContext, int] = {}
-        n = left = 0
+        last_ctx: IsolationContext | None = None
+        n = left = last_n = 0
         for mid, msg in found:
             # a message listed twice is skipped the second time: it has no holder any more
             if msg is None or msg.holder != consumer_id or msg.state != INFLIGHT:
@@ -100,8 +101,12 @@ class DeliveryAcks:
             e = msg.entry
             if inflight.pop(mid if mid is not None else f"{e.pp}-{e.offset}", None) is not None:
                 left += 1
-            ctx = e.ctx
-            done_by_ctx[ctx] = done_by_ctx.get(ctx, 0) + 1
+            if e.ctx is last_ctx:  # counted per run of one context (no hashing per message)
+                last_n += 1
+            else:
+                if last_n:
+                    done_by_ctx[last_ctx] = done_by_ctx.get(last_ctx, 0) + last_n
+                last_ctx, last_n = e.ctx, 1
             offsets = acked.get(e.stream)
             if offsets is None:
                 acked[e.stream] = [e.offset]
@@ -114,6 +119,8 @@ class DeliveryAcks:
         if left:
             self._inflight_by_ctx[c.ctx] -= left
             self._inflight -= left
+        if last_n:
+            done_by_ctx[last_ctx] = done_by_ctx.get(last_ctx, 0) + last_n
         counts = self._ctx_count
         for ctx, k in done_by_ctx.items():
             rest = counts[ctx] - k
