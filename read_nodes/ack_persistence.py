@@ -92,13 +92,6 @@ class AckSnapshots:
         if offset > self._highest.get(pp, -1):
             self._highest[pp] = offset
 
-    def cut_of(self, pp: int) -> int:
-        """Where ``trimmed`` cuts the state of stream ``pp`` (when it cuts it, and not
-        above its ``scanned_to``): just above the highest done offset, or the floor.
-        ``GroupDelivery.compact_ack_state(cut_of, DEFAULT_MAX_LISTED)`` lists only what
-        that needs."""
-        return max(self._highest.get(pp, -1) + 1, self._floors.get(pp, 0))
-
     def trimmed(self, compact: Mapping[int, PartitionAckState]) -> dict[int, PartitionAckState]:
         return {
             pp: trim_state(st, self._highest.get(pp, -1), self._floors.get(pp, 0)) for pp, st in compact.items()

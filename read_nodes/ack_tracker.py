@@ -55,9 +55,8 @@ Pure logic: no I/O.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from itertools import islice
 from typing import Any
 
 from sortedcontainers import SortedList
@@ -498,36 +497,15 @@ class AckTracker:
         """Offsets tracked as not done, over all pps (deferred ones included)."""
         return sum(len(p.unfinished) + len(p.deferred) for p in self._parts.values())
 
-    def state(
-        self,
-        first_deferred: Mapping[int, tuple[int, int]] | None = None,
-        cut_of: Callable[[int], int] | None = None,
-        max_listed: int = 0,
-    ) -> dict[int, PartitionAckState]:
+    def state(self, first_deferred: Mapping[int, tuple[int, int]] | None = None) -> dict[int, PartitionAckState]:
         """The compact persistable state of every pp seen. O(listed + acked_above).
         ``first_deferred``: per stream with deferred records, ``(due_ms, offset)`` of the
-        earliest (the delay index's head); without it deferred offsets are listed.
-
-        With ``cut_of``, the state of a stream with no done offset at or above its scan
-        position whose deferred offsets are not listed lists its pending offsets below
-        ``min(cut_of(stream), scanned_to)`` and at most ``max_listed + 1`` from there
-        on: ``ack_persistence.trim_state`` at that cut gives the same result from it as
-        from the whole state, which is all such a state is for (it is not exact)."""
+        earliest (the delay index's head); without it deferred offsets are listed."""
         out: dict[int, PartitionAckState] = {}
         heads = first_deferred or {}
         for pp, part in self._parts.items():
             scanned = part.scanned
-            unfinished = part.unfinished
-            if cut_of is not None and not (part.done and part.done[-1] >= scanned) and not (
-                part.deferred and part.deferred[0] < scanned and pp not in heads
-            ):
-                cut = min(cut_of(pp), scanned)
-                below = tuple(unfinished.irange(maximum=cut, inclusive=(True, False)))
-                if cut < scanned:
-                    rest = unfinished.irange(minimum=cut, maximum=scanned, inclusive=(True, False))
-                    below += tuple(islice(rest, max_listed + 1))
-            else:
-                below = tuple(unfinished.irange(maximum=scanned, inclusive=(True, False)))
+            below = tuple(part.unfinished.irange(maximum=scanned, inclusive=(True, False)))
             delayed = None
             if part.deferred and part.deferred[0] < scanned:
                 head = heads.get(pp)

@@ -11,7 +11,7 @@ parked keys (the one ``metadata.acks`` stores); ``restore`` takes either (see
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from vpq.codec.message_id import decode_message_ids
 from vpq.isolation.context import IsolationContext
@@ -49,14 +49,10 @@ class DeliveryReports:
         ``read_nodes.ack_tracker`` for its size and ``compact_ack_state``."""
         return self._tracker.pair_state()
 
-    def compact_ack_state(
-        self, cut_of: Callable[[int], int] | None = None, max_listed: int = 0
-    ) -> dict[int, PartitionAckState]:
+    def compact_ack_state(self) -> dict[int, PartitionAckState]:
         """The same information bounded by the outstanding messages (see
-        ``read_nodes.ack_tracker``); ``restore`` accepts either form. With ``cut_of``
-        only what ``ack_persistence.trim_state`` (cutting at ``cut_of(stream)``, with
-        ``max_listed``) needs of it: see ``AckTracker.state``."""
-        return self._tracker.state(self._delays.heads(), cut_of, max_listed)
+        ``read_nodes.ack_tracker``); ``restore`` accepts either form."""
+        return self._tracker.state(self._delays.heads())
 
     def low_watermark(self, pp: int) -> int:
         """Re-read ``pp`` from here after a restore: everything below is done."""

@@ -56,7 +56,7 @@ from vpq.metadata.aio import cancel_and_wait
 from vpq.metadata.errors import MetadataUnavailable
 from vpq.metadata.names import check_id
 from vpq.metadata.queues import QueueRecord
-from vpq.read_nodes.ack_persistence import DEFAULT_MAX_LISTED, AckSnapshots, restored_states
+from vpq.read_nodes.ack_persistence import AckSnapshots, restored_states
 from vpq.read_nodes.delivery import GroupDelivery
 from vpq.read_nodes.delivery_types import DeadLetter, Delivery, DeliveryConfig, UnknownConsumer, stream_pp
 from vpq.read_nodes.expiry import GroupExpiry
@@ -382,8 +382,7 @@ class GroupHost:
     async def _persist(self, force: bool = False) -> None:
         self._last_persist = monotonic_ms()
         version = self._changes
-        compact = self.delivery.compact_ack_state(self.snapshots.cut_of, DEFAULT_MAX_LISTED)
-        blobs = self.snapshots.changes(compact, self.token)
+        blobs = self.snapshots.changes(self.delivery.compact_ack_state(), self.token)
         if not blobs:
             self._saved = version
             return
