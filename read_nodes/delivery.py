@@ -261,12 +261,14 @@ class GroupDelivery(DeliveryAcks, DeliveryOffer, DeliveryMembership, DeliveryPar
         there is one yet (``chain_key`` None: no key order for it)."""
         if chain_key is not None and chain is None:
             chain = self._chains[chain_key] = Chain(chain_key, (entry.ctx_id, entry.key_hash))
-        msg = Msg(self._seq, entry, pos, chain)
-        self._seq += 1
+        seq = self._seq
+        msg = Msg(seq, entry, pos, chain)
+        self._seq = seq + 1
         self._msgs[pos] = msg
         ctx = entry.ctx
-        n = self._ctx_count.get(ctx)
-        self._ctx_count[ctx] = 1 if n is None else n + 1
+        counts = self._ctx_count
+        n = counts.get(ctx)
+        counts[ctx] = 1 if n is None else n + 1
         if n is None:
             self._routes.add(ctx)
             if self._routes.route_of(ctx) is None:
