@@ -12,6 +12,11 @@ It offers the part of ``SortedList``'s interface the tracker uses, with set sema
 (an offset is held once): ``add``, ``update``, ``discard``, ``in``, ``len``, iteration in
 ascending order, ``[0]`` (the smallest, O(1) amortized), ``[-1]`` (the largest, O(n))
 and ``irange`` (O(n log n): it sorts; the tracker lists a state with it every persist).
+
+Memory: about 50 bytes an offset (the set's slot and the heap's pointer) beyond the
+int itself, against 8 for a ``SortedList``; the tracker holds one per message ingested
+and not done, which ``max_unacked`` and the read-ahead bounds keep to tens of
+thousands per group (deferred messages, which may be millions, are in ``OffsetSet``).
 """
 
 from __future__ import annotations
