@@ -337,24 +337,24 @@ class GroupDelivery(DeliveryAcks, DeliveryOffer, DeliveryMembership, DeliveryPar
         if not taken and steal:
             taken = self._ready.take(sources, None, max_messages, self._run_length)
         deadline = now_ms + self._config.visibility_timeout_ms
-        out: list[Delivery] = []
         delivered: list[Msg] = []
+        add = delivered.append
         room = max_messages
         for head in taken:
             chain = head.chain
             if chain is None:
-                self._deliver(head, consumer_id, c, deadline, out)
-                delivered.append(head)
+                add(head)
                 room -= 1
                 continue
             pending = chain.pending
+            run = chain.run
             while room > 0 and pending and (pending[0] is head or pending[0].state == WAITING):
                 msg = pending.popleft()
-                chain.run[msg] = None
-                self._deliver(msg, consumer_id, c, deadline, out)
-                delivered.append(msg)
+                run[msg] = None
+                add(msg)
                 room -= 1
             self._recount(chain)
+        out = self._deliver(delivered, consumer_id, c, deadline)
         if out:
             self._inflight_by_ctx[c.ctx] = self._inflight_by_ctx.get(c.ctx, 0) + len(out)
             self._inflight += len(out)
@@ -380,21 +380,29 @@ class GroupDelivery(DeliveryAcks, DeliveryOffer, DeliveryMembership, DeliveryPar
             n += 1
         return max(n, 1)
 
-    def _deliver(self, msg: Msg, consumer_id: str, c: Consumer, deadline: int, out: list[Delivery]) -> None:
-        e = msg.entry
-        msg.state = INFLIGHT
-        msg.holder = consumer_id
-        msg.count += 1
-        msg.due = deadline
-        mid = f"{e.pp}-{e.offset}"  # encode_message_id
-        c.inflight[mid] = msg
-        if self._unroutable and e.ctx in self._unroutable:
-            self._unroutable_held -= 1
-        out.append(
-            _new_delivery(Delivery, (  # Delivery(...) without the named tuple's Python-level __new__
-                mid, e.pp, e.offset, e.key_hash & self._mask, e.key, e.ctx, e.timestamp_ms, msg.count, deadline,
-            ))
-        )
+    def _deliver(self, msgs: list[Msg], consumer_id: str, c: Consumer, deadline: int) -> list[Delivery]:
+        """Hand ``msgs`` (taken off their keys' pending lists) to ``c``, in order."""
+        out: list[Delivery] = []
+        append = out.append
+        inflight = c.inflight
+        unroutable = self._unroutable
+        mask = self._mask
+        for msg in msgs:
+            e = msg.entry
+            msg.state = INFLIGHT
+            msg.holder = consumer_id
+            count = msg.count = msg.count + 1
+            msg.due = deadline
+            mid = f"{e.pp}-{e.offset}"  # encode_message_id
+            inflight[mid] = msg
+            if unroutable and e.ctx in unroutable:
+                self._unroutable_held -= 1
+            append(
+                _new_delivery(Delivery, (  # Delivery(...) without the named tuple's Python-level __new__
+                    mid, e.pp, e.offset, e.key_hash & mask, e.key, e.ctx, e.timestamp_ms, count, deadline,
+                ))
+            )
+        return out
 
     def _fair_share(self, ctx: IsolationContext, sources: Iterable[IsolationContext], max_messages: int) -> int:
         """How many messages a poll of a member of ``ctx`` may take: ``max_messages``,
