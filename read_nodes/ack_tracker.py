@@ -62,6 +62,7 @@ from typing import Any
 from sortedcontainers import SortedList
 
 from vpq.read_nodes.offset_set import OffsetSet
+from vpq.read_nodes.pending_offsets import PendingOffsets
 
 
 def _offset(value: object, what: str) -> int:
@@ -219,7 +220,7 @@ class _Partition:
         # segments of a restored state: kept (for is_done) until the scan passes restored_to
         self.restored_parked: tuple[tuple[int, int, int | None], ...] = ()
         self.restored_to = 0
-        self.unfinished: SortedList = SortedList()  # outstanding offsets (ingested or restored pending)
+        self.unfinished = PendingOffsets()  # outstanding offsets (ingested or restored pending)
         self.done: SortedList = SortedList()  # done offsets >= the low watermark
         # after restoring a compact state with pending offsets, the done offsets between
         # them and its scanned_to are not listed: the pair form is exact only once the
@@ -397,9 +398,7 @@ class AckTracker:
                 return True
             if not part.parked_covers(offset, key_hash):
                 return False
-        if unfinished and unfinished[-1] >= offset and offset in unfinished:
-            return True
-        unfinished.add(offset)
+        unfinished.add(offset)  # a no-op when it is tracked already
         return True
 
     def is_tracked(self, pp: int, offset: int) -> bool:
@@ -428,18 +427,9 @@ class AckTracker:
         part.trim()
 
     def done_many(self, pp: int, offsets: list[int]) -> None:
-        """``done`` for several offsets of one stream at once (cheaper when they are
-        the oldest outstanding ones, as a run acked in order is)."""
+        """``done`` for several offsets of one stream at once."""
         part = self._part(pp)
-        offsets = sorted(offsets)
-        k = len(offsets)
-        unfinished = part.unfinished
-        if k and len(unfinished) >= k and unfinished[0] == offsets[0] and unfinished[k - 1] == offsets[-1] \
-                and list(unfinished.islice(0, k)) == offsets:
-            del unfinished[:k]
-        else:
-            for offset in offsets:
-                unfinished.discard(offset)
+        part.unfinished.discard_many(offsets)
         below = part.done_below() if self._pairs else part.scanned
         done = part.done
         for offset in offsets:

@@ -261,28 +261,38 @@ class GroupDelivery(DeliveryAcks, DeliveryOffer, DeliveryMembership, DeliveryPar
         there is one yet (``chain_key`` None: no key order for it)."""
         if chain_key is not None and chain is None:
             chain = self._chains[chain_key] = Chain(chain_key, (entry.ctx_id, entry.key_hash))
-        msg = Msg(self._seq, entry, chain)
-        self._seq += 1
+        seq = self._seq
+        msg = Msg(seq, entry, pos, chain)
+        self._seq = seq + 1
         self._msgs[pos] = msg
         ctx = entry.ctx
-        n = self._ctx_count.get(ctx)
-        self._ctx_count[ctx] = 1 if n is None else n + 1
+        counts = self._ctx_count
+        n = counts.get(ctx)
+        counts[ctx] = 1 if n is None else n + 1
         if n is None:
             self._routes.add(ctx)
             if self._routes.route_of(ctx) is None:
                 self._unroutable = self._unroutable | {ctx}
-        if ctx in self._unroutable:
+        if self._unroutable and ctx in self._unroutable:
             self._unroutable_held += 1
-        parked = (entry.ctx_id, entry.key_hash)
-        if parked in self._parked:
-            self._parked[parked] += 1
+        if self._parked:
+            parked = (entry.ctx_id, entry.key_hash)
+            if parked in self._parked:
+                self._parked[parked] += 1
         if chain is None:
             self._make_ready(msg)
             return
-        chain.pending.append(msg)
-        if len(chain.pending) == 1 and not chain.run:
+        pending = chain.pending
+        pending.append(msg)
+        if chain.run:  # then _recount: all of pending counts as blocked while a run is out
+            self._blocked += len(pending) - chain.counted
+            chain.counted = len(pending)
+            return
+        if len(pending) == 1:
             self._make_ready(msg)
-        self._recount(chain)
+        if chain.counted:  # pragma: no cover - _recount keeps it 0 while no run is out
+            self._blocked -= chain.counted
+            chain.counted = 0
 
     def mark_scanned(self, pp: int, offset: int) -> None:
         """Every record of the queue in stream ``pp`` below ``offset`` has been passed
@@ -327,24 +337,24 @@ class GroupDelivery(DeliveryAcks, DeliveryOffer, DeliveryMembership, DeliveryPar
         if not taken and steal:
             taken = self._ready.take(sources, None, max_messages, self._run_length)
         deadline = now_ms + self._config.visibility_timeout_ms
-        out: list[Delivery] = []
         delivered: list[Msg] = []
+        add = delivered.append
         room = max_messages
         for head in taken:
             chain = head.chain
             if chain is None:
-                self._deliver(head, consumer_id, c, deadline, out)
-                delivered.append(head)
+                add(head)
                 room -= 1
                 continue
             pending = chain.pending
+            run = chain.run
             while room > 0 and pending and (pending[0] is head or pending[0].state == WAITING):
                 msg = pending.popleft()
-                chain.run[msg] = None
-                self._deliver(msg, consumer_id, c, deadline, out)
-                delivered.append(msg)
+                run[msg] = None
+                add(msg)
                 room -= 1
             self._recount(chain)
+        out = self._deliver(delivered, consumer_id, c, deadline)
         if out:
             self._inflight_by_ctx[c.ctx] = self._inflight_by_ctx.get(c.ctx, 0) + len(out)
             self._inflight += len(out)
@@ -370,21 +380,29 @@ class GroupDelivery(DeliveryAcks, DeliveryOffer, DeliveryMembership, DeliveryPar
             n += 1
         return max(n, 1)
 
-    def _deliver(self, msg: Msg, consumer_id: str, c: Consumer, deadline: int, out: list[Delivery]) -> None:
-        e = msg.entry
-        msg.state = INFLIGHT
-        msg.holder = consumer_id
-        msg.count += 1
-        msg.due = deadline
-        c.inflight.add((e.pp, e.offset))
-        if e.ctx in self._unroutable:
-            self._unroutable_held -= 1
-        out.append(
-            _new_delivery(Delivery, (  # Delivery(...) without the named tuple's Python-level __new__
-                f"{e.pp}-{e.offset}", e.pp, e.offset, e.key_hash & self._mask, e.key, e.ctx,  # encode_message_id
-                e.timestamp_ms, msg.count, deadline,
-            ))
-        )
+    def _deliver(self, msgs: list[Msg], consumer_id: str, c: Consumer, deadline: int) -> list[Delivery]:
+        """Hand ``msgs`` (taken off their keys' pending lists) to ``c``, in order."""
+        out: list[Delivery] = []
+        append = out.append
+        inflight = c.inflight
+        unroutable = self._unroutable
+        mask = self._mask
+        for msg in msgs:
+            e = msg.entry
+            msg.state = INFLIGHT
+            msg.holder = consumer_id
+            count = msg.count = msg.count + 1
+            msg.due = deadline
+            mid = f"{e.pp}-{e.offset}"  # encode_message_id
+            inflight[mid] = msg
+            if unroutable and e.ctx in unroutable:
+                self._unroutable_held -= 1
+            append(
+                _new_delivery(Delivery, (  # Delivery(...) without the named tuple's Python-level __new__
+                    mid, e.pp, e.offset, e.key_hash & mask, e.key, e.ctx, e.timestamp_ms, count, deadline,
+                ))
+            )
+        return out
 
     def _fair_share(self, ctx: IsolationContext, sources: Iterable[IsolationContext], max_messages: int) -> int:
         """How many messages a poll of a member of ``ctx`` may take: ``max_messages``,
@@ -420,9 +438,7 @@ class GroupDelivery(DeliveryAcks, DeliveryOffer, DeliveryMembership, DeliveryPar
         msg.due = None
         if msg.holder is not None:
             holder = self._consumers[msg.holder]
-            pos = (msg.entry.pp, msg.entry.offset)
-            if pos in holder.inflight:
-                holder.inflight.remove(pos)
+            if holder.inflight.pop(f"{msg.entry.pp}-{msg.entry.offset}", None) is not None:
                 self._inflight_by_ctx[holder.ctx] -= 1
                 self._inflight -= 1
             msg.holder = None

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 
 from vpq.codec.message_id import decode_message_ids
 from vpq.isolation.context import IsolationContext
-from vpq.read_nodes.delivery_items import INFLIGHT, Msg, Pos, check_now
+from vpq.read_nodes.delivery_items import INFLIGHT, Consumer, Msg, Pos, check_now
 
 
 class DeliveryAcks:
@@ -35,7 +35,27 @@ class DeliveryAcks:
         by another, given back with an earlier message of their run) are ignored.
         MessageIdError (nothing changes) on a malformed id; UnknownConsumer when not
         a member."""
-        return self.ack_positions(consumer_id, decode_message_ids(list(ids)))
+        return self.ack_ids(consumer_id, list(ids))
+
+    def ack_ids(
+        self, consumer_id: str, ids: list[str] | tuple[str, ...], note_done: Callable[[int, int], None] | None = None
+    ) -> int:
+        """``ack`` of a list of ids, with ``note_done`` as for ``ack_positions``. The ids
+        a consumer sends back are the ones it was handed, so they are looked up as
+        they are; only when one is not in flight to it (or not a string) is the whole
+        list decoded and validated as ``ack_positions`` takes it (a malformed id then
+        raises MessageIdError before anything changes)."""
+        c = self._consumer(consumer_id)
+        if not isinstance(ids, (list, tuple)):
+            return self.ack_positions(consumer_id, decode_message_ids(ids), note_done)
+        find = c.inflight.get
+        try:
+            found = [find(mid) for mid in ids]
+        except TypeError:  # an unhashable id: decode_message_ids names it
+            found = [None]
+        if None in found:
+            return self.ack_positions(consumer_id, decode_message_ids(ids), note_done)
+        return self._ack_msgs(c, consumer_id, zip(ids, found), note_done)
 
     def ack_positions(
         self, consumer_id: str, positions: Iterable[Pos], note_done: Callable[[int, int], None] | None = None
@@ -43,16 +63,29 @@ class DeliveryAcks:
         """``ack`` of already decoded ids; ``note_done(stream, offset)`` is told, per
         stream, the highest offset this call acked (``ack_persistence.AckSnapshots``)."""
         c = self._consumer(consumer_id)
+        find = self._msgs.get
+        return self._ack_msgs(c, consumer_id, [(None, find(pos)) for pos in positions], note_done)
+
+    def _ack_msgs(
+        self,
+        c: Consumer,
+        consumer_id: str,
+        found: Iterable[tuple[str | None, Msg | None]],
+        note_done: Callable[[int, int], None] | None,
+    ) -> int:
+        """Finish each message of ``found`` (``(its id or None, message or None)``) that is
+        in flight to ``consumer_id`` as ``_finish`` does, counters settled once; others
+        (None, repeats, not in flight to it) are ignored."""
         msgs = self._msgs
         inflight = c.inflight
         released = self._released if self._parked else None  # nothing parked: no key to refill
         unchain = self._unchain
         acked: dict[int, list[int]] = {}
         done_by_ctx: dict[IsolationContext, int] = {}
-        n = left = 0
-        for pos in positions:
-            msg = msgs.get(pos)
-            # a position listed twice finds nothing the second time: it is gone from msgs
+        last_ctx: IsolationContext | None = None
+        n = left = last_n = 0
+        for mid, msg in found:
+            # a message listed twice is skipped the second time: it has no holder any more
             if msg is None or msg.holder != consumer_id or msg.state != INFLIGHT:
                 continue
             n += 1
@@ -63,14 +96,17 @@ class DeliveryAcks:
                 if not timer.live:
                     timer.msgs = None
             msg.due = None
-            if pos in inflight:
-                inflight.remove(pos)
-                left += 1
             msg.holder = None
-            del msgs[pos]
+            del msgs[msg.pos]
             e = msg.entry
-            ctx = e.ctx
-            done_by_ctx[ctx] = done_by_ctx.get(ctx, 0) + 1
+            if inflight.pop(mid if mid is not None else f"{e.pp}-{e.offset}", None) is not None:
+                left += 1
+            if e.ctx is last_ctx:  # counted per run of one context (no hashing per message)
+                last_n += 1
+            else:
+                if last_n:
+                    done_by_ctx[last_ctx] = done_by_ctx.get(last_ctx, 0) + last_n
+                last_ctx, last_n = e.ctx, 1
             offsets = acked.get(e.stream)
             if offsets is None:
                 acked[e.stream] = [e.offset]
@@ -83,6 +119,8 @@ class DeliveryAcks:
         if left:
             self._inflight_by_ctx[c.ctx] -= left
             self._inflight -= left
+        if last_n:
+            done_by_ctx[last_ctx] = done_by_ctx.get(last_ctx, 0) + last_n
         counts = self._ctx_count
         for ctx, k in done_by_ctx.items():
             rest = counts[ctx] - k

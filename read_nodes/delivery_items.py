@@ -19,11 +19,14 @@ ParkKey = tuple[int, int]
 
 
 class Msg:
-    __slots__ = ("seq", "entry", "chain", "state", "holder", "count", "due", "timer")
+    """A held message; ``pos``: its ``(pp, offset)``, the key of ``GroupDelivery._msgs``."""
 
-    def __init__(self, seq: int, entry: DeliveryEntry, chain: Chain | None) -> None:
+    __slots__ = ("seq", "entry", "pos", "chain", "state", "holder", "count", "due", "timer")
+
+    def __init__(self, seq: int, entry: DeliveryEntry, pos: Pos, chain: Chain | None) -> None:
         self.seq = seq
         self.entry = entry
+        self.pos = pos
         self.chain = chain
         self.state = WAITING
         self.holder: str | None = None
@@ -62,12 +65,15 @@ class Chain:
 
 
 class Consumer:
+    """A member; ``inflight``: the messages in flight to it, by the message id it was
+    handed (``pp-offset``), so that an ack finds them by the ids it sends back."""
+
     __slots__ = ("ctx", "vps", "inflight", "last_seen")
 
     def __init__(self, ctx: IsolationContext, vps: frozenset[int], last_seen: int) -> None:
         self.ctx = ctx
         self.vps = vps
-        self.inflight: set[Pos] = set()
+        self.inflight: dict[str, Msg] = {}
         self.last_seen = last_seen
 
 

@@ -62,7 +62,7 @@ class DeliveryMembership:
     def _release_all(self, consumer_id: str, now_ms: int) -> int:
         c = self._consumers[consumer_id]
         n = len(c.inflight)
-        msgs = sorted((self._msgs[pos] for pos in c.inflight), key=lambda m: m.seq)
+        msgs = sorted(c.inflight.values(), key=lambda m: m.seq)
         for msg in msgs:
             if msg.state == INFLIGHT and msg.holder == consumer_id:  # an earlier one's run may have taken it back
                 self._fail(msg, "left", 0, now_ms)

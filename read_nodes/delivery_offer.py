@@ -51,7 +51,9 @@ class DeliveryOffer:
             elif not self.can_ingest(stream, offset):
                 return Admission.PAUSE
         pos = (pp, offset)
-        if pos in self._msgs or pos in self._dead_untaken or pos in self._dead_taken:
+        if pos in self._msgs or (self._dead_untaken and pos in self._dead_untaken) or (
+            self._dead_taken and pos in self._dead_taken
+        ):
             return False
         if not self._tracker.track_new(stream, offset, key_hash):
             return False

@@ -497,7 +497,7 @@ class GroupHost:
     async def ack(self, consumer_id: str, ids: list[str]) -> int:
         self._require_member(consumer_id)
         try:
-            n = self.delivery.ack_positions(consumer_id, decode_message_ids(ids), self.snapshots.note_done)
+            n = self.delivery.ack_ids(consumer_id, ids, self.snapshots.note_done)
         except MessageIdError as exc:
             raise BadRequest("invalid_request", str(exc), field="ids") from None
         except UnknownConsumer:

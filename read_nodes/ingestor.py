@@ -269,8 +269,12 @@ class Ingestor:
         parked = self.parked
         stopped = False
         plain = order.is_empty()
+        plain_vps = frozenset() if plain else order.plain_vps(pp, v, c)
         source_context = getattr(self._pool.source, "context", lambda _cid: None)
         source_cached = self._pool.source.cached
+        cache = getattr(self._pool.source, "cache", None)
+        cache_get = None if cache is None else cache.get  # source.cached(pp, offset), one call less
+        ingested = 0
         wall = self._clock()
         next_due = delivery.next_delayed_ms(self._skip_due)
         offset = c
@@ -287,17 +291,18 @@ class Ingestor:
         routable = False
         for offset, ref in entries:
             key_hash = ref & 0xFFFFFFFF
-            decision = Decision.INGEST if plain else order.check(key_hash & mask, v, pp, offset, cursor_of)
-            if decision is Decision.UNKNOWN and not self._unknown_expired(pp, offset, now_ms):
-                result.unknown = True
-                stopped = True
-                break
-            if decision is Decision.HOLD:
-                result.held = True
-                stopped = True
-                break
-            pk = (ctx_id, key_hash)
-            if parked_keys and pk in parked_keys:  # pk in parked
+            if not (plain or key_hash & mask in plain_vps):
+                decision = order.check(key_hash & mask, v, pp, offset, cursor_of)
+                if decision is Decision.UNKNOWN and not self._unknown_expired(pp, offset, now_ms):
+                    result.unknown = True
+                    stopped = True
+                    break
+                if decision is Decision.HOLD:
+                    result.held = True
+                    stopped = True
+                    break
+            if parked_keys and (ctx_id, key_hash) in parked_keys:  # pk in parked
+                pk = (ctx_id, key_hash)
                 covered = parked.covers(pk, stream)
                 if not covered and not delivery.is_done(stream, offset, key_hash):
                     self._park(pk, stream, offset)
@@ -316,7 +321,7 @@ class Ingestor:
                         stopped = True
                         break
                     routable = True
-            tailed = source_cached(pp, offset)
+            tailed = cache_get((pp, offset)) if cache_get is not None else source_cached(pp, offset)
             if tailed is None:
                 routable = False
                 tailed = await self._record(pp, offset, result)
@@ -361,7 +366,7 @@ class Ingestor:
             # admit, then ingest when it says INGEST (True: ingested, False: skipped)
             verdict = offer(pp, offset, tailed.ctx, ctx_id, key_hash, r.key, ts, priority)
             if verdict is True:
-                result.ingested += 1
+                ingested += 1
             elif verdict is not False:
                 if verdict == Admission.NOBODY:
                     result.nobody = True
@@ -373,8 +378,9 @@ class Ingestor:
                     stopped = True
                     break
                 if not delivery.is_done(stream, offset, key_hash):  # PARK
-                    self._park(pk, stream, offset)
+                    self._park((ctx_id, key_hash), stream, offset)
             c = offset + 1
+        result.ingested += ingested
         if not stopped and len(entries) < self._batch:
             c = max(c, indexed_end)
         return self._save(stream, tailer, start, c)

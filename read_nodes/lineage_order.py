@@ -60,11 +60,34 @@ INGEST = Decision.INGEST
 class LineageOrder:
     """The lineage of every vp of one queue (``vp -> ranges, oldest first``)."""
 
-    __slots__ = ("_lineage", "_resolved")
+    __slots__ = ("_lineage", "_resolved", "_plain")
 
     def __init__(self, lineage: Mapping[int, Sequence[RangeLike]]) -> None:
         self._lineage: dict[int, tuple[RangeLike, ...]] = {int(vp): tuple(r) for vp, r in lineage.items() if r}
         self._resolved: dict[tuple[int, int], tuple[RangeLike, ...]] = {}
+        self._plain: dict[tuple[int, int], tuple[int, frozenset[int]]] = {}
+
+    def plain_vps(self, pp: int, virtual_partitions: int, from_offset: int) -> frozenset[int]:
+        """Vps (under ``virtual_partitions``) of which ``check`` ingests every record of
+        ``pp`` at or above ``from_offset``: those without a lineage, and those whose
+        oldest range lies in ``pp``, open-ended, from ``from_offset`` or below. Empty
+        when some such range starts above ``from_offset`` (then ask ``check``)."""
+        key = (pp, virtual_partitions)
+        found = self._plain.get(key)
+        if found is None:
+            vps = []
+            start = 0
+            for vp in range(virtual_partitions):
+                ranges = self.ranges(vp, virtual_partitions)
+                if not ranges:
+                    vps.append(vp)
+                    continue
+                r = ranges[0]
+                if r.pp == pp and r.to_offset is None:
+                    vps.append(vp)
+                    start = max(start, r.from_offset)
+            found = self._plain[key] = (start, frozenset(vps))
+        return found[1] if from_offset >= found[0] else frozenset()
 
     def ranges(self, vp: int, virtual_partitions: int) -> tuple[RangeLike, ...]:
         """The lineage of ``vp`` under ``virtual_partitions`` (an ancestor's when the

@@ -16,6 +16,9 @@ from collections.abc import Callable, Iterable
 
 from vpq.isolation.context import IsolationContext
 
+_UNKNOWN = object()
+"""``route_of``'s marker of a context not routed yet (None is a route: nobody takes it)"""
+
 RouteFn = Callable[[IsolationContext], IsolationContext | None]
 RouterFactory = Callable[[frozenset[IsolationContext]], RouteFn]
 """Builds the routing function for a set of live consumer contexts."""
@@ -51,8 +54,11 @@ class RoutingTable:
 
     def route_of(self, message_ctx: IsolationContext) -> IsolationContext | None:
         """Where messages of ``message_ctx`` go now (routing it if new)."""
-        self.add(message_ctx)
-        return self._route_of[message_ctx]
+        target = self._route_of.get(message_ctx, _UNKNOWN)
+        if target is _UNKNOWN:
+            self.add(message_ctx)
+            target = self._route_of[message_ctx]
+        return target  # type: ignore[return-value]
 
     def sources(self, consumer_ctx: IsolationContext) -> list[IsolationContext]:
         """The message contexts whose messages consumers of ``consumer_ctx`` receive."""
