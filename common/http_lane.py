@@ -137,7 +137,9 @@ class LaneProtocol(asyncio.Protocol):
         end = head.size + length
         if len(self._buf) < end:
             return
-        answer = self._lane.take(head, bytes(self._buf[head.size : end]))
+        with memoryview(self._buf) as view:  # the body copied once (a bytearray slice would copy it twice)
+            body = bytes(view[head.size : end])
+        answer = self._lane.take(head, body)
         if answer is None:
             self._hand_over()
             return
