@@ -124,6 +124,13 @@ def build_columnar_batch(base_offset: int, timestamp_ms: int, cols: ColumnarReco
     timestamp is ``timestamp_ms + ts_deltas[i]`` (the header's first timestamp is record
     0's, as in magic 1). ``ValueError`` for an empty batch, columns of different lengths or
     a field out of range."""
+    return bytes(build_columnar_buffer(base_offset, timestamp_ms, cols, attributes))
+
+
+def build_columnar_buffer(base_offset: int, timestamp_ms: int, cols: ColumnarRecords, attributes: int = 0) -> bytearray:
+    """The bytes of :func:`build_columnar_batch` in a ``bytearray``, written in one pass:
+    the columns and every key, value and header block are copied once, straight into it
+    (the produce path sends it as is)."""
     n = len(cols.values)
     if n == 0:
         raise ValueError("a batch needs at least one record")
@@ -134,22 +141,19 @@ def build_columnar_batch(base_offset: int, timestamp_ms: int, cols: ColumnarReco
         raise ValueError("every column needs one entry per record")
     if len(cols.encodings) != n:
         raise ValueError("every column needs one entry per record")
-    if None in keys:
+    null_keys = None in keys
+    if null_keys:
         key_lengths = [-1 if k is None else len(k) for k in keys]
-        key_blob = b"".join([k for k in keys if k is not None])
     else:
         key_lengths = list(map(len, keys))  # type: ignore[arg-type]
-        key_blob = b"".join(keys)  # type: ignore[arg-type]
     values = cols.values
     headers = cols.headers
     if headers is None:
         header_col = bytes(4 * n)
-        header_blob = b""
     else:
         if len(headers) != n:
             raise ValueError("every column needs one entry per record")
         header_col = _column("I", list(map(len, headers)), "headers length")
-        header_blob = b"".join(headers)
     deltas = cols.ts_deltas
     if deltas is None:
         ts_col = bytes(8 * n)
@@ -163,29 +167,38 @@ def build_columnar_batch(base_offset: int, timestamp_ms: int, cols: ColumnarReco
         ts_col = _column("q", deltas, "timestamp delta")
         max_ts = timestamp_ms + max(deltas)
     encodings = cols.encodings if isinstance(cols.encodings, bytes) else _encodings(cols.encodings)
-    body = b"".join(
-        (
-            b"",  # the tail of the header, set below
-            _column("I", cols.queue_ids, "queue id"),
-            _column("I", cols.vps, "virtual partition"),
-            _column("I", cols.key_hashes, "key hash"),
-            _column("I", cols.context_ids, "context id"),
-            ts_col,
-            _column("i", key_lengths, "key length"),
-            _column("I", list(map(len, values)), "value length"),
-            header_col,
-            encodings,
-            key_blob,
-            b"".join(values),
-            header_blob,
-        )
-    )
+    pieces: list[Any] = [
+        _FRONT_PLACEHOLDER,
+        b"",  # the tail of the header, set below
+        _column("I", cols.queue_ids, "queue id"),
+        _column("I", cols.vps, "virtual partition"),
+        _column("I", cols.key_hashes, "key hash"),
+        _column("I", cols.context_ids, "context id"),
+        ts_col,
+        _column("i", key_lengths, "key length"),
+        _column("I", list(map(len, values)), "value length"),
+        header_col,
+        encodings,
+    ]
     try:
-        tail = _TAIL.pack(attributes, n - 1, timestamp_ms, max_ts, n)
-        body = tail + body
-        return _FRONT.pack(base_offset, len(body) + 5, MAGIC_COLUMNAR, crc32c(body)) + body
+        pieces[1] = _TAIL.pack(attributes, n - 1, timestamp_ms, max_ts, n)
     except struct.error as exc:
         raise ValueError(f"batch field out of range: {exc}") from exc
+    pieces += [k for k in keys if k is not None] if null_keys else keys
+    pieces += values
+    if headers is not None:
+        pieces += headers
+    out = bytearray().join(pieces)
+    with memoryview(out) as view, view[_FRONT.size :] as body:
+        crc = crc32c(body)
+    try:
+        _FRONT.pack_into(out, 0, base_offset, len(out) - _FRONT.size + 5, MAGIC_COLUMNAR, crc)
+    except struct.error as exc:
+        raise ValueError(f"batch field out of range: {exc}") from exc
+    return out
+
+
+_FRONT_PLACEHOLDER = bytes(_FRONT.size)  # base_offset, batch_length, magic and CRC, set last
 
 
 def _encodings(values: Sequence[int]) -> bytes:

@@ -78,6 +78,7 @@ class LaneProtocol(asyncio.Protocol):
         self._registry = registry
         self._transport: asyncio.Transport | None = None
         self._buf = bytearray()
+        self._waiting: tuple[RequestHead, int] | None = None  # a taken head, and where its body ends
         self._busy: asyncio.Task[None] | None = None
         self._paused = False
         self._eof = False
@@ -106,6 +107,7 @@ class LaneProtocol(asyncio.Protocol):
         self._registry.discard(self)
         self._transport = None
         self._buf.clear()
+        self._waiting = None
 
     # -- the lane ------------------------------------------------------------------------
 
@@ -123,21 +125,31 @@ class LaneProtocol(asyncio.Protocol):
         """Take the next whole request from the buffer, or hand the connection over."""
         if not self._buf or self._transport is None:
             return
-        head = parse_request_head(self._buf, MAX_HEAD_BYTES)
-        if head is None:
-            return
-        if head is NOT_PLAIN or not _plain_body(head) or not self._lane.wants(head):
-            self._hand_over()
-            return
-        assert isinstance(head, RequestHead)
-        length = head.content_length or 0
-        if length > self._lane.max_body_bytes:
-            self._hand_over()
-            return
-        end = head.size + length
-        if len(self._buf) < end:
-            return
-        answer = self._lane.take(head, bytes(self._buf[head.size : end]))
+        if self._waiting is not None:  # the head was read and checked when its first bytes came
+            head, end = self._waiting
+            if len(self._buf) < end:
+                return
+            self._waiting = None
+        else:
+            parsed = parse_request_head(self._buf, MAX_HEAD_BYTES)
+            if parsed is None:
+                return
+            if parsed is NOT_PLAIN or not _plain_body(parsed) or not self._lane.wants(parsed):
+                self._hand_over()
+                return
+            assert isinstance(parsed, RequestHead)
+            head = parsed
+            length = head.content_length or 0
+            if length > self._lane.max_body_bytes:
+                self._hand_over()
+                return
+            end = head.size + length
+            if len(self._buf) < end:
+                self._waiting = head, end
+                return
+        with memoryview(self._buf) as view:  # the body copied once (a bytearray slice would copy it twice)
+            body = bytes(view[head.size : end])
+        answer = self._lane.take(head, body)
         if answer is None:
             self._hand_over()
             return

@@ -42,18 +42,24 @@ class FrameError(ValueError):
 
 
 class Frame(NamedTuple):
-    """One batch for partition ``pp``; ``continues``, ``leader_epoch`` (-1: none): see the
-    module docstring."""
+    """One batch for partition ``pp`` (``bytes``, or a ``bytearray`` on the sending side);
+    ``continues``, ``leader_epoch`` (-1: none): see the module docstring."""
 
     pp: int
-    batch: bytes
+    batch: bytes | bytearray
     continues: bool = False
     leader_epoch: int = -1
 
 
 def encode_frames(frames: Sequence[Frame]) -> bytes:
     """``frames`` as one body, in order."""
-    parts: list[bytes] = []
+    return b"".join(frame_buffers(frames))
+
+
+def frame_buffers(frames: Sequence[Frame]) -> list[bytes | bytearray]:
+    """The body of ``frames`` as buffers to send in order (``encode_frames`` joined): the
+    batches themselves, not copies."""
+    parts: list[bytes | bytearray] = []
     pack = FRAME_HEADER.pack
     for pp, batch, continues, epoch in frames:
         if pp < 0 or pp > MAX_PARTITION:
@@ -67,7 +73,7 @@ def encode_frames(frames: Sequence[Frame]) -> bytes:
         else:
             parts.append(pack(word, len(batch)))
         parts.append(batch)
-    return b"".join(parts)
+    return parts
 
 
 def decode_frames(body: bytes) -> list[Frame]:

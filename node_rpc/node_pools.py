@@ -47,11 +47,13 @@ class NodePools:
         *,
         role: str,
         timeout_s: float,
-        data: bytes | None = None,
+        data: bytes | list[bytes | bytearray] | None = None,
         headers: Mapping[str, str] | None = None,
         content_type: bytes = b"application/octet-stream",
     ) -> NodeAnswer:
-        """One request to ``http://{address}{path}`` (see the module docstring)."""
+        """One request to ``http://{address}{path}`` (see the module docstring); ``data``
+        may be a list of buffers, the body being their concatenation (written out
+        without joining them)."""
         try:
             answer = await self._pool(address).request(method, path, headers, data, timeout_s, content_type)
         except _UNREACHABLE as exc:

@@ -16,7 +16,7 @@ import aiohttp
 from multidict import CIMultiDictProxy
 
 from vpq.common.errors import InternalError, VpqError
-from vpq.node_rpc.append_frames import Deduplicated, Frame, encode_frames
+from vpq.node_rpc.append_frames import Deduplicated, Frame, encode_frames, frame_buffers
 from vpq.node_rpc.call import BAD_NODE_ANSWER, MAX_WAIT_MS, call_node
 from vpq.node_rpc.node_pools import NodePools
 
@@ -81,11 +81,16 @@ class WriteNodeClient:
         in order, ``(base_offset, last_offset)`` once durable, ``Deduplicated`` when some
         of its records were duplicates, or the node's error for it. A failure of the whole
         request (unreachable, malformed body) raises."""
-        body = encode_frames(items)
         headers = {MAP_EPOCH_HEADER: str(int(map_epoch))}
-        if self._pools is not None:
+        if self._pools is not None:  # the batches are written out as they are, not joined
             answer = await self._pools.call(
-                "POST", address, APPEND_PATH, role=self.ROLE, timeout_s=self._append_timeout_s, data=body, headers=headers
+                "POST",
+                address,
+                APPEND_PATH,
+                role=self.ROLE,
+                timeout_s=self._append_timeout_s,
+                data=frame_buffers(items),
+                headers=headers,
             )
         else:
             answer = await call_node(
@@ -95,7 +100,7 @@ class WriteNodeClient:
                 APPEND_PATH,
                 role=self.ROLE,
                 timeout_s=self._append_timeout_s,
-                data=body,
+                data=encode_frames(items),
                 headers=headers,
             )
         obj = answer.json()

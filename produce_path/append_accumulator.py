@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from itertools import chain
 from typing import NamedTuple, Protocol
 
-from vpq.codec.columnar import FIXED_RECORD_BYTES, ColumnarRecords, build_columnar_batch
+from vpq.codec.columnar import FIXED_RECORD_BYTES, ColumnarRecords, build_columnar_buffer
 from vpq.codec.records import HEADER_SIZE
 from vpq.common.errors import Unavailable, VpqError
 from vpq.node_rpc.append_frames import FRAME_HEADER, Deduplicated, Frame
@@ -141,7 +141,7 @@ def build_frames(calls: Sequence[Sequence[PartitionPart]], max_batch_bytes: int)
         for k, run in enumerate(runs):
             ts, cols = merge_parts([e[2] for e in run])
             frame = len(frames)
-            frames.append(Frame(pp, build_columnar_batch(0, ts, cols), k > 0, leader_epoch))
+            frames.append(Frame(pp, build_columnar_buffer(0, ts, cols), k > 0, leader_epoch))
             start = 0
             for ci, pi, part in run:
                 n = len(part.cols.values)

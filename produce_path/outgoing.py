@@ -84,7 +84,7 @@ class OutgoingBatch:
 
     __slots__ = (
         "keys", "values", "encodings", "headers", "header_bytes", "context", "contexts", "timestamps", "spread_keys",
-        "_value_bytes"
+        "_value_lengths", "_value_bytes"
     )  # fmt: skip
 
     def __init__(
@@ -125,6 +125,7 @@ class OutgoingBatch:
         self.header_bytes = header_bytes
         self.timestamps = timestamps
         self.spread_keys = spread_keys
+        self._value_lengths: list[int] | None = None
         self._value_bytes = -1
 
     def __len__(self) -> int:
@@ -222,7 +223,7 @@ class OutgoingBatch:
             key_max = max((len(k) for k in keys if k is not None), default=0)
         else:
             key_max = max(map(len, keys))  # type: ignore[arg-type]
-        bound = max(map(len, self.values)) + key_max
+        bound = max(self.value_lengths()) + key_max
         if self.header_bytes is not None:
             bound += max(self.header_bytes)
         if bound <= limit:
@@ -232,10 +233,16 @@ class OutgoingBatch:
                 return i, size
         return None
 
+    def value_lengths(self) -> list[int]:
+        """Each value's length in bytes (computed once: the values are read in one pass)."""
+        if self._value_lengths is None:
+            self._value_lengths = list(map(len, self.values))
+        return self._value_lengths
+
     def value_bytes(self) -> int:
         """Bytes of all the values (computed once)."""
         if self._value_bytes < 0:
-            self._value_bytes = sum(map(len, self.values))
+            self._value_bytes = sum(self.value_lengths())
         return self._value_bytes
 
     def context_at(self, i: int) -> Any:

@@ -46,8 +46,10 @@ from __future__ import annotations
 
 import asyncio
 import time
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -155,13 +157,12 @@ class AppenderStats:
 def group_by_partition(pps: Sequence[int]) -> dict[int, list[int]]:
     """Positions of ``pps`` grouped by value, each group in ascending position order; the
     groups in order of first appearance."""
+    order = sorted(range(len(pps)), key=pps.__getitem__)  # stable: positions ascend within a value
+    ranked = list(map(pps.__getitem__, order))
     out: dict[int, list[int]] = {}
-    for i, pp in enumerate(pps):
-        group = out.get(pp)
-        if group is None:
-            out[pp] = [i]
-        else:
-            group.append(i)
+    for pp in dict.fromkeys(pps):
+        lo = bisect_left(ranked, pp)
+        out[pp] = order[lo : bisect_right(ranked, pp, lo)]
     return out
 
 
@@ -189,6 +190,40 @@ def _pick(column: Sequence[Any], positions: Sequence[int], whole: bool) -> list[
     if len(positions) == 1:
         return [column[positions[0]]]
     return list(itemgetter(*positions)(column))
+
+
+def _chunk_columns(batch: OutgoingBatch, routed: RoutedBatch, chunks: list[list[int]]) -> list[ColumnarRecords]:
+    """The columns of each run of positions in ``chunks`` (non-empty runs), each column
+    picked once for all of them and then cut."""
+    order = list(chain.from_iterable(chunks))
+    if len(order) == 1:
+        return [_part_columns(batch, routed, order, False)]
+    get = itemgetter(*order)
+    qid, ctx = routed.queue_id, routed.ctx_ids
+    vps, hashes, keys, values = get(routed.vps), get(routed.key_hashes), get(batch.keys), get(batch.values)
+    encodings = bytes(get(batch.encodings))
+    ctxs = None if isinstance(ctx, int) else get(ctx)
+    headers = None if batch.headers is None else get(batch.headers)
+    out: list[ColumnarRecords] = []
+    start = 0
+    for chunk in chunks:
+        n = len(chunk)
+        end = start + n
+        out.append(
+            ColumnarRecords(
+                queue_ids=[qid] * n,
+                vps=vps[start:end],
+                key_hashes=hashes[start:end],
+                context_ids=[ctx] * n if ctxs is None else ctxs[start:end],
+                keys=keys[start:end],
+                values=values[start:end],
+                encodings=encodings[start:end],
+                headers=None if headers is None else headers[start:end],
+                ts_deltas=None,
+            )
+        )
+        start = end
+    return out
 
 
 def _part_columns(batch: OutgoingBatch, routed: RoutedBatch, positions: list[int], whole: bool) -> ColumnarRecords:
@@ -344,22 +379,27 @@ class Appender:
         cut = self._cutter(batch)
         outcomes: list[_PartOutcome] = []
         by_node: dict[str, tuple[list[PartitionPart], list[_PartOutcome]]] = {}
+        placed: list[tuple[Any, _PartOutcome]] = []  # each chunk's owner and outcome, in order
         for pp, positions in groups.items():
             try:
                 node = await self._locator.owner(pp)
             except VpqError as err:
                 outcomes.append(_PartOutcome(pp, positions, error=err))
                 continue
-            parts, outs = by_node.setdefault(node.address, ([], []))
-            chunks = [positions] if cut is None else cut(positions)
-            for chunk in chunks:
-                cols = _part_columns(batch, routed, chunk, whole and len(chunks) == 1)
-                if stamps is not None:  # records with a time of their own (dead letters keep theirs)
-                    cols = cols._replace(ts_deltas=[0 if stamps[i] is None else stamps[i] - now for i in chunk])
-                parts.append(PartitionPart(pp, now, cols, part_size(cols), getattr(node, "leader_epoch", -1)))
+            for chunk in [positions] if cut is None else cut(positions):
                 out = _PartOutcome(pp, chunk)
-                outs.append(out)
+                placed.append((node, out))
                 outcomes.append(out)
+        if whole and len(placed) == 1:
+            columns = [_part_columns(batch, routed, placed[0][1].positions, True)]
+        else:
+            columns = _chunk_columns(batch, routed, [out.positions for _, out in placed]) if placed else []
+        for (node, out), cols in zip(placed, columns):
+            parts, outs = by_node.setdefault(node.address, ([], []))
+            if stamps is not None:  # records with a time of their own (dead letters keep theirs)
+                cols = cols._replace(ts_deltas=[0 if stamps[i] is None else stamps[i] - now for i in out.positions])
+            parts.append(PartitionPart(out.pp, now, cols, part_size(cols), getattr(node, "leader_epoch", -1)))
+            outs.append(out)
         epoch = routed.epoch
         calls = [self._append_node(addr, parts, outs, epoch) for addr, (parts, outs) in by_node.items()]
         if len(calls) == 1:

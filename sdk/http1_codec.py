@@ -5,7 +5,8 @@ Contract:
 * :func:`fixed_headers` builds, once per client, the header block every request carries
   (``Host`` and the client's defaults); :func:`encode_request` adds the request line,
   the request's own headers, ``Content-Type: application/json`` and ``Content-Length``
-  when there is a body, and the body. Header names or values holding CR, LF or NUL raise
+  when there is a body, and the body (:func:`encode_request_buffers`: the same bytes as
+  a list of buffers, the body's own not copied). Header names or values holding CR, LF or NUL raise
   :class:`ValueError` (nothing is sent).
 * :class:`ResponseParser` reads one answer from the bytes handed to :meth:`~ResponseParser.feed`
   in any split. The body is delimited by ``Transfer-Encoding: chunked`` (decoded; trailers
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import re
 import zlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 MAX_HEAD = 64 * 1024
 """Largest status line + headers accepted (bytes)."""
@@ -73,14 +74,37 @@ def encode_request(
 
     A request without ``body`` gets ``Content-Length: 0`` when its method usually
     carries one (POST, PUT, PATCH), no framing otherwise."""
+    if body is None:
+        return _head(method, target, fixed, headers, None, content_type)
+    return _head(method, target, fixed, headers, len(body), content_type) + body
+
+
+def encode_request_buffers(
+    method: str,
+    target: str,
+    fixed: bytes,
+    headers: Mapping[str, str] | None,
+    body: Sequence[bytes | bytearray],
+    content_type: bytes = b"application/json",
+) -> list[bytes | bytearray]:
+    """The bytes of :func:`encode_request` for the body ``b"".join(body)``, as buffers to
+    write in order: the head, then the body's own buffers (not copied)."""
+    return [_head(method, target, fixed, headers, sum(map(len, body)), content_type), *body]
+
+
+def _head(
+    method: str, target: str, fixed: bytes, headers: Mapping[str, str] | None, length: int | None, content_type: bytes
+) -> bytes:
+    """Request line, ``fixed``, ``headers`` and the framing of a body of ``length`` bytes
+    (None: no body), up to the blank line."""
     if headers:
         extra = "".join([f"{_check(k, 'name')}: {_check(v, 'value')}\r\n" for k, v in headers.items()]).encode("utf-8")
     else:
         extra = b""
     _check(target, "target")
-    if body is not None:
-        return b"%s %s HTTP/1.1\r\n%s%sContent-Type: %s\r\nContent-Length: %d\r\n\r\n%s" % (
-            method.encode("ascii"), target.encode("ascii"), fixed, extra, content_type, len(body), body
+    if length is not None:
+        return b"%s %s HTTP/1.1\r\n%s%sContent-Type: %s\r\nContent-Length: %d\r\n\r\n" % (
+            method.encode("ascii"), target.encode("ascii"), fixed, extra, content_type, length
         )  # fmt: skip
     tail = b"Content-Length: 0\r\n\r\n" if method in ("POST", "PUT", "PATCH") else b"\r\n"
     return b"%s %s HTTP/1.1\r\n%s%s%s" % (method.encode("ascii"), target.encode("ascii"), fixed, extra, tail)

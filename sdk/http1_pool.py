@@ -34,7 +34,7 @@ import socket
 from collections import deque
 from collections.abc import Mapping
 
-from vpq.sdk.http1_codec import BadHttpResponse, ResponseParser, encode_request
+from vpq.sdk.http1_codec import BadHttpResponse, ResponseParser, encode_request, encode_request_buffers
 
 TIMER_SLACK_S = 0.001
 """A request is expired by a timer that fires up to this early (timers have 1 ms steps)."""
@@ -134,12 +134,19 @@ class _Connection(asyncio.Protocol):
 
     # -- the pool's side -----------------------------------------------------------------
 
-    def send(self, data: bytes, head_only: bool, loop: asyncio.AbstractEventLoop) -> asyncio.Future[ResponseParser]:
+    def send(
+        self, data: bytes | list[bytes | bytearray], head_only: bool, loop: asyncio.AbstractEventLoop
+    ) -> asyncio.Future[ResponseParser]:
+        """Write the request ``data`` (bytes, or buffers written in order) and answer the
+        future of its answer."""
         assert self.transport is not None
         self.requests += 1
         self.parser = ResponseParser(head_only)
         self.waiter = waiter = loop.create_future()
-        self.transport.write(data)
+        if isinstance(data, list):
+            self.transport.writelines(data)
+        else:
+            self.transport.write(data)
         return waiter
 
     def expire(self) -> None:
@@ -226,18 +233,23 @@ class Http1Pool:
         method: str,
         target: str,
         headers: Mapping[str, str] | None,
-        body: bytes | None,
+        body: bytes | list[bytes | bytearray] | None,
         timeout: float,
         content_type: bytes = b"application/json",
     ) -> ResponseParser:
         """Send ``method target`` with ``headers`` and ``body`` (of ``content_type``; see
-        :func:`sdk.http1_codec.encode_request`); answers the complete answer."""
+        :func:`sdk.http1_codec.encode_request`; a list of buffers is the body of their
+        concatenation, written out without joining them); answers the complete answer."""
         loop = self._loop
         if loop is None:
             self.start()
             loop = self._loop
             assert loop is not None
-        data = encode_request(method, target, self._fixed, headers, body, content_type)
+        data: bytes | list[bytes | bytearray]
+        if isinstance(body, list):
+            data = encode_request_buffers(method, target, self._fixed, headers, body, content_type)
+        else:
+            data = encode_request(method, target, self._fixed, headers, body, content_type)
         deadline = loop.time() + timeout
         head_only = method == "HEAD"
         may_retry = method in RETRY_SAFE_METHODS

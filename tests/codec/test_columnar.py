@@ -19,6 +19,7 @@ from vpq.codec.columnar import (
     MAGIC_COLUMNAR,
     ColumnarRecords,
     build_columnar_batch,
+    build_columnar_buffer,
     columns_of,
     summarize,
 )
@@ -129,6 +130,14 @@ def test_v2_decodes_to_exactly_the_records_v1_does(records: list[Record], base: 
     assert v2.records() == v1.records()
     assert (v2.first_ts, v2.max_ts, v2.base_offset, v2.last_offset) == (v1.first_ts, v1.max_ts, v1.base_offset, v1.last_offset)
     assert [r["value"] for r in parse_by_the_spec(v2.raw())] == [r.value for r in records]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(records_st, min_size=1, max_size=12), st.integers(0, 1 << 50), st.integers(0, 1 << 45))
+def test_the_buffer_builder_gives_the_same_bytes(records: list[Record], base: int, ts: int) -> None:
+    cols = columns_of(records, ts)
+    buffer = build_columnar_buffer(base, ts, cols)
+    assert isinstance(buffer, bytearray) and buffer == build_columnar_batch(base, ts, cols) == build_v2(base, records, ts)
 
 
 @settings(max_examples=200, deadline=None)

@@ -112,6 +112,22 @@ async def test_a_head_or_body_split_over_packets(served: tuple[EchoLane, int, we
     writer.close()
 
 
+async def test_a_body_in_several_pieces_then_the_next_request(served: tuple[EchoLane, int, web.AppRunner]) -> None:
+    _, port, _ = served
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    first = post(b"x" * 600)
+    raw = first + post(b"next")
+    for piece in (raw[:60], raw[60:300], raw[300 : len(first) - 1], raw[len(first) - 1 :]):
+        writer.write(piece)
+        await writer.drain()
+        await asyncio.sleep(0.02)
+    assert [(s, b) for s, _, b in [await read_answer(reader), await read_answer(reader)]] == [
+        (201, b"lane:" + b"x" * 600),
+        (201, b"lane:next"),
+    ]
+    writer.close()
+
+
 @pytest.mark.parametrize(
     "raw",
     [

@@ -4,6 +4,7 @@ goes to the models (and their errors)."""
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import orjson
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 from vpq.common.errors import BadRequest
 from vpq.gateway.handlers_produce import model_batch
 from vpq.gateway.models import MAX_BATCH_MESSAGES
-from vpq.gateway.produce_decode import decode_plain
+from vpq.gateway.produce_decode import _DECODER, decode_plain
 from vpq.isolation.context import IsolationContext, PartialContext
 from vpq.produce_path.outgoing import OutgoingBatch
 
@@ -108,6 +109,11 @@ def test_the_short_path_gives_what_the_models_give(body: dict[str, Any], headers
 @given(st.builds(lambda ms: {"messages": ms}, st.lists(valid_plain_message, min_size=1, max_size=4)))
 def test_every_plain_body_takes_the_short_path(body: dict[str, Any]) -> None:
     assert decode_plain(orjson.dumps(body), PartialContext(), NOW_MS) is not None
+
+
+def test_decoded_messages_are_not_tracked_by_the_collector() -> None:
+    body = _DECODER.decode(orjson.dumps({"messages": [{"value": 1, "headers": {"h": "v"}}, {"value": "x"}]}))
+    assert not gc.is_tracked(body) and not any(map(gc.is_tracked, body.messages))
 
 
 def test_attributes_become_reserved_headers_in_front() -> None:

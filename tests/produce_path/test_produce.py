@@ -24,11 +24,43 @@ from vpq.metadata.store import MetadataStore
 from vpq.node_rpc.append_frames import ChainGate, Frame
 from vpq.node_rpc.node_directory import NodeRef
 from vpq.produce_path.append_accumulator import AppendAccumulator
-from vpq.produce_path.produce import Appender, AppendPolicy, PlainMessage, group_by_partition, split_chunks
+from vpq.produce_path.outgoing import OutgoingBatch
+from vpq.produce_path.produce import (
+    Appender,
+    AppendPolicy,
+    PlainMessage,
+    _chunk_columns,
+    _part_columns,
+    group_by_partition,
+    split_chunks,
+)
 from vpq.virtual_partitions.hashing import key_hash, vp_of_hash
-from vpq.virtual_partitions.router import ProduceRouter
+from vpq.virtual_partitions.router import ProduceRouter, RoutedBatch
 
 # ---------------------------------------------------------------- pure helpers
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(0, 3), min_size=1, max_size=30), st.booleans(), st.booleans(), st.integers(1, 4))
+def test_chunk_columns_are_the_columns_of_each_chunk(pps: list[int], headers: bool, one_ctx: bool, cut: int) -> None:
+    n = len(pps)
+    batch = OutgoingBatch(
+        [None if i % 3 == 0 else b"k%d" % i for i in range(n)],
+        [b"v%d" % i for i in range(n)],
+        bytes(i % 2 for i in range(n)),
+        context=("prod", "", ""),
+        headers=[b"" if i % 2 else b"\x01\x01h\x01%d" % (i % 10) for i in range(n)] if headers else None,
+        header_bytes=[0 if i % 2 else 2 for i in range(n)] if headers else None,
+    )
+    routed = RoutedBatch(7, 1, [i * 11 for i in range(n)], [i % 5 for i in range(n)], pps, 3 if one_ctx else list(range(n)))
+    groups = group_by_partition(pps)
+    assert sorted(i for g in groups.values() for i in g) == list(range(n))
+    chunks = [g[k : k + cut] for g in groups.values() for k in range(0, len(g), cut)]
+    got = _chunk_columns(batch, routed, chunks)
+    want = [_part_columns(batch, routed, chunk, False) for chunk in chunks]
+    assert [[list(c) if c is not None else None for c in cols] for cols in got] == [
+        [list(c) if c is not None else None for c in cols] for cols in want
+    ]
 
 
 def test_group_by_partition_keeps_request_order() -> None:

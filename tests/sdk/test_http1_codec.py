@@ -11,6 +11,7 @@ from vpq.sdk.http1_codec import (
     BadHttpResponse,
     ResponseParser,
     encode_request,
+    encode_request_buffers,
     fixed_headers,
     host_header,
 )
@@ -59,6 +60,15 @@ def test_request_with_a_json_body() -> None:
         b"Accept: application/json\r\nX-Lane: feat-a\r\nContent-Type: application/json\r\n"
         b'Content-Length: 15\r\n\r\n{"messages":[]}'
     )
+
+
+def test_request_with_a_body_in_buffers() -> None:
+    body = [b'{"messages":', bytearray(b"[1,"), b"2]}"]
+    data = encode_request_buffers("POST", "/internal/v1/append", FIXED, {"X-Map-Epoch": "3"}, body, b"x/y")
+    assert b"".join(data) == encode_request("POST", "/internal/v1/append", FIXED, {"X-Map-Epoch": "3"}, b"".join(body), b"x/y")
+    assert data[1:] == body and all(a is b for a, b in zip(data[1:], body))  # the body's buffers, not copies
+    empty = encode_request_buffers("POST", "/x", FIXED, None, [])
+    assert empty == [encode_request("POST", "/x", FIXED, None, b"")]
 
 
 def test_requests_without_a_body() -> None:

@@ -332,6 +332,19 @@ async def test_dead_kept_alive_connection_is_not_retried_for_post() -> None:
     await serve_dropping(body)
 
 
+async def test_a_body_given_as_buffers_is_sent_as_their_concatenation(server: TestServer, seen: Seen) -> None:
+    host, port = server.host, server.port
+    assert port is not None
+    pool = Http1Pool(host, port, b"Host: x\r\n")
+    try:
+        body = [b'{"a":', bytearray(b"[1,2,"), b"3" * 300_000, b"]}"]
+        answer = await pool.request("POST", "/echo", None, body, 5.0)
+        assert answer.status == 200 and orjson.loads(answer.body)["body"] == b"".join(body).decode()
+        assert seen.headers[-1]["Content-Length"] == str(sum(map(len, body)))
+    finally:
+        await pool.stop()
+
+
 def test_on_uvloop() -> None:
     async def main() -> None:
         seen = Seen()

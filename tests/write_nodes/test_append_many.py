@@ -19,6 +19,7 @@ from vpq.node_rpc.append_frames import (
     FrameError,
     decode_frames,
     encode_frames,
+    frame_buffers,
 )
 from vpq.node_rpc.write_node_client import WriteNodeClient
 
@@ -37,6 +38,9 @@ from vpq.node_rpc.write_node_client import WriteNodeClient
 )
 def test_frames_round_trip(frames: list[Frame]) -> None:
     assert decode_frames(encode_frames(frames)) == frames
+    buffers = frame_buffers(frames)
+    assert b"".join(buffers) == encode_frames(frames)
+    assert [b for b in buffers if any(b is f.batch for f in frames)] == [f.batch for f in frames]  # not copied
 
 
 def test_a_frame_carries_its_leader_epoch_only_when_it_has_one() -> None:
