@@ -196,7 +196,7 @@ class GroupDelivery(DeliveryAcks, DeliveryOffer, DeliveryMembership, DeliveryPar
     def stream_at(self, pp: int, offset: int) -> int | None:
         """The stream of the message held at ``(pp, offset)`` (None when not held)."""
         msg = self._msgs.get((pp, offset))
-        return None if msg is None else msg.entry.stream
+        return None if msg is None else msg.stream
 
     def is_done(self, stream: int, offset: int, key_hash: int | None = None) -> bool:
         """True when the record at ``offset`` of ``stream`` is acked or dead-lettered."""
@@ -253,19 +253,25 @@ class GroupDelivery(DeliveryAcks, DeliveryOffer, DeliveryMembership, DeliveryPar
                 )
         if not tracker.track_new(stream, entry.offset, entry.key_hash):
             return False
-        self._add(entry, pos, chain_key, chain)
+        self._add(
+            entry.pp, entry.offset, entry.key_hash, entry.key, entry.ctx, entry.timestamp_ms, entry.ctx_id,
+            entry.priority, pos, chain_key, chain,
+        )
         return True
 
-    def _add(self, entry: DeliveryEntry, pos: Pos, chain_key: ChainKey | None, chain: Chain | None) -> None:
-        """Hold ``entry`` (at ``pos``), tracked already; ``chain`` is its key's, when
+    def _add(
+        self, pp: int, offset: int, key_hash: int, key: bytes | None, ctx: IsolationContext, timestamp_ms: int,
+        ctx_id: int, priority: int, pos: Pos, chain_key: ChainKey | None, chain: Chain | None,
+    ) -> None:
+        """Hold the record at ``pos`` (``(pp, offset)``; the other arguments as
+        ``DeliveryEntry`` names them), tracked already; ``chain`` is its key's, when
         there is one yet (``chain_key`` None: no key order for it)."""
         if chain_key is not None and chain is None:
-            chain = self._chains[chain_key] = Chain(chain_key, (entry.ctx_id, entry.key_hash))
+            chain = self._chains[chain_key] = Chain(chain_key, (ctx_id, key_hash))
         seq = self._seq
-        msg = Msg(seq, entry, pos, chain)
+        msg = Msg(seq, pp, offset, key_hash, key, ctx, timestamp_ms, ctx_id, priority, pos, chain)
         self._seq = seq + 1
         self._msgs[pos] = msg
-        ctx = entry.ctx
         counts = self._ctx_count
         n = counts.get(ctx)
         counts[ctx] = 1 if n is None else n + 1
@@ -276,7 +282,7 @@ class GroupDelivery(DeliveryAcks, DeliveryOffer, DeliveryMembership, DeliveryPar
         if self._unroutable and ctx in self._unroutable:
             self._unroutable_held += 1
         if self._parked:
-            parked = (entry.ctx_id, entry.key_hash)
+            parked = (ctx_id, key_hash)
             if parked in self._parked:
                 self._parked[parked] += 1
         if chain is None:
@@ -308,7 +314,7 @@ class GroupDelivery(DeliveryAcks, DeliveryOffer, DeliveryMembership, DeliveryPar
 
     def _make_ready(self, msg: Msg) -> None:
         msg.state = READY
-        e = msg.entry
+        e = msg
         # higher message priority first; within one priority, redeliveries first
         prio = ((MAX_PRIORITY - e.priority) << 1) | (REDELIVERY if msg.count else FIRST_DELIVERY)
         self._ready.push(e.ctx, e.key_hash & self._mask, prio, msg.seq, msg)
@@ -388,7 +394,7 @@ class GroupDelivery(DeliveryAcks, DeliveryOffer, DeliveryMembership, DeliveryPar
         unroutable = self._unroutable
         mask = self._mask
         for msg in msgs:
-            e = msg.entry
+            e = msg
             msg.state = INFLIGHT
             msg.holder = consumer_id
             count = msg.count = msg.count + 1
@@ -438,7 +444,7 @@ class GroupDelivery(DeliveryAcks, DeliveryOffer, DeliveryMembership, DeliveryPar
         msg.due = None
         if msg.holder is not None:
             holder = self._consumers[msg.holder]
-            if holder.inflight.pop(f"{msg.entry.pp}-{msg.entry.offset}", None) is not None:
+            if holder.inflight.pop(f"{msg.pp}-{msg.offset}", None) is not None:
                 self._inflight_by_ctx[holder.ctx] -= 1
                 self._inflight -= 1
             msg.holder = None
@@ -450,7 +456,7 @@ class GroupDelivery(DeliveryAcks, DeliveryOffer, DeliveryMembership, DeliveryPar
         hand to the tracker at once."""
         was_inflight = msg.state == INFLIGHT
         self._clear_timer(msg)
-        e = msg.entry
+        e = msg
         pos = (e.pp, e.offset)
         del self._msgs[pos]
         n = self._ctx_count[e.ctx] - 1
@@ -482,7 +488,7 @@ class GroupDelivery(DeliveryAcks, DeliveryOffer, DeliveryMembership, DeliveryPar
         elif chain.pending and chain.pending[0] is msg:  # pragma: no branch - a failed run's head
             chain.pending.popleft()
         else:  # pragma: no cover - invariant: only a run's messages or a key's head finish
-            e = msg.entry
+            e = msg
             raise AssertionError(f"message {(e.pp, e.offset)} finished while neither in its key's run nor its head")
         self._kick(chain)
         if not chain.run and not chain.pending:
@@ -506,18 +512,18 @@ class GroupDelivery(DeliveryAcks, DeliveryOffer, DeliveryMembership, DeliveryPar
                 m.state = WAITING
                 if m is not msg:
                     m.count -= 1  # withdrawn, not failed: that delivery does not count
-                    if delayed and delay_ms > 0 and (m.entry.pp, m.entry.offset) in delayed:
+                    if delayed and delay_ms > 0 and (m.pp, m.offset) in delayed:
                         self._delay(m, now_ms + delay_ms)
-                if m.entry.ctx in self._unroutable:
+                if m.ctx in self._unroutable:
                     self._unroutable_held += 1
             chain.pending.extendleft(reversed(back))
         else:
             self._clear_timer(msg)
             msg.state = WAITING
-            if msg.entry.ctx in self._unroutable:
+            if msg.ctx in self._unroutable:
                 self._unroutable_held += 1
         if msg.count >= self._config.max_deliveries:
-            e = msg.entry
+            e = msg.entry  # a DeliveryEntry for the dead letter
             self._finish(msg, DeadLetter(encode_message_id(e.pp, e.offset), e, msg.count, reason))
             return
         if delay_ms > 0:

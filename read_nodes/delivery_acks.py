@@ -98,7 +98,7 @@ class DeliveryAcks:
             msg.due = None
             msg.holder = None
             del msgs[msg.pos]
-            e = msg.entry
+            e = msg
             if inflight.pop(mid if mid is not None else f"{e.pp}-{e.offset}", None) is not None:
                 left += 1
             if e.ctx is last_ctx:  # counted per run of one context (no hashing per message)
@@ -146,7 +146,7 @@ class DeliveryAcks:
         positions = decode_message_ids(list(ids))  # validate before any change
         self.expire(now_ms)
         held = sorted(self._held(consumer_id, positions), key=lambda m: m.seq)
-        nacked = {(m.entry.pp, m.entry.offset) for m in held}
+        nacked = {(m.pp, m.offset) for m in held}
         for msg in held:
             if msg.state == INFLIGHT and msg.holder == consumer_id:  # else given back (and delayed) with an earlier one
                 self._fail(msg, "nack", delay_ms, now_ms, nacked)

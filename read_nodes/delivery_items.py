@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import deque
 
 from vpq.isolation.context import IsolationContext
-from vpq.read_nodes.delivery_types import DeliveryEntry
+from vpq.read_nodes.delivery_types import STREAM_PP_BITS, DeliveryEntry
 
 WAITING, READY, INFLIGHT, DELAYED = range(4)
 
@@ -19,13 +19,30 @@ ParkKey = tuple[int, int]
 
 
 class Msg:
-    """A held message; ``pos``: its ``(pp, offset)``, the key of ``GroupDelivery._msgs``."""
+    """A held message: the record's fields as ``DeliveryEntry`` names them (one object
+    per held record, no entry beside it) and its delivery state; ``pos``: its
+    ``(pp, offset)``, the key of ``GroupDelivery._msgs``; ``stream``: its (pp, context)
+    stream (``delivery_types.stream_of``)."""
 
-    __slots__ = ("seq", "entry", "pos", "chain", "state", "holder", "count", "due", "timer")
+    __slots__ = (
+        "seq", "pp", "offset", "key_hash", "key", "ctx", "timestamp_ms", "ctx_id", "priority", "stream", "pos",
+        "chain", "state", "holder", "count", "due", "timer",
+    )
 
-    def __init__(self, seq: int, entry: DeliveryEntry, pos: Pos, chain: Chain | None) -> None:
+    def __init__(
+        self, seq: int, pp: int, offset: int, key_hash: int, key: bytes | None, ctx: IsolationContext,
+        timestamp_ms: int, ctx_id: int, priority: int, pos: Pos, chain: Chain | None,
+    ) -> None:
         self.seq = seq
-        self.entry = entry
+        self.pp = pp
+        self.offset = offset
+        self.key_hash = key_hash
+        self.key = key
+        self.ctx = ctx
+        self.timestamp_ms = timestamp_ms
+        self.ctx_id = ctx_id
+        self.priority = priority
+        self.stream = (ctx_id << STREAM_PP_BITS) | pp
         self.pos = pos
         self.chain = chain
         self.state = WAITING
@@ -33,6 +50,13 @@ class Msg:
         self.count = 0
         self.due: int | None = None
         self.timer: Timer | None = None
+
+    @property
+    def entry(self) -> DeliveryEntry:
+        """The record as a ``DeliveryEntry`` (built on each call: for dead letters and reports)."""
+        return DeliveryEntry.trusted(
+            self.pp, self.offset, self.key_hash, self.key, self.ctx, self.timestamp_ms, self.ctx_id, self.priority
+        )
 
 
 class Timer:

@@ -27,7 +27,7 @@ class DeliveryMembership:
         self._v = virtual_partitions
         self._mask = virtual_partitions - 1
         for ctx, prio, seq, msg in self._ready.drain():
-            self._ready.push(ctx, msg.entry.key_hash & self._mask, prio, seq, msg)
+            self._ready.push(ctx, msg.key_hash & self._mask, prio, seq, msg)
 
     def _consumer(self, consumer_id: str) -> Consumer:
         c = self._consumers.get(consumer_id)
@@ -55,7 +55,7 @@ class DeliveryMembership:
         held = 0
         if self._unroutable:
             for msg in self._msgs.values():
-                if msg.state != INFLIGHT and msg.entry.ctx in self._unroutable:
+                if msg.state != INFLIGHT and msg.ctx in self._unroutable:
                     held += 1
         self._unroutable_held = held
 

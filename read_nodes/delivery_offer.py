@@ -1,5 +1,5 @@
 """``offer``: ``admit`` and, when it says ``INGEST``, ``ingest`` of one record in one
-call, without building its ``DeliveryEntry`` unless it is held. A base class of
+call, without building a ``DeliveryEntry``: a held record is one ``Msg``. A base class of
 ``GroupDelivery``, sharing its state (see ``read_nodes.delivery`` for the rules).
 
 The reader calls it for every record of a backlog it scans, so it looks up the
@@ -10,9 +10,7 @@ holds is exactly what ``admit`` followed by ``ingest(entry, admitted=True)`` wou
 from __future__ import annotations
 
 from vpq.isolation.context import IsolationContext
-from vpq.read_nodes.delivery_types import STREAM_PP_BITS, Admission, DeliveryEntry
-
-_trusted = DeliveryEntry.trusted
+from vpq.read_nodes.delivery_types import STREAM_PP_BITS, Admission
 
 
 class DeliveryOffer:
@@ -57,5 +55,5 @@ class DeliveryOffer:
             return False
         if not self._tracker.track_new(stream, offset, key_hash):
             return False
-        self._add(_trusted(pp, offset, key_hash, key, ctx, timestamp_ms, ctx_id, priority), pos, chain_key, chain)
+        self._add(pp, offset, key_hash, key, ctx, timestamp_ms, ctx_id, priority, pos, chain_key, chain)
         return True

@@ -60,7 +60,7 @@ class DeliveryParking:
 
     def _released(self, msg: Msg) -> None:
         """``msg`` left this state (done): a parked key may have room again."""
-        pk = (msg.entry.ctx_id, msg.entry.key_hash)
+        pk = (msg.ctx_id, msg.key_hash)
         held = self._parked.get(pk)
         if held is not None:
             held -= 1

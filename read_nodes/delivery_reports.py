@@ -83,7 +83,7 @@ class DeliveryReports:
         oldest: dict[IsolationContext, int] = {}
         mask = self._mask
         for msg in self._msgs.values():
-            e = msg.entry
+            e = msg
             vp = e.key_hash & mask
             by_vp[vp] = by_vp.get(vp, 0) + 1
             ts = oldest.get(e.ctx)
