@@ -24,12 +24,23 @@ class DeliveryOffer:
         ``Admission.NOBODY``, ``PAUSE`` or ``PARK`` (nothing changed); else it is ingested
         as ``ingest(DeliveryEntry.trusted(...), admitted=True)`` would, and the answer is
         that call's (True: held now; False: already known or done, skipped)."""
+        if self._parked and self._key_order and (ctx_id, key_hash) in self._parked:
+            return Admission.PARK
+        if self._routes.route_of(ctx) is None:
+            return Admission.NOBODY
+        return self.offer_routed(pp, offset, (pp, offset), ctx, ctx_id, key_hash, key, timestamp_ms, priority)
+
+    def offer_routed(
+        self, pp: int, offset: int, pos: tuple[int, int], ctx: IsolationContext, ctx_id: int, key_hash: int,
+        key: bytes | None, timestamp_ms: int, priority: int,
+    ) -> str | bool:
+        """``offer`` for a caller that knows a live consumer may take ``ctx`` (``routable``
+        said so, and nothing ran since) and holds ``pos``, ``(pp, offset)``: the same
+        answers but ``NOBODY``, without routing the context again."""
         key_order = self._key_order
         parked = self._parked
         if parked and key_order and (ctx_id, key_hash) in parked:
             return Admission.PARK
-        if self._routes.route_of(ctx) is None:
-            return Admission.NOBODY
         stream = (ctx_id << STREAM_PP_BITS) | pp  # stream_of(pp, ctx_id)
         chain = chain_key = None
         if key_order and key is not None:
@@ -48,7 +59,6 @@ class DeliveryOffer:
                     return Admission.PAUSE
             elif not self.can_ingest(stream, offset):
                 return Admission.PAUSE
-        pos = (pp, offset)
         if pos in self._msgs or (self._dead_untaken and pos in self._dead_untaken) or (
             self._dead_taken and pos in self._dead_taken
         ):
