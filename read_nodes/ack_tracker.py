@@ -57,6 +57,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from heapq import heappush
 from typing import Any
 
 from sortedcontainers import SortedList
@@ -398,7 +399,10 @@ class AckTracker:
                 return True
             if not part.parked_covers(offset, key_hash):
                 return False
-        unfinished.add(offset)  # a no-op when it is tracked already
+        live = unfinished._live  # noqa: SLF001 - unfinished.add(offset), one call less per record
+        if offset not in live:  # else tracked already
+            live.add(offset)
+            heappush(unfinished._heap, offset)  # noqa: SLF001
         return True
 
     def is_tracked(self, pp: int, offset: int) -> bool:
