@@ -37,8 +37,8 @@ then: at the end of a step that is not cut short by its budget, and, while the
 cursors read a backlog, before any record whose timestamp is at or after their
 due time (so a re-read after a restart puts them where they were due). A due
 record whose context no live consumer takes, or that finds ``max_unacked``
-messages ready, waits in the index. A record's ``priority`` attribute goes into
-its ``DeliveryEntry``.
+messages ready, waits in the index. A record's ``priority`` attribute goes to
+the delivery state with it (``offer``, or the ``DeliveryEntry`` of a deferred one).
 
 A step loops over the streams until none moves, because one stream's progress
 can release another's held records. Records are taken from the record cache,
