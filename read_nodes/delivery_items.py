@@ -25,13 +25,38 @@ class Msg:
     stream (``delivery_types.stream_of``)."""
 
     __slots__ = (
-        "seq", "pp", "offset", "key_hash", "key", "ctx", "timestamp_ms", "ctx_id", "priority", "stream", "pos",
-        "chain", "state", "holder", "count", "due", "timer",
+        "seq",
+        "pp",
+        "offset",
+        "key_hash",
+        "key",
+        "ctx",
+        "timestamp_ms",
+        "ctx_id",
+        "priority",
+        "stream",
+        "pos",
+        "chain",
+        "state",
+        "holder",
+        "count",
+        "due",
+        "timer",
     )
 
     def __init__(
-        self, seq: int, pp: int, offset: int, key_hash: int, key: bytes | None, ctx: IsolationContext,
-        timestamp_ms: int, ctx_id: int, priority: int, pos: Pos, chain: Chain | None,
+        self,
+        seq: int,
+        pp: int,
+        offset: int,
+        key_hash: int,
+        key: bytes | None,
+        ctx: IsolationContext,
+        timestamp_ms: int,
+        ctx_id: int,
+        priority: int,
+        pos: Pos,
+        chain: Chain | None,
     ) -> None:
         self.seq = seq
         self.pp = pp
