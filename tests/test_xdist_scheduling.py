@@ -1,7 +1,6 @@
 """tests/xdist_scheduling.py on a real ``pytest -n 2`` run of a small suite, in xdist's
 default ``--dist load`` mode as .ci/run uses it: the tests sharing a module-scoped fixture run on one worker with the fixture set up
-once, the tests of one ``xdist_group`` on one worker, a ``slow`` test is handed out
-first, and everything passes."""
+once, the tests of one ``xdist_group`` on one worker, and everything passes."""
 
 from __future__ import annotations
 
@@ -42,15 +41,10 @@ def test_grouped(i):
 def test_alone(i):
     time.sleep(0.2)
     note("test", f"alone{i}")
-
-@pytest.mark.slow
-def test_long():  # collected last, alone in its unit: still handed out first
-    time.sleep(0.2)
-    note("test", "long")
 '''
 
 
-def test_shared_fixture_and_xdist_group_tests_stay_on_one_worker_and_slow_goes_first(tmp_path: Path) -> None:
+def test_shared_fixture_and_xdist_group_tests_stay_on_one_worker(tmp_path: Path) -> None:
     (tmp_path / "test_suite.py").write_text(SUITE)
     notes = tmp_path / "notes.jsonl"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}  # this run may be a worker
@@ -61,9 +55,7 @@ def test_shared_fixture_and_xdist_group_tests_stay_on_one_worker_and_slow_goes_f
     assert done.returncode == 0, done.stdout + done.stderr
     rows = [json.loads(line) for line in notes.read_text().splitlines()]
     worker_of = {name: worker for kind, name, worker in rows if kind == "test"}
-    assert len(worker_of) == 17
-    first_on_its_worker = next(name for kind, name, worker in rows if kind == "test" and worker == worker_of["long"])
-    assert first_on_its_worker == "long"
+    assert len(worker_of) == 16
     assert len({worker_of[f"shared{i}"] for i in range(6)}) == 1
     assert [r for r in rows if r[0] == "setup"] == [["setup", "shared", worker_of["shared0"]]]  # set up once
     assert len({worker_of[f"grouped{i}"] for i in range(4)}) == 1

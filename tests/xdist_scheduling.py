@@ -6,15 +6,11 @@ own, sent to whichever worker is free, except that
   platform, the SparkSession of the Spark job tests) form one unit, so that the fixture
   starts once instead of once per worker (or once per test, when other modules' tests
   come between two of them on a worker);
-- tests marked ``xdist_group(name)`` form one unit per name;
+- tests marked ``xdist_group(name)`` form one unit per name.
 
-and that the units holding a test marked ``slow`` are handed out first (in their usual
-order), so that a long test starts while the many short ones fill the other workers,
-instead of starting last and making the run as long as itself.
-
-The workers, which collect the tests, write each grouped test's unit and the node ids of
-the slow tests to a JSON file per worker in a directory the controller names
-(``workerinput``); the controller's scheduler reads them once every worker has collected. pytest-xdist's own ``loadgroup`` reads the
+The workers, which collect the tests, write each grouped test's unit to a JSON file per
+worker in a directory the controller names (``workerinput``); the controller's scheduler
+reads them once every worker has collected. pytest-xdist's own ``loadgroup`` reads the
 mark through a suffix it writes into the node id, which pytest 9.2 no longer takes
 (pytest-dev/pytest-xdist#1386); this scheduler takes the suffix too when it is there.
 Without ``-n`` none of this runs. tests/conftest.py loads this module as a plugin.
@@ -57,21 +53,15 @@ def pytest_configure_node(node) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Worker: write node id -> unit of every grouped test, and the slow tests' node ids."""
+    """Worker: write node id -> unit of every grouped test."""
     workerinput = getattr(config, "workerinput", None)
     if not workerinput or _DIR_KEY not in workerinput:
         return
     groups = {item.nodeid: g for item in items if (g := group_of(item)) is not None}
-    slow = [item.nodeid for item in items if item.get_closest_marker("slow") is not None]
     path = Path(workerinput[_DIR_KEY]) / f"{workerinput['workerid']}.json"
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"groups": groups, "slow": slow}))
+    tmp.write_text(json.dumps(groups))
     tmp.replace(path)
-
-
-def slow_first(units: list[str], slow_units: set[str]) -> list[str]:
-    """``units`` with those in ``slow_units`` moved to the front, each part in its order."""
-    return [u for u in units if u in slow_units] + [u for u in units if u not in slow_units]
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -86,33 +76,16 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
         """LoadScopeScheduling whose scope is the test's unit (module doc)."""
 
         _groups: dict[str, str] | None = None
-        _slow: set[str] = set()
-        _reordered = False
-
-        def _read(self) -> None:
-            self._groups = {}
-            folder = config.stash.get(_dir_key, None)
-            for f in sorted(folder.glob("*.json")) if folder is not None else ():
-                written = json.loads(f.read_text())
-                self._groups.update(written["groups"])
-                self._slow = self._slow | set(written["slow"])
 
         def _split_scope(self, nodeid: str) -> str:
             if "@" in nodeid and nodeid.rfind("@") > nodeid.rfind("]"):
                 return nodeid.rsplit("@", 1)[-1]  # a suffix from xdist's own loadgroup
             if self._groups is None:  # first called once every worker has collected
-                self._read()
-            assert self._groups is not None
+                self._groups = {}
+                folder = config.stash.get(_dir_key, None)
+                for f in sorted(folder.glob("*.json")) if folder is not None else ():
+                    self._groups.update(json.loads(f.read_text()))
             return self._groups.get(nodeid, nodeid)
-
-        def _assign_work_unit(self, node) -> None:
-            if not self._reordered:  # the work queue is complete when the first unit goes
-                self._reordered = True
-                slow_units = {u for u, ids in self.workqueue.items() if any(i in self._slow for i in ids)}
-                order = slow_first(list(self.workqueue), slow_units)
-                for unit in order:
-                    self.workqueue.move_to_end(unit)
-            super()._assign_work_unit(node)
 
     return GroupScheduling(config, log)
 

@@ -21,7 +21,7 @@ from tests.integration.served import Served
 from vpq.common.cluster_secret import create_cluster_secret
 from vpq.virtual_partitions.hashing import key_hash, vp_of_hash
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]  # handed out first under -n (tests/xdist_scheduling.py)
+pytestmark = pytest.mark.integration
 
 ENV = {
     "VPQ_REDIS__LEASE_TTL_MS": "2000",

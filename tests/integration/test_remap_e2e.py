@@ -35,7 +35,7 @@ from tests.integration.conftest import FAST
 from tests.integration.platform import ROOT, Platform
 from vpq.virtual_partitions.hashing import key_hash, vp_of_hash
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]  # handed out first under -n (tests/xdist_scheduling.py)
+pytestmark = pytest.mark.integration
 
 HOT = "remap-hot"
 HOT_VPS = 32

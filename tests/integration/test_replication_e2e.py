@@ -19,7 +19,7 @@ from tests.integration.conftest import FAST
 from tests.integration.platform import Platform
 from vpq.load.replication_faults import FAULTS, FaultConfig, run_fault_campaign
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]  # handed out first under -n (tests/xdist_scheduling.py)
+pytestmark = pytest.mark.integration
 
 CYCLES = int(os.environ.get("VPQ_FAULT_CYCLES", "1"))
 
