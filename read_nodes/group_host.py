@@ -141,6 +141,7 @@ class GroupHost:
         self._lineage_wanted = False
         self._lineage_at = 0
         self._last_persist = 0
+        self._persist_lock = asyncio.Lock()  # one save at a time, each of the state when it starts
         self._changes = 1  # bumped by every change of the ack state; persisted up to _saved
         self._saved = 0
         self._retry_ingest = True
@@ -380,16 +381,20 @@ class GroupHost:
         self.members.split_target = None
 
     async def _persist(self, force: bool = False) -> None:
-        self._last_persist = monotonic_ms()
-        version = self._changes
-        blobs = self.snapshots.changes(self.delivery.compact_ack_state(), self.token)
-        if not blobs:
-            self._saved = version
-            return
-        if await self.parts.acks.save(self.queue, self.group, self.token, blobs):
-            self.snapshots.mark_saved(blobs)
-            self._saved = version
-            return
+        """Save the ack state as it is now. Saves never overlap: one that starts while
+        another is out waits for it, so an older state can never land after a newer one
+        (a periodic save under way when ``persist_now`` is called, say)."""
+        async with self._persist_lock:
+            self._last_persist = monotonic_ms()
+            version = self._changes
+            blobs = self.snapshots.changes(self.delivery.compact_ack_state(), self.token)
+            if not blobs:
+                self._saved = version
+                return
+            if await self.parts.acks.save(self.queue, self.group, self.token, blobs):
+                self.snapshots.mark_saved(blobs)
+                self._saved = version
+                return
         log.warning("%s/%s: ack state save fenced off (token %d): the lease is lost", self.queue, self.group, self.token)
         if not force:
             await self._on_fenced(self)

@@ -207,3 +207,51 @@ async def test_config_change_rehosts_the_group_and_deleted_queue_drops_it(env: E
     with pytest.raises(NotFound) as exc:
         await env.client.poll(a, "cfg", "g", cid, 10, 0)
     assert exc.value.code == "queue_not_found"
+
+
+async def test_a_save_under_way_never_lands_after_a_newer_one(env: Env) -> None:
+    """A periodic save of the ack state still waiting on Redis when ``persist_now`` runs
+    must not overwrite the newer state: the successor must not redeliver acked messages."""
+    await env.create_queue("jobs", virtual_partitions=4)
+    produced = await env.produce_json("jobs", [(f"key-{i}", i) for i in range(12)])
+    node1 = await env.read_node("r1")
+    a1 = node1.address
+    cid = (await env.client.join(a1, "jobs", "g", consumer_id="c1", env="", set_="", lane=""))["consumer_id"]
+    got = await drain(env, a1, "jobs", "g", cid, 12, ack=False)
+    host = await node1.host("jobs", "g")
+    store = host.parts.acks
+    real_save = store.save
+    gate = asyncio.Event()
+    calls = 0
+
+    async def slow_first_save(*args, **kwargs):  # the first save waits in "Redis" until released
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            await gate.wait()
+        return await real_save(*args, **kwargs)
+
+    store.save = slow_first_save  # type: ignore[method-assign]
+    early = asyncio.create_task(host._persist())  # the state before the acks  # noqa: SLF001
+    while calls == 0:
+        await asyncio.sleep(0.01)
+    acked = [m["id"] for m in got[::2]]
+    assert await env.client.ack(a1, "jobs", "g", cid, acked) == 6
+    late = asyncio.create_task(node1.persist_now())
+    await asyncio.sleep(0.2)
+    gate.set()
+    await asyncio.gather(early, late)
+    store.save = real_save  # type: ignore[method-assign]
+    await node1.stop(release=False)
+
+    node2 = await env.read_node("r2")
+    redelivered: list[dict] = []
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 10
+    while loop.time() < deadline:
+        try:
+            redelivered = await drain(env, node2.address, "jobs", "g", cid, 6, ack=False, timeout_s=2)
+            break
+        except Conflict:
+            await asyncio.sleep(0.1)
+    assert {m["id"] for m in redelivered} == {r["id"] for r in produced} - set(acked)
