@@ -11,6 +11,7 @@ import pytest
 from tests.read_nodes.test_service_env import FAST_OPTIONS, Env, drain
 from vpq.common.errors import Conflict, NotFound
 from vpq.queue_admin.cluster_placement import plan_new_queue
+from vpq.read_nodes.service import ReadNodeService
 
 
 @pytest.fixture
@@ -21,13 +22,37 @@ async def env(redis_url, key_prefix, tmp_path):
     await e.stop()
 
 
-async def test_takeover_restores_ack_state_and_redelivers_exactly_the_unacked(env: Env) -> None:
+async def _twelve_delivered_unacked(env: Env) -> tuple[list[dict], ReadNodeService, str, list[dict]]:
+    """Queue "jobs" with 12 messages, read node r1, consumer c1 of group "g" holding all
+    12 unacked: (produced, r1, consumer id, delivered)."""
     await env.create_queue("jobs", virtual_partitions=4)
     produced = await env.produce_json("jobs", [(f"key-{i}", i) for i in range(12)])
     node1 = await env.read_node("r1")
+    cid = (await env.client.join(node1.address, "jobs", "g", consumer_id="c1", env="", set_="", lane=""))[
+        "consumer_id"
+    ]
+    got = await drain(env, node1.address, "jobs", "g", cid, 12, ack=False)
+    return produced, node1, cid, got
+
+
+async def _redelivered_after_takeover(env: Env, address: str, cid: str, want: int) -> list[dict]:
+    """What the read node at ``address`` delivers to ``cid`` once it holds the group
+    (``not_owner`` until the old lease expires), within 10 s."""
+    redelivered: list[dict] = []
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 10
+    while loop.time() < deadline:
+        try:
+            redelivered = await drain(env, address, "jobs", "g", cid, want, ack=False, timeout_s=2)
+            break
+        except Conflict:
+            await asyncio.sleep(0.1)
+    return redelivered
+
+
+async def test_takeover_restores_ack_state_and_redelivers_exactly_the_unacked(env: Env) -> None:
+    produced, node1, cid, got = await _twelve_delivered_unacked(env)
     a1 = node1.address
-    cid = (await env.client.join(a1, "jobs", "g", consumer_id="c1", env="", set_="", lane=""))["consumer_id"]
-    got = await drain(env, a1, "jobs", "g", cid, 12, ack=False)
     assert len(got) == 12
     acked = [m["id"] for m in got[::2]]
     assert await env.client.ack(a1, "jobs", "g", cid, acked) == 6
@@ -39,15 +64,7 @@ async def test_takeover_restores_ack_state_and_redelivers_exactly_the_unacked(en
     with pytest.raises(Conflict) as exc:
         await env.client.poll(a2, "jobs", "g", cid, 100, 0)
     assert exc.value.code == "not_owner" and exc.value.details["owner"] == "r1"
-    redelivered: list[dict] = []
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 10
-    while loop.time() < deadline:
-        try:
-            redelivered = await drain(env, a2, "jobs", "g", cid, 6, ack=False, timeout_s=2)
-            break
-        except Conflict:
-            await asyncio.sleep(0.1)
+    redelivered = await _redelivered_after_takeover(env, a2, cid, 6)
     unacked = {r["id"] for r in produced} - set(acked)
     assert {m["id"] for m in redelivered} == unacked
     assert all(m["delivery_count"] == 1 for m in redelivered)
@@ -212,12 +229,8 @@ async def test_config_change_rehosts_the_group_and_deleted_queue_drops_it(env: E
 async def test_a_save_under_way_never_lands_after_a_newer_one(env: Env) -> None:
     """A periodic save of the ack state still waiting on Redis when ``persist_now`` runs
     must not overwrite the newer state: the successor must not redeliver acked messages."""
-    await env.create_queue("jobs", virtual_partitions=4)
-    produced = await env.produce_json("jobs", [(f"key-{i}", i) for i in range(12)])
-    node1 = await env.read_node("r1")
+    produced, node1, cid, got = await _twelve_delivered_unacked(env)
     a1 = node1.address
-    cid = (await env.client.join(a1, "jobs", "g", consumer_id="c1", env="", set_="", lane=""))["consumer_id"]
-    got = await drain(env, a1, "jobs", "g", cid, 12, ack=False)
     host = await node1.host("jobs", "g")
     store = host.parts.acks
     real_save = store.save
@@ -245,13 +258,5 @@ async def test_a_save_under_way_never_lands_after_a_newer_one(env: Env) -> None:
     await node1.stop(release=False)
 
     node2 = await env.read_node("r2")
-    redelivered: list[dict] = []
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 10
-    while loop.time() < deadline:
-        try:
-            redelivered = await drain(env, node2.address, "jobs", "g", cid, 6, ack=False, timeout_s=2)
-            break
-        except Conflict:
-            await asyncio.sleep(0.1)
+    redelivered = await _redelivered_after_takeover(env, node2.address, cid, 6)
     assert {m["id"] for m in redelivered} == {r["id"] for r in produced} - set(acked)
