@@ -233,6 +233,11 @@ class ReadNodeSettings(BaseModel):
     )
     tail_max_bytes: int = Field(MiB, ge=1, description="size of each tail read from a write node")
     tail_wait_ms: int = Field(1000, ge=0, le=30000, description="long-poll of each tail read")
+    tail_read_ahead_bytes: int = Field(
+        32 * MiB, ge=0, description="a tailer decodes and caches at most this far past its most advanced reader "
+        "(and at most cache_bytes / (2 x tailers)); further reads are only indexed and read back when a reader "
+        "comes to them (0: no bound)",
+    )
     index_truncate_ms: int = Field(1000, ge=0, description="at most this often a tailer drops old index entries")
     index_keep_offsets: int = Field(
         1_000_000, ge=0, description="index entries kept below every reader's cursor (a group that starts or is "

@@ -415,14 +415,16 @@ class Ingestor(IngestorRefills):
         self.cursors[stream] = c
         self.delivery.mark_scanned(stream, c)
         pp = stream_pp(stream)
-        low = min(v for s, v in self.cursors.items() if stream_pp(s) == pp)
-        low = min(low, self._seen_end.get(pp, low))
-        if len(self.parked):
-            for s in {seg_stream for seg_stream in self.cursors if stream_pp(seg_stream) == pp}:
+        of_pp = {s: v for s, v in self.cursors.items() if stream_pp(s) == pp}
+        if len(self.parked):  # a parked record is still to be read where its segment starts
+            for s, v in of_pp.items():
                 parked_low = self.parked.lowest(s)
-                if parked_low is not None:
-                    low = min(low, parked_low)
-        tailer.set_position(self._key, low)  # type: ignore[attr-defined]
+                if parked_low is not None and parked_low < v:
+                    of_pp[s] = parked_low
+        low = min(of_pp.values())
+        scanned_to = max(of_pp.values())  # the read-ahead position: what the group still reads from here
+        low = min(low, self._seen_end.get(pp, low))
+        tailer.set_position(self._key, low, scanned_to)  # type: ignore[attr-defined]
         return True
 
     def _unknown_expired(self, pp: int, offset: int, now_ms: int) -> bool:

@@ -30,7 +30,9 @@ delivery stats):
   messages wait in the log (no label per key);
 - ``vpq_group_delayed_messages{queue,group}``: messages whose ``delay_ms`` /
   ``deliver_at_ms`` holds them in the timer index (not in the lag until they come due);
-- per tailed partition: ``vpq_tailer_records_total{partition}``, ``vpq_tailer_errors_total{partition}``
+- per tailed partition: ``vpq_tailer_records_total{partition}``,
+  ``vpq_tailer_records_indexed_only_total{partition}`` (tailed past the read-ahead bound:
+  indexed, not decoded nor cached), ``vpq_tailer_errors_total{partition}``
   (counters of the tailer, which lives as long as the node), ``vpq_tailer_end_offset{partition}``,
   ``vpq_tailer_index_entries{partition}``, ``vpq_tailer_readers{partition}``;
 - record cache: ``vpq_record_cache_entries``, ``vpq_record_cache_bytes``,
@@ -211,6 +213,11 @@ class _SampleCollector:
     def _tailers(tailers: Sequence[Mapping[str, Any]]) -> Iterator[Metric]:
         pp = ["partition"]
         records = CounterMetricFamily("vpq_tailer_records", "Records tailed from the partition.", labels=pp)
+        indexed_only = CounterMetricFamily(
+            "vpq_tailer_records_indexed_only",
+            "Records tailed past the read-ahead bound: indexed, not decoded nor cached (read back when wanted).",
+            labels=pp,
+        )
         errors = CounterMetricFamily("vpq_tailer_errors", "Failed tail reads of the partition.", labels=pp)
         end = _gauge("vpq_tailer_end_offset", "Durable end offset of the partition as last seen by the tailer.", pp)
         entries = _gauge("vpq_tailer_index_entries", "Entries in the partition's queue index.", pp)
@@ -218,11 +225,12 @@ class _SampleCollector:
         for t in tailers:
             p = [str(t["pp"])]
             records.add_metric(p, float(t.get("records_tailed", 0)))
+            indexed_only.add_metric(p, float(t.get("records_indexed_only", 0)))
             errors.add_metric(p, float(t.get("errors", 0)))
             end.add_metric(p, float(t.get("known_end", 0)))
             entries.add_metric(p, float(t.get("index_entries", 0)))
             readers.add_metric(p, float(t.get("readers", 0)))
-        yield from (records, errors, end, entries, readers)
+        yield from (records, indexed_only, errors, end, entries, readers)
 
     @staticmethod
     def _cache(cache: Mapping[str, Any]) -> Iterator[Metric]:

@@ -31,6 +31,9 @@ class ReadNodeOptions:
       bytes the process really holds (payload plus ``messages.RECORD_OVERHEAD_BYTES``
       per record): 128 MiB hold about 80,000 records of 1 KiB;
     - ``tail_max_bytes`` / ``tail_wait_ms``: size and long-poll of each tail read;
+    - ``tail_read_ahead_bytes``: a tailer decodes and caches at most this far past its
+      most advanced reader (and at most cache_bytes / (2 x tailers)); further reads
+      are only indexed and read back when a reader comes to them (0: no bound);
     - ``index_truncate_ms`` / ``index_keep_offsets``: at most this often, a tailer
       drops the index entries more than ``index_keep_offsets`` offsets below every
       reader's cursor (a group that starts or is taken over within that window
@@ -59,6 +62,7 @@ class ReadNodeOptions:
     cache_bytes: int = 128 * 1024 * 1024
     tail_max_bytes: int = 1024 * 1024
     tail_wait_ms: int = 1000
+    tail_read_ahead_bytes: int = 32 * 1024 * 1024
     index_truncate_ms: int = 1000
     index_keep_offsets: int = 1_000_000
     fetch_max_bytes: int = 1024 * 1024

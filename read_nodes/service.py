@@ -154,6 +154,7 @@ class ReadNodeService:
         pool = TailerPool(
             source, max_bytes=o.tail_max_bytes, wait_ms=o.tail_wait_ms, retry_ms=o.retry_ms,
             truncate_ms=o.index_truncate_ms, keep_offsets=o.index_keep_offsets,
+            read_ahead_bytes=o.tail_read_ahead_bytes, cache_bytes=o.cache_bytes,
         )
         policy = AppendPolicy.from_settings(s.produce)
         accumulator = self._accumulator = AppendAccumulator(
@@ -419,7 +420,8 @@ class ReadNodeService:
         if parts is not None:
             for pp, t in sorted(parts.pool.tailers().items()):
                 tailers.append(
-                    {"pp": pp, "records_tailed": t.records_tailed, "errors": t.errors, "log_start": t.log_start,
+                    {"pp": pp, "records_tailed": t.records_tailed, "records_indexed_only": t.records_indexed_only,
+                     "errors": t.errors, "log_start": t.log_start,
                      "known_end": t.known_end, "index_entries": t.index.entries(), "readers": t.listeners}
                 )
             st = parts.source.cache.stats()

@@ -12,6 +12,15 @@ fits), verifies and decodes each batch ONCE, and for every record:
 then calls every listener (the hosted groups that read this pp), which wake
 their ingestion. Groups read only their queue's offsets from the index.
 
+Read-ahead: a read that starts more than ``read_ahead_bytes`` past the most
+advanced reader (``read_nodes.read_ahead``; readers report how far they scanned
+with ``set_position(..., scanned_to=)``) is verified and indexed, but its records
+are neither decoded nor cached: a reader that comes to them reads them back
+(``RecordSource.get``, one read per ``fetch_max_bytes``). So a backlog larger than
+the cache is decoded once, when it is wanted, not cached and evicted before use.
+The index, and so the lag, still covers everything read. ``read_ahead_bytes`` 0:
+everything read is decoded and cached.
+
 Positions: the index covers ``[index.start_offset(pp), index.end_offset(pp))``.
 A group that needs an earlier position calls ``require(offset)``: the tailer
 drops its index and re-reads from there (the record cache stays). Readers report
@@ -38,12 +47,14 @@ from typing import Protocol
 
 import aiohttp
 
+from vpq.codec.columnar import scan as scan_columns
 from vpq.codec.errors import CorruptBatchError
-from vpq.codec.records import iter_batches
+from vpq.codec.records import MAGIC_COLUMNAR, iter_batches
 from vpq.common.errors import VpqError
 from vpq.isolation.context import IsolationContext
 from vpq.read_nodes.messages import TailedRecord, record_size
 from vpq.read_nodes.queue_index import QueueIndex
+from vpq.read_nodes.read_ahead import ReadAhead
 from vpq.read_nodes.record_cache import RecordCache
 
 log = logging.getLogger(__name__)
@@ -91,6 +102,8 @@ ContextResolver = Callable[[int], Awaitable[IsolationContext]]
 Listener = Callable[[int], None]
 
 RecordKey = tuple[int, int]
+IndexRow = tuple[int, int, int, int]
+"""``(offset, queue_id, ref, context_id)``: what ``QueueIndex.add_many`` takes"""
 
 _new_tailed = object.__new__
 _set_pp, _set_record, _set_ctx = (getattr(TailedRecord, name).__set__ for name in ("pp", "record", "ctx"))
@@ -208,6 +221,33 @@ class RecordSource:
             put_many(batch)
         return out, end
 
+    @staticmethod
+    def index_rows(data: bytes, from_offset: int) -> tuple[list[IndexRow], int]:
+        """Verify raw batches and return the index rows of their records at or above
+        ``from_offset`` (values, keys and headers are not decoded, nothing is cached),
+        and the offset after the last batch."""
+        rows: list[IndexRow] = []
+        end = from_offset
+        for view in iter_batches(data, verify=True):
+            if view.next_offset > end:
+                end = view.next_offset
+            if view.next_offset <= from_offset:
+                continue
+            base = view.base_offset
+            if view.magic == MAGIC_COLUMNAR:
+                cols = scan_columns(view, check_headers=False)  # the decode of a reader checks them
+                rows.extend(
+                    (base + i, qid, (ctx << KEY_HASH_BITS) | kh, ctx)  # pack_ref
+                    for i, (qid, kh, ctx) in enumerate(zip(cols.queue_ids, cols.key_hashes, cols.context_ids))
+                    if base + i >= from_offset
+                )
+            else:
+                rows.extend(
+                    (r.offset, r.queue_id, (r.context_id << KEY_HASH_BITS) | r.key_hash, r.context_id)
+                    for r in view.records() if r.offset >= from_offset
+                )
+        return rows, end
+
 
 class PartitionTailer:
     """Tails one pp (see the module docstring). ``start(offset)`` / ``stop()``."""
@@ -222,9 +262,15 @@ class PartitionTailer:
         retry_ms: int = 200,
         truncate_every_s: float = 1.0,
         keep_offsets: int = 0,
+        read_ahead_bytes: int = 0,
     ) -> None:
         self.pp = pp
         self._source = source
+        self.read_ahead_bytes = read_ahead_bytes
+        """reads starting further than this past the most advanced reader are only
+        indexed (0: no bound; see the module docstring)"""
+        self._ahead = ReadAhead()
+        self.records_indexed_only = 0
         self._max_bytes = max_bytes
         self._wait_ms = wait_ms
         self._retry_s = retry_ms / 1000.0
@@ -268,14 +314,19 @@ class PartitionTailer:
     def remove_listener(self, key: object) -> None:
         self._listeners.pop(key, None)
         self._positions.pop(key, None)
+        self._ahead.forget(key)
 
     @property
     def listeners(self) -> int:
         return len(self._listeners)
 
-    def set_position(self, key: object, offset: int) -> None:
-        """Reader ``key`` no longer needs index entries below ``offset``."""
+    def set_position(self, key: object, offset: int, scanned_to: int | None = None) -> None:
+        """Reader ``key`` no longer needs index entries below ``offset``; with
+        ``scanned_to``, it has also scanned every record below that offset that it can
+        take now (its read-ahead position)."""
         self._positions[key] = offset
+        if scanned_to is not None:
+            self._ahead.scanned(key, scanned_to)
         self._maybe_truncate()
 
     def require(self, offset: int) -> None:
@@ -296,6 +347,7 @@ class PartitionTailer:
         self.index = QueueIndex()
         self.index.truncate_below(self.pp, offset)
         self._pos = offset
+        self._ahead.restart()
 
     async def _run(self) -> None:
         while True:
@@ -358,18 +410,25 @@ class PartitionTailer:
                 self._pos = skip_to
                 self._notify()
             return
-        records, end = await self._source.decode(self.pp, res.data, pos)
-        if self._reset_to is not None or pos != self._pos:
-            return  # reset while decoding: the index was replaced
+        bound = self.read_ahead_bytes
+        if bound and self._ahead.ahead() >= bound:
+            rows, end = self._source.index_rows(res.data, pos)
+            self.records_indexed_only += len(rows)
+        else:
+            records, end = await self._source.decode(self.pp, res.data, pos)
+            if self._reset_to is not None or pos != self._pos:
+                return  # reset while decoding: the index was replaced
+            rows = [
+                (r.offset, r.queue_id, (r.context_id << KEY_HASH_BITS) | r.key_hash, r.context_id)  # pack_ref
+                for r in [t.record for t in records]
+            ]
         index = self.index
         pp = self.pp
-        index.add_many(pp, [
-            (r.offset, r.queue_id, (r.context_id << KEY_HASH_BITS) | r.key_hash, r.context_id)  # pack_ref
-            for r in [t.record for t in records]
-        ])
+        index.add_many(pp, rows)
+        self._ahead.read(end, len(res.data))
         self._pos = end
         index.advance(pp, end)
-        self.records_tailed += len(records)
+        self.records_tailed += len(rows)
         self._maybe_truncate()
         self._notify()
 

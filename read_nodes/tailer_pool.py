@@ -9,6 +9,11 @@ Groups report the contexts of their queue that no live consumer of theirs may
 take (``set_cold``); records of a context cold for every reporting group of its
 queue are indexed but not cached, so traffic nobody consumes does not fill the
 cache (it is read from the write node if someone comes for it).
+
+Each tailer decodes and caches at most ``read_ahead_bytes`` past its most advanced
+reader (``PartitionTailer``'s read-ahead; 0: no bound), and never more than its share
+of the cache: ``cache_bytes`` / (2 x tailers), so the read-ahead of every pp fits in
+the cache with room for what the groups hold.
 """
 
 from __future__ import annotations
@@ -26,8 +31,12 @@ class TailerPool:
         retry_ms: int = 200,
         truncate_ms: int = 1000,
         keep_offsets: int = 0,
+        read_ahead_bytes: int = 0,
+        cache_bytes: int = 0,
     ) -> None:
         self.source = source
+        self._read_ahead = read_ahead_bytes
+        self._cache_bytes = cache_bytes
         self._max_bytes = max_bytes
         self._wait_ms = wait_ms
         self._retry_ms = retry_ms
@@ -66,11 +75,12 @@ class TailerPool:
                 pp, self.source, max_bytes=self._max_bytes, wait_ms=self._wait_ms, retry_ms=self._retry_ms,
                 truncate_every_s=self._truncate_s, keep_offsets=self._keep,
             )
+            self._share_read_ahead()
             tailer.start(offset)
         else:
             tailer.require(offset)
         tailer.add_listener(key, listener)
-        tailer.set_position(key, offset)
+        tailer.set_position(key, offset, scanned_to=offset)  # nothing scanned yet
         return tailer
 
     async def unsubscribe(self, pp: int, key: object) -> None:
@@ -80,7 +90,15 @@ class TailerPool:
         tailer.remove_listener(key)
         if tailer.listeners == 0:
             del self._tailers[pp]
+            self._share_read_ahead()
             await tailer.stop()
+
+    def _share_read_ahead(self) -> None:
+        bound = self._read_ahead
+        if bound and self._cache_bytes and self._tailers:
+            bound = max(1, min(bound, self._cache_bytes // (2 * len(self._tailers))))
+        for tailer in self._tailers.values():
+            tailer.read_ahead_bytes = bound
 
     def get(self, pp: int) -> PartitionTailer | None:
         return self._tailers.get(pp)

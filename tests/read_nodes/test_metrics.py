@@ -131,5 +131,6 @@ async def test_metrics_endpoint_after_traffic(redis_url, key_prefix, tmp_path) -
     assert one(fams, "vpq_read_node_groups") == 1
     tailed = series(fams, "vpq_tailer_records")
     assert sum(tailed.values()) >= 6 and all(dict(k)["partition"] in {"0", "1"} for k in tailed)
+    assert set(series(fams, "vpq_tailer_records_indexed_only")) == set(tailed)  # 0 each: a small backlog
     assert one(fams, "vpq_record_cache_entries") >= 0
     assert not any("node" in s.labels for items in fams.values() for s in items)  # the gateway adds it

@@ -126,6 +126,28 @@ async def test_a_parked_key_is_refilled_in_order_while_other_keys_flow() -> None
     assert all(delivery.is_done(stream_of(0, PROD_ID), o, 5) for o in hot + cold)
 
 
+async def test_the_read_ahead_position_is_where_the_group_still_reads_from() -> None:
+    """The tailer's read-ahead position (``scanned_to``) is the most advanced stream's
+    cursor, or the start of its earliest parked segment: a parked record is read there
+    later, so the tailer must not race past it on the strength of the cursor."""
+    pool, log, delivery, ing = group(key_read_ahead=10)
+    tailer = pool.tailers[0]
+    delivery.join("c", PROD, [0], 0)
+    for i in range(300):  # an env nobody consumes: its stream stops at 0
+        log.add(b"t", 100, TEST, TEST_ID)
+    [log.add(b"hot", 5) for _ in range(25)]  # 300..324: 310 on wait in the log
+    [log.add(b"c%d" % i, 50 + i) for i in range(5)]
+    await ing.step(0)
+    assert ing.cursors[stream_of(0, PROD_ID)] == log.next and ing.cursors[stream_of(0, TEST_ID)] == 0
+    assert tailer.scanned["g"] == 310 and tailer.positions["g"] == 0
+    for t in range(1, 10):  # the hot key drains: the position follows its parked segment
+        got = delivery.poll("c", 100, t)
+        delivery.ack("c", [d.message_id for d in got])
+        log.add(b"n%d" % t, 60 + t)  # a new record makes the cursor move, and the position be told
+        await ing.step(t)
+    assert len(ing.parked) == 0 and tailer.scanned["g"] == log.next
+
+
 async def test_parked_keys_survive_a_takeover_through_the_compact_state() -> None:
     pool, log, delivery, ing = group(key_read_ahead=4)
     delivery.join("c", PROD, [0], 0)

@@ -159,6 +159,7 @@ class _Tailer:
         self.index = QueueIndex()
         self.log_start = 0
         self.positions: dict[object, int] = {}
+        self.scanned: dict[object, int | None] = {}
 
     def covers(self, offset: int) -> bool:
         return self.index.start_offset(self.pp) <= offset
@@ -166,8 +167,9 @@ class _Tailer:
     def require(self, offset: int) -> None:
         raise AssertionError("not expected")
 
-    def set_position(self, key: object, offset: int) -> None:
+    def set_position(self, key: object, offset: int, scanned_to: int | None = None) -> None:
         self.positions[key] = offset
+        self.scanned[key] = scanned_to
 
 
 class _Source:
