@@ -22,6 +22,7 @@ Rules for every method:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
@@ -121,9 +122,10 @@ class Backend(Protocol):
         ...
 
     async def poll(
-        self, queue: str, group: str, consumer_id: str, max_messages: int, wait_ms: int
+        self, queue: str, group: str, consumer_id: str, max_messages: int, wait_ms: int, ack: Sequence[str] = ()
     ) -> list[dict[str, Any]] | PolledBody:
-        """Heartbeat, then deliver up to ``max_messages`` (1..1000) ``DeliveredMessage`` dicts,
+        """Acknowledge ``ack`` (as ``ack`` does; how many: ``PolledBody.acked``), heartbeat,
+        then deliver up to ``max_messages`` (1..1000) ``DeliveredMessage`` dicts,
         waiting up to ``wait_ms`` (0..30000) for the first one; an empty list when none came.
         Or, already encoded, a ``PolledBody``: the whole answer ``{"messages": [...]}`` as
         JSON bytes and its message count, sent to the client as it is.

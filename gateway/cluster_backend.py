@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import aiohttp
@@ -289,11 +289,11 @@ class ClusterBackend:
         )
 
     async def poll(
-        self, queue: str, group: str, consumer_id: str, max_messages: int, wait_ms: int
+        self, queue: str, group: str, consumer_id: str, max_messages: int, wait_ms: int, ack: Sequence[str] = ()
     ) -> PolledBody:
         """The read node's answer passed through encoded (its body is the public answer)."""
         return await self._group_call(
-            queue, group, lambda c, a: c.poll_body(a, queue, group, consumer_id, max_messages, wait_ms)
+            queue, group, lambda c, a: c.poll_body(a, queue, group, consumer_id, max_messages, wait_ms, ack)
         )
 
     async def ack(self, queue: str, group: str, consumer_id: str, ids: list[str]) -> int:

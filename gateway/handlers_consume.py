@@ -31,20 +31,24 @@ async def join(request: web.Request) -> web.Response:
 
 
 async def poll(request: web.Request) -> web.Response:
-    """``POST .../consumers/{consumer_id}/poll``."""
+    """``POST .../consumers/{consumer_id}/poll``; its ``ack`` ids are acknowledged first."""
     app = request.app
     mi = request.match_info
     body = await read_json_object(request, app[SETTINGS_KEY].max_request_bytes, required=False)
     req = validate(PollRequest, body)
-    got = await app[BACKEND_KEY].poll(mi["queue"], mi["group"], mi["consumer_id"], req.max_messages, req.wait_ms)
+    args = (mi["queue"], mi["group"], mi["consumer_id"], req.max_messages, req.wait_ms)
+    got = await app[BACKEND_KEY].poll(*args, req.ack) if req.ack else await app[BACKEND_KEY].poll(*args)
+    acked = 0
     if isinstance(got, PolledBody):  # the read node's encoded answer, passed through
-        count = got.count
+        count, acked = got.count, got.acked
         response = web.Response(body=got.body, content_type=JSON_CONTENT_TYPE)
     else:
         count = len(got)
         response = json_response({"messages": got})
     if count:
         app[METRICS_KEY].delivered_to(mi["queue"], mi["group"], count)
+    if acked:
+        app[METRICS_KEY].acked_by(mi["queue"], mi["group"], acked)
     return response
 
 

@@ -357,6 +357,12 @@ class PollRequest(BaseModel):
         "(ready / members) when every member of the group already holds work and the backlog is short",
     )
     wait_ms: WaitMs = Field(0, description="long poll: wait up to this for a first message")
+    ack: list[MessageId] = Field(
+        default_factory=list,
+        max_length=MAX_IDS,
+        description="ids of messages delivered to this consumer to acknowledge first, as ``ack`` would (what "
+        "they free may be delivered by this very poll); saves a consumer the separate ack request",
+    )
 
 
 class AckRequest(BaseModel):

@@ -11,6 +11,7 @@ other call by ``timeout_s``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Literal
 from urllib.parse import quote
 
@@ -22,6 +23,7 @@ from vpq.common.poll_body import PolledBody
 from vpq.node_rpc.call import BAD_NODE_ANSWER, MAX_WAIT_MS, call_node
 
 MESSAGE_COUNT_HEADER = "X-Vpq-Messages"
+ACKED_COUNT_HEADER = "X-Vpq-Acked"  # how many of a poll's ``ack`` ids were acknowledged
 """On a poll answer: how many messages its body holds (so the gateway can pass the body
 through without parsing it)."""
 
@@ -104,29 +106,37 @@ class ReadNodeClient:
         return _dict(obj, address, "join")
 
     async def poll(
-        self, address: str, queue: str, group: str, consumer_id: str, max_messages: int, wait_ms: int
+        self, address: str, queue: str, group: str, consumer_id: str, max_messages: int, wait_ms: int,
+        ack: Sequence[str] = (),
     ) -> list[dict[str, Any]]:
-        """Heartbeat and deliver up to ``max_messages`` messages (public message objects)."""
-        polled = await self._poll(address, queue, group, consumer_id, max_messages, wait_ms)
+        """Acknowledge ``ack`` first (as ``ack``), then heartbeat and deliver up to
+        ``max_messages`` messages (public message objects)."""
+        polled = await self._poll(address, queue, group, consumer_id, max_messages, wait_ms, ack)
         return self._messages(_parse_answer(polled.body, address), address)
 
     async def poll_body(
-        self, address: str, queue: str, group: str, consumer_id: str, max_messages: int, wait_ms: int
+        self, address: str, queue: str, group: str, consumer_id: str, max_messages: int, wait_ms: int,
+        ack: Sequence[str] = (),
     ) -> PolledBody:
         """``poll``, its answer left encoded: the read node's body as it came (it is the
         public answer) and its message count, from the node's ``X-Vpq-Messages`` header;
-        parsed and checked only when a node answers without that header."""
-        polled = await self._poll(address, queue, group, consumer_id, max_messages, wait_ms)
+        parsed and checked only when a node answers without that header. ``acked``: from
+        the node's ``X-Vpq-Acked`` header (0 without it)."""
+        polled = await self._poll(address, queue, group, consumer_id, max_messages, wait_ms, ack)
         if polled.count >= 0:
             return polled
         messages = self._messages(_parse_answer(polled.body, address), address)
-        return PolledBody(polled.body, len(messages))
+        return PolledBody(polled.body, len(messages), polled.acked)
 
     async def _poll(
-        self, address: str, queue: str, group: str, consumer_id: str, max_messages: int, wait_ms: int
+        self, address: str, queue: str, group: str, consumer_id: str, max_messages: int, wait_ms: int,
+        ack: Sequence[str] = (),
     ) -> PolledBody:
         """The raw poll answer; ``count`` -1 when the node sent no usable count header."""
         wait = max(0, min(int(wait_ms), MAX_WAIT_MS))
+        body: dict[str, Any] = {"max_messages": int(max_messages), "wait_ms": wait}
+        if ack:
+            body["ack"] = list(ack)
         answer = await call_node(
             self._session,
             "POST",
@@ -134,10 +144,11 @@ class ReadNodeClient:
             f"{_group_path(queue, group)}/consumers/{_seg(consumer_id)}/poll",
             role=self.ROLE,
             timeout_s=wait / 1000.0 + self._poll_margin_s,
-            json_body={"max_messages": int(max_messages), "wait_ms": wait},
+            json_body=body,
         )
         count = _message_count(answer.headers.get(MESSAGE_COUNT_HEADER))
-        return PolledBody(answer.body, -1 if count is None else count)
+        acked = _message_count(answer.headers.get(ACKED_COUNT_HEADER)) if ack else None
+        return PolledBody(answer.body, -1 if count is None else count, acked or 0)
 
     @staticmethod
     def _messages(obj: Any, address: str) -> list[dict[str, Any]]:

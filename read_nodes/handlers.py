@@ -6,9 +6,11 @@ isolation context already resolved by the gateway:
 =========================================================  =========================================
 ``POST /internal/v1/queues/{q}/groups/{g}/consumers``      ``{"consumer_id", "env", "set", "lane", "start"}``
                                                            -> ``{"consumer_id", "session_timeout_ms"}``
-``POST .../consumers/{cid}/poll``                          ``{"max_messages", "wait_ms"}`` -> ``{"messages": [...]}``
+``POST .../consumers/{cid}/poll``                          ``{"max_messages", "wait_ms", "ack"}`` -> ``{"messages": [...]}``
                                                            (exactly the public answer; header
-                                                           ``X-Vpq-Messages``: how many it holds)
+                                                           ``X-Vpq-Messages``: how many it holds;
+                                                           ``ack`` (optional) ids acknowledged first,
+                                                           header ``X-Vpq-Acked``: how many)
 ``POST .../consumers/{cid}/ack``                           ``{"ids"}`` -> ``{"acked": n}``
 ``POST .../consumers/{cid}/nack``                          ``{"ids", "delay_ms"}`` -> ``{"nacked": n}``
 ``DELETE .../consumers/{cid}``                             -> 204
@@ -43,7 +45,7 @@ from vpq.isolation.context import IsolationContext, IsolationError
 from vpq.metadata.errors import MetadataUnavailable
 from vpq.metadata.names import check_name
 from vpq.node_rpc.cluster_auth import cluster_secret_middlewares
-from vpq.node_rpc.read_node_client import MESSAGE_COUNT_HEADER
+from vpq.node_rpc.read_node_client import ACKED_COUNT_HEADER, MESSAGE_COUNT_HEADER
 from vpq.read_nodes.messages import poll_body
 
 if TYPE_CHECKING:
@@ -119,10 +121,10 @@ def _int(data: dict[str, Any], name: str, default: int, lo: int, hi: int) -> int
     return value
 
 
-def _ids(data: dict[str, Any]) -> list[str]:
-    ids = data.get("ids")
+def _ids(data: dict[str, Any], name: str = "ids") -> list[str]:
+    ids = data.get(name)
     if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
-        raise BadRequest("invalid_request", "ids must be a list of message id strings", field="ids")
+        raise BadRequest("invalid_request", f"{name} must be a list of message id strings", field=name)
     return ids
 
 
@@ -186,13 +188,20 @@ async def poll(request: web.Request) -> web.Response:
     data = await _body(request, required=False)
     max_messages = _int(data, "max_messages", 100, 1, MAX_MESSAGES)
     wait_ms = _int(data, "wait_ms", 0, 0, MAX_WAIT_MS)
+    ack_ids = _ids(data, "ack") if "ack" in data else []
     cid = request.match_info["consumer_id"]
-    messages = await _on_host(request, queue, group, lambda h: h.poll(cid, max_messages, wait_ms))
-    return web.Response(
-        body=poll_body(messages),
-        content_type="application/json",
-        headers={MESSAGE_COUNT_HEADER: str(len(messages))},
-    )
+    acked = [0]
+
+    async def call(h: GroupHost) -> list[bytes]:
+        if ack_ids:
+            acked[0] += await h.ack(cid, ack_ids)
+        return await h.poll(cid, max_messages, wait_ms)
+
+    messages = await _on_host(request, queue, group, call)
+    headers = {MESSAGE_COUNT_HEADER: str(len(messages))}
+    if ack_ids:
+        headers[ACKED_COUNT_HEADER] = str(acked[0])
+    return web.Response(body=poll_body(messages), content_type="application/json", headers=headers)
 
 
 async def ack(request: web.Request) -> web.Response:

@@ -460,9 +460,12 @@ class AsyncClient:
         consumer_id: str,
         max_messages: int | None = None,
         wait_ms: int | None = None,
+        ack: Sequence[str] | None = None,
     ) -> list[Message]:
-        """Fetch up to ``max_messages``, waiting up to ``wait_ms`` for the first. Also the heartbeat."""
-        body = _drop_none({"max_messages": max_messages, "wait_ms": wait_ms})
+        """Fetch up to ``max_messages``, waiting up to ``wait_ms`` for the first. Also the heartbeat.
+        ``ack``: ids of messages delivered to this consumer, acknowledged first (as :meth:`ack`
+        does, in the same request)."""
+        body = _drop_none({"max_messages": max_messages, "wait_ms": wait_ms, "ack": list(ack) if ack else None})
         _, answer = await self.request(
             "POST",
             f"{self._consumers(queue, group)}/{_seg(consumer_id)}/poll",

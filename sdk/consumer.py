@@ -9,13 +9,21 @@ Contract:
 * ``auto_ack=True``: a message whose handler returned is acked; one whose handler raised is
   nacked, delayed by ``RetryLater.delay_ms`` when the handler raised :class:`RetryLater`,
   else by ``nack_delay_ms``. Acks/nacks are batched and sent at the latest at the end of
-  each poll batch (or every ``ack_interval_ms`` while a batch is handled).
+  each poll batch (or every ``ack_interval_ms`` while a batch is handled). Acks still
+  pending when a poll is sent go with it (the poll's ``ack`` field: acknowledged before
+  the poll takes messages). Prefetching, a batch's acks do not go alone at its end when
+  the loop sends the next poll at once (the prefetched answer is in, or comes within
+  ``ack_interval_ms``; nothing else is pending): they go with that poll, so a busy
+  consumer sends one request per batch. A poll carrying acks that fails or is cancelled
+  gives them back to be sent again (acking twice is harmless).
   ``auto_ack=False``: the handler settles messages itself with :meth:`Consumer.ack` /
   :meth:`Consumer.nack`; an exception is only logged and the visibility timeout redelivers.
 * ``prefetch=True`` (the default, like Kafka's fetcher): as soon as a batch arrives the next
   poll is sent, so it travels while the batch is handled, and acks/nacks go out in the
-  background (at most one settlement request in flight, in order). Per-key order still
-  holds: the server does not deliver a key's next message while its previous one is
+  background (at most one settlement request in flight, in order). That prefetch does
+  not wait on the server (``wait_ms`` 0: it must never hold back the acks riding on the
+  poll after it); when it comes back empty, the loop long-polls once the batch is done.
+  Per-key order still holds: the server does not deliver a key's next message while its previous one is
   unacked, so a prefetched batch only holds other keys (or the same keys once acked).
   A prefetched batch not yet handled at ``stop()`` is given back by the leave (its
   messages go to the other members at once; their ``delivery_count`` shows that
@@ -186,7 +194,7 @@ class Consumer:
                 rejoins = 0
                 if messages:
                     if self._prefetch and not self._stopping:
-                        self._prefetched = asyncio.ensure_future(self._poll_request())
+                        self._prefetched = asyncio.ensure_future(self._poll_request(wait_ms=0))
                     await self._handle_batch(messages)
         finally:
             await self._shutdown()
@@ -215,12 +223,35 @@ class Consumer:
         self._join = await self._client.join(
             self.queue, self.group, consumer_id=wanted, lane=self._lane, env=self._env, set=self._set, start=self._start
         )
+        self._last_flush = asyncio.get_running_loop().time()  # ack_interval_ms counts from here
         self._joined.set()
 
-    def _poll_request(self) -> Awaitable[list[Message]]:
-        return self._client.poll(
-            self.queue, self.group, self._require_id(), max_messages=self._max_messages, wait_ms=self._wait_ms
-        )
+    async def _poll_request(self, wait_ms: int | None = None) -> list[Message]:
+        """A poll carrying the acks pending now; given back when it fails or is cancelled."""
+        cid = self._require_id()
+        acks, self._acks = self._acks, []
+        if acks:
+            self._last_flush = asyncio.get_running_loop().time()
+        wait = self._wait_ms if wait_ms is None else wait_ms
+        try:
+            return await self._client.poll(
+                self.queue, self.group, cid, max_messages=self._max_messages, wait_ms=wait, ack=acks or None
+            )
+        except BaseException:
+            if acks:
+                self._acks[:0] = acks
+            raise
+
+    async def _next_poll_soon(self) -> bool:
+        """True when the loop will send the next poll right away: prefetching, nothing
+        else queued, and the prefetched answer (never a long poll) is in, or comes
+        within ``ack_interval_ms`` (the loop waits for it anyway)."""
+        task = self._prefetched
+        if not self._prefetch or self._stopping or self._backlog or self._nacks or task is None:
+            return False
+        if not task.done():
+            await asyncio.wait({task}, timeout=self._ack_interval)
+        return task is self._prefetched and task.done() and not task.cancelled() and task.exception() is None
 
     async def _poll(self) -> list[Message]:
         """The next poll's answer: the prefetched one when there is one, else a new poll."""
@@ -252,6 +283,8 @@ class Consumer:
         finally:
             keepalive.cancel()
             await asyncio.gather(keepalive, return_exceptions=True)
+        if await self._next_poll_soon():
+            return  # the acks go with the poll the loop sends next
         await self._flush_settlements()
 
     async def _handle_one(self, message: Message) -> None:

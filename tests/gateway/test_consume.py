@@ -63,6 +63,28 @@ async def test_poll_ack_nack_cycle(client: TestClient, backend: RecordingBackend
     assert [(m.value, m.delivery_count) for m in got] == [(2, 2), (3, 1), (4, 1)]
 
 
+async def test_poll_acks_its_ack_ids_before_it_delivers(
+    client: TestClient, backend: RecordingBackend, consumer: str, G: str, q: str
+) -> None:
+    # one vp, keys k0..k4: a poll of 2 takes k0 and k1; the next one acks them first
+    r = await client.post(f"{G}/consumers/{consumer}/poll", json={"max_messages": 2, "wait_ms": 5000})
+    first = PollResponse.model_validate(await r.json()).messages
+    ids = [m.id for m in first]
+    r = await client.post(f"{G}/consumers/{consumer}/poll", json={"max_messages": 5, "wait_ms": 5000, "ack": ids})
+    assert r.status == 200
+    assert [m.value for m in PollResponse.model_validate(await r.json()).messages] == [2, 3, 4]
+    assert calls(backend, "poll")[1] == (q, "g", "c1", 5, 5000, ids)
+    # acked: neither redelivered after a leave, nor acked again
+    r = await client.post(f"{G}/consumers/{consumer}/ack", json={"ids": ids})
+    assert AckResponse.model_validate(await r.json()).acked == 0
+    text = await (await client.get("/metrics")).text()
+    assert f'vpq_gateway_acked_messages_total{{group="g",queue="{q}"}} 2.0' in text
+    assert (await client.delete(f"{G}/consumers/{consumer}")).status == 204
+    r = await client.post(G + "/consumers", json={"consumer_id": "c2"})
+    r = await client.post(f"{G}/consumers/c2/poll", json={"max_messages": 10, "wait_ms": 5000})
+    assert sorted(m.value for m in PollResponse.model_validate(await r.json()).messages) == [2, 3, 4]
+
+
 async def test_poll_without_body_uses_defaults(
     client: TestClient, backend: RecordingBackend, consumer: str, G: str, q: str
 ) -> None:
@@ -85,6 +107,8 @@ async def test_long_poll_is_passed_through(client: TestClient, backend: Recordin
         ({"wait_ms": 30001}, "wait_ms"),
         ({"wait_ms": -1}, "wait_ms"),
         ({"timeout": 5}, "timeout"),
+        ({"ack": "0-1"}, "ack"),
+        ({"ack": ["0-1", "a"]}, "ack[1]"),
     ],
 )
 async def test_bad_poll(client: TestClient, backend: RecordingBackend, consumer: str, body: dict, field: str, G: str) -> None:

@@ -147,7 +147,7 @@ def test_field_names_are_the_api_md_names() -> None:
     }  # fmt: skip
     assert names(ProduceResult) == {"id", "partition", "offset", "virtual_partition"}
     assert names(JoinRequest) == {"consumer_id", "lane", "env", "set", "start"}
-    assert names(PollRequest) == {"max_messages", "wait_ms"}
+    assert names(PollRequest) == {"max_messages", "wait_ms", "ack"}
     assert names(DeliveredMessage) == {
         "id", "queue", "key", "value", "value_b64", "headers", "lane", "env", "set",
         "partition", "offset", "virtual_partition", "timestamp_ms", "delivery_count",

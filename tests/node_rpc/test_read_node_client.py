@@ -156,3 +156,19 @@ async def test_poll_body_without_a_message_list_is_a_bad_answer(session, platfor
     with pytest.raises(InternalError) as info:
         await ReadNodeClient(session).poll_body(a, queue, "g", cid, 10, 5000)
     assert info.value.code == "bad_node_answer"
+
+
+async def test_poll_acks_its_ack_ids_first_and_counts_them(session, platform: LivePlatform, queue: str, node) -> None:
+    proxy, a = node
+    cid, ids = await two_messages(session, platform, queue, a)
+    c = ReadNodeClient(session)
+    first = await c.poll_body(a, queue, "g", cid, 1, 5000)  # one vp, no keys: the first message
+    assert first.count == 1 and first.acked == 0
+    second = await c.poll_body(a, queue, "g", cid, 10, 5000, ack=[ids[0], "9-999999"])
+    assert second.count == 1 and second.acked == 1
+    assert [m["id"] for m in orjson.loads(second.body)["messages"]] == ids[1:]
+    assert [r.body for r in proxy.requests if r.path.endswith("/poll")] == [
+        {"max_messages": 1, "wait_ms": 5000},
+        {"max_messages": 10, "wait_ms": 5000, "ack": [ids[0], "9-999999"]},
+    ]
+    assert await c.ack(a, queue, "g", cid, ids) == 1  # the first one was acked by the poll

@@ -36,6 +36,18 @@ async def fill(client: AsyncClient, queue: str, n: int, **context: str) -> None:
     await client.produce(queue, [ProduceMessage(value=i, key=f"k{i}") for i in range(n)], **context)
 
 
+def acked_ids(gateway: RecordingProxy, cid: str | None) -> list[str]:
+    """The ids ``cid`` acknowledged, in the order sent: by ack requests and by the
+    ``ack`` field of its polls."""
+    out: list[str] = []
+    for r in gateway.requests:
+        if r.method == "POST" and r.path.endswith(f"/consumers/{cid}/ack"):
+            out.extend(r.body["ids"])
+        elif r.method == "POST" and r.path.endswith(f"/consumers/{cid}/poll") and r.body:
+            out.extend(r.body.get("ack", []))
+    return out
+
+
 class Collector:
     def __init__(self, until: int) -> None:
         self.seen: list[Message] = []
@@ -60,8 +72,8 @@ async def test_handler_called_and_auto_acked_then_leave(client: AsyncClient, gat
     assert [m.value for m in handler.seen] == [0, 1, 2, 3, 4]
     join = gateway.requests_to("POST", f"/v1/queues/{q}/groups/g/consumers")[0]
     assert join.body == {"lane": "feat-a", "env": "test"}
-    acked = [i for r in gateway.requests_to("POST", f"/consumers/{cid}/ack") for i in r.body["ids"]]
-    assert acked == [m.id for m in handler.seen]
+    # once each, in order (an ack riding on a poll cancelled by stop() is sent once more)
+    assert list(dict.fromkeys(acked_ids(gateway, cid))) == [m.id for m in handler.seen]
     polls = gateway.requests_to("POST", f"/consumers/{cid}/poll")
     assert polls[0].body == {"max_messages": 2, "wait_ms": 100}
     assert gateway.requests_to("DELETE", f"/consumers/{cid}")
@@ -229,9 +241,7 @@ async def test_prefetch_sends_the_next_poll_while_a_batch_is_handled(
     await consumer.stop()
     assert [m.value for m in handler.seen] == [0, 1, 2, 3, 4, 5]
     assert max(polls_during_first_batch) == (2 if prefetch else 1)
-    cid = consumer.consumer_id
-    acked = [i for r in gateway.requests_to("POST", f"/consumers/{cid}/ack") for i in r.body["ids"]]
-    assert sorted(acked) == sorted(m.id for m in handler.seen)
+    assert sorted(set(acked_ids(gateway, consumer.consumer_id))) == sorted(m.id for m in handler.seen)
 
 
 async def test_stop_releases_a_prefetched_batch_unhandled(client: AsyncClient, gateway: RecordingProxy, q: str) -> None:
@@ -279,6 +289,32 @@ async def test_background_acks_go_once_per_flush_not_once_per_round_trip(
     await asyncio.wait_for(handler.done.wait(), GUARD_S)
     await consumer.stop()
     cid = consumer.consumer_id
+    assert sorted(set(acked_ids(gateway, cid))) == sorted(m.id for m in handler.seen)
+    acking = [r for r in gateway.requests if r.body and (r.path.endswith("/ack") or r.body.get("ack"))]
+    assert len(acking) <= 5 + 1  # one per batch of 10, and the one at stop()
+
+
+@pytest.mark.parametrize("prefetch", [True, False])
+async def test_a_busy_prefetching_consumer_acks_with_its_next_poll(
+    client: AsyncClient, gateway: RecordingProxy, q: str, prefetch: bool
+) -> None:
+    await fill(client, q, 50)
+    handler = Collector(50)
+
+    async def handle(msg: Message) -> None:
+        await asyncio.sleep(0.004)
+        await handler(msg)
+
+    consumer = Consumer(client, q, "g", handle, max_messages=10, wait_ms=50, prefetch=prefetch)
+    await consumer.start()
+    await asyncio.wait_for(handler.done.wait(), GUARD_S)
+    await consumer.stop()
+    cid = consumer.consumer_id
+    assert sorted(set(acked_ids(gateway, cid))) == sorted(m.id for m in handler.seen)
     acks = gateway.requests_to("POST", f"/consumers/{cid}/ack")
-    assert sorted(i for r in acks for i in r.body["ids"]) == sorted(m.id for m in handler.seen)
-    assert len(acks) <= 5 + 1  # one per batch of 10, and the one at stop()
+    polls = gateway.requests_to("POST", f"/consumers/{cid}/poll")
+    if prefetch:
+        assert len(acks) <= 1  # at most the one at stop(): the others went with a poll
+        assert all(p.body["wait_ms"] == 0 for p in polls[1:6])  # prefetches never wait on the server
+    else:
+        assert len(acks) >= 5 and not any(p.body.get("ack") for p in polls)
