@@ -6,7 +6,8 @@ Parts (built in ``start()``, stopped in reverse by ``stop()``):
   map in memory, kept fresh by announcements);
 - ``WriteNodeDirectory`` / ``ReadNodeDirectory`` (who owns which pp, which read node
   serves which group), refreshed by node announcements and on errors;
-- one ``aiohttp.ClientSession`` shared by ``WriteNodeClient`` and ``ReadNodeClient``,
+- one ``aiohttp.ClientSession`` (``node_rpc.call.node_session``: no connection cap, so
+  consumers' long polls never hold up other calls) shared by ``WriteNodeClient`` and ``ReadNodeClient``,
   sending ``cluster_secret`` on every call (``node_rpc.cluster_auth``);
 - the ``Appender`` (``produce_path.produce``) for produce, ``QueueAdmin`` for queue
   admin, ``GroupCaller`` for consumer calls, a ``TrafficMeter`` for queue traffic;
@@ -47,6 +48,7 @@ from vpq.metadata.map_cache import MapCache
 from vpq.metadata.partition_leaders import LeaderRecord
 from vpq.metadata.queues import QueueRecord
 from vpq.metadata.store import MetadataStore
+from vpq.node_rpc.call import node_session
 from vpq.node_rpc.cluster_auth import client_headers
 from vpq.node_rpc.node_directory import ReadNodeDirectory, WriteNodeDirectory
 from vpq.node_rpc.node_pools import NodePools
@@ -146,10 +148,7 @@ class ClusterBackend:
                 md.queues, md.maps, listener, capacity=self._settings.redis.map_cache_queues
             )
             await cache.start()
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=1024, limit_per_host=256),
-                headers=client_headers(self._cluster_secret),
-            )
+            self._session = node_session(client_headers(self._cluster_secret))
             writers = self._writers = WriteNodeDirectory(md.nodes, md.leases, self._partition_count, md.leaders)
             readers = self._readers = ReadNodeDirectory(md.nodes, down_ttl_s=self._settings.redis.lease_ttl_ms / 1000.0)
             listener.add_callback(writers.on_event)

@@ -17,7 +17,10 @@ Contract of every call:
   details ``role`` and ``node`` (the address), naming the node in its message. An append
   that timed out may or may not have been appended (at-least-once: a retry may duplicate).
 
-The caller owns the ``aiohttp.ClientSession`` (one per process, shared by all clients).
+The caller owns the ``aiohttp.ClientSession`` (one per process, shared by all clients),
+made by ``node_session``: no cap on connections per node, since some calls wait on the
+node by design (a consumer's long poll, up to its ``wait_ms``; a tailer's read), and a
+capped pool would make every other call to that node (a join, an ack) queue behind them.
 """
 
 from __future__ import annotations
@@ -49,6 +52,15 @@ MAX_WAIT_MS = 30_000
 """Longest wait (ms) a node's long poll or read accepts; a longer one is capped."""
 
 _CONNECTION_ERRORS = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, asyncio.TimeoutError)
+
+
+def node_session(headers: Mapping[str, str] | None = None) -> aiohttp.ClientSession:
+    """A session for calling nodes, sending ``headers`` on every call: each call in flight
+    has a connection of its own (no cap, per node or in all: calls never wait for one),
+    idle ones are kept alive for the next calls. Call from a running event loop."""
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0, limit_per_host=0), headers=dict(headers or {})
+    )
 
 
 @dataclass(frozen=True, slots=True)

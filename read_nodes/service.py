@@ -50,6 +50,7 @@ from vpq.metadata.lease_keeper import LeaseKeeper
 from vpq.metadata.leases import group_resource
 from vpq.metadata.map_cache import MapCache
 from vpq.metadata.store import MetadataStore
+from vpq.node_rpc.call import node_session
 from vpq.node_rpc.cluster_auth import client_headers
 from vpq.node_rpc.node_directory import WriteNodeDirectory
 from vpq.node_rpc.write_node_client import WriteNodeClient
@@ -142,9 +143,7 @@ class ReadNodeService:
         await listener.start()
         cache = self._cache = MapCache(md.queues, md.maps, listener, capacity=s.redis.map_cache_queues)
         await cache.start()
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=1024, limit_per_host=256), headers=client_headers(self._cluster_secret)
-        )
+        self._session = node_session(client_headers(self._cluster_secret))
         self._partition_count = await md.read_partition_count() or s.cluster.physical_partitions
         writers = WriteNodeDirectory(md.nodes, md.leases, self._partition_count, md.leaders)
         listener.add_callback(writers.on_event)
