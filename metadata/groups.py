@@ -16,7 +16,8 @@ Contract:
   None (the consumer must join again). ``expire`` removes every member whose
   deadline has passed and returns their ids.
 - ``now_ms`` defaults to the Redis server clock (one clock for every node); tests
-  may pass their own. All operations are single Lua scripts.
+  may pass their own. All operations are single Lua scripts; ``join_many`` sends
+  several joins' scripts in one pipeline (one round trip).
 - ``delete_group`` removes every key the group owns, its ack state included.
 - ``add_expired`` adds to the group's count of messages it never got because they
   were past the queue's retention (field ``expired`` of the group record; nothing
@@ -229,6 +230,38 @@ class GroupStore:
             args=[*self._args(now_ms, queue, group, consumer_id), info, session_timeout_ms, start],
         )
         return int(gen)
+
+    async def join_many(
+        self,
+        queue: str,
+        group: str,
+        joins: list[tuple[str, Any, StartPosition]],
+        session_timeout_ms: int,
+    ) -> list[int]:
+        """``join`` for each ``(consumer_id, ctx, start)`` in order, in one round trip (a
+        pipeline, not a transaction: each join is its own script, atomic as ``join``'s);
+        their generations. All the joins are written when it returns."""
+        if not joins:
+            return []
+        if not isinstance(session_timeout_ms, int) or session_timeout_ms < 1:
+            raise ValueError("session_timeout_ms must be a positive integer")
+        keys = self._member_keys(queue, group)
+        calls = []
+        for consumer_id, ctx, start in joins:
+            env, set_, lane = _ctx(ctx)
+            if start not in ("earliest", "latest"):
+                raise ValueError(f"start must be 'earliest' or 'latest', got {start!r}")
+            info = json.dumps(
+                {"env": env, "set": set_, "lane": lane, "session_timeout_ms": session_timeout_ms}, sort_keys=True
+            )
+            calls.append([*self._args(None, queue, group, consumer_id), info, session_timeout_ms, start])
+        if len(calls) == 1:
+            return [int(await self._join(keys=keys, args=calls[0]))]
+        async with self._client.pipeline(transaction=False) as pipe:
+            for args in calls:
+                await self._join(keys=keys, args=args, client=pipe)
+            gens = await pipe.execute()
+        return [int(g) for g in gens]
 
     async def heartbeat(self, queue: str, group: str, consumer_id: str, now_ms: int | None = None) -> int | None:
         """Extend the session; the generation, or None when the member is unknown or expired."""

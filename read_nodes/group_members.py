@@ -11,6 +11,12 @@ node considers live never expires in Redis. A takeover node first drops the
 members whose Redis session has expired, then adopts the rest with a fresh
 local session.
 
+Joins arriving together (a fleet of consumers starting at once) are batched: the
+first starts a writer task, the joins that come while it writes wait for its next
+batch; each batch is one Redis round trip (``GroupStore.join_many``) and one
+reassignment, so N concurrent joins cost a few round trips and reassignments, not N
+of each. A join still answers only once it is written and applied.
+
 Assignment: ``virtual_partitions.assignment.assign`` over the live members
 (sticky, per isolation context), applied with ``GroupDelivery.set_consumers``.
 When a context has more members than the queue has vps, V grows (automatic
@@ -21,9 +27,11 @@ put-queue path.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
+from dataclasses import dataclass
 
 from vpq.isolation.context import IsolationContext
 from vpq.metadata.store import MetadataStore
@@ -36,6 +44,16 @@ log = logging.getLogger(__name__)
 
 def new_consumer_id() -> str:
     return f"c-{uuid.uuid4().hex[:16]}"
+
+
+@dataclass(frozen=True, slots=True)
+class _QueuedJoin:
+    consumer_id: str
+    ctx: IsolationContext
+    start: str
+    queue_vps: int
+    now_ms: int
+    done: asyncio.Future[None]
 
 
 class GroupMembers:
@@ -62,6 +80,8 @@ class GroupMembers:
         self._polling: dict[str, int] = {}
         self.assignment: AssignmentResult[IsolationContext] | None = None
         self.split_target: int | None = None
+        self._queued_joins: list[_QueuedJoin] = []
+        self._join_writer: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------ takeover
     async def load(self, queue_vps: int, now_ms: int) -> None:
@@ -74,14 +94,64 @@ class GroupMembers:
 
     # ------------------------------------------------------------- changes
     async def join(self, consumer_id: str, ctx: IsolationContext, start: str, queue_vps: int, now_ms: int) -> None:
-        await self._md.groups.join(
-            self.queue, self.group, consumer_id, (ctx.env, ctx.set, ctx.lane), self.session_timeout_ms, start=start  # type: ignore[arg-type]
-        )
-        self._hb[consumer_id] = time.monotonic()
-        if self.members.get(consumer_id) != ctx:
-            self.members[consumer_id] = ctx
-            self.reassign(queue_vps, now_ms)
-        self._delivery.poll(consumer_id, 0, now_ms)  # a join is a heartbeat
+        """Write the join through to Redis, then make the consumer a member (a heartbeat
+        when it is one already). Concurrent joins are batched (see the module docstring):
+        this returns once this join is written and applied, or raises what its batch's
+        write raised (then it is not applied here)."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._queued_joins.append(_QueuedJoin(consumer_id, ctx, start, queue_vps, now_ms, done))
+        if self._join_writer is None:
+            self._join_writer = asyncio.get_running_loop().create_task(
+                self._write_joins(), name=f"vpq-joins-{self.queue}-{self.group}"
+            )
+        await done
+
+    async def _write_joins(self) -> None:
+        """Write the queued joins, a batch per round trip, until none is left; apply each
+        batch with one reassignment. Never cancelled by a caller: every queued join's
+        future gets its result or error."""
+        try:
+            while self._queued_joins:
+                batch, self._queued_joins = self._queued_joins, []
+                try:
+                    await self._md.groups.join_many(
+                        self.queue,
+                        self.group,
+                        [(j.consumer_id, (j.ctx.env, j.ctx.set, j.ctx.lane), j.start) for j in batch],
+                        self.session_timeout_ms,
+                    )
+                    self._apply_joins(batch)
+                except asyncio.CancelledError:
+                    for j in batch:
+                        j.done.cancel()
+                    raise
+                except Exception as exc:
+                    for j in batch:
+                        if not j.done.done():
+                            j.done.set_exception(exc)
+        finally:
+            self._join_writer = None
+            for j in self._queued_joins:  # only when cancelled (the loop is closing)
+                if not j.done.done():
+                    j.done.cancel()
+            self._queued_joins = []
+
+    def _apply_joins(self, batch: list[_QueuedJoin]) -> None:
+        now = time.monotonic()
+        changed = False
+        for j in batch:
+            self._hb[j.consumer_id] = now
+            if self.members.get(j.consumer_id) != j.ctx:
+                self.members[j.consumer_id] = j.ctx
+                changed = True
+        now_ms = max(j.now_ms for j in batch)
+        if changed:
+            self.reassign(max(j.queue_vps for j in batch), now_ms)
+        for j in batch:
+            if j.consumer_id in self.members:
+                self._delivery.poll(j.consumer_id, 0, now_ms)  # a join is a heartbeat
+            if not j.done.done():
+                j.done.set_result(None)
 
     async def remove(self, consumer_id: str, queue_vps: int, now_ms: int) -> bool:
         """Remove a member (leave or session timeout); False when it was not one. The

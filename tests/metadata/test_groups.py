@@ -32,6 +32,20 @@ async def test_join_creates_group_and_generation_bumps_on_changes(md: MetadataSt
     assert await md.groups.groups("q") == ["g"]
 
 
+async def test_join_many_writes_each_join_in_order_in_one_call(md: MetadataStore) -> None:
+    joins = [("c1", ("prod", "", ""), "latest"), ("c2", ("", "", ""), "earliest"), ("c1", ("prod", "", "feat-a"), "earliest")]
+    assert await md.groups.join_many("q", "g", joins, 10000) == [1, 2, 3]
+    rec = await md.groups.get_group("q", "g")
+    assert rec is not None and rec.start == "latest" and rec.generation == 3  # the first join created it
+    members = await md.groups.members("q", "g")
+    assert [(m.consumer_id, m.context) for m in members] == [("c1", ("prod", "", "feat-a")), ("c2", ("prod", "", ""))]
+    assert await md.groups.join_many("q", "g", [("c2", ("", "", ""), "earliest")], 10000) == [3]  # no change
+    assert await md.groups.join_many("q", "g", [], 10000) == []
+    with pytest.raises(ValueError):
+        await md.groups.join_many("q", "g", [("c3", ("", "", ""), "middle")], 10000)  # type: ignore[list-item]
+    assert [m.consumer_id for m in await md.groups.members("q", "g")] == ["c1", "c2"]
+
+
 async def test_silent_consumer_expires_while_heartbeating_one_stays(md: MetadataStore) -> None:
     now = 1_000_000
     await md.groups.join("q", "g", "quiet", ("prod", "", ""), 300, now_ms=now)
