@@ -5,9 +5,9 @@ them reads them back; the index (and so the lag) covers everything read."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 
 from tests.codec.format1 import build_batch
+from tests.read_nodes.test_tailer_gaps import Directory, Result
 from vpq.codec.columnar import build_columnar_batch, columns_of
 from vpq.codec.records import Record
 from vpq.isolation.context import IsolationContext
@@ -16,26 +16,6 @@ from vpq.read_nodes.tailer import PartitionTailer, RecordSource, pack_ref
 
 BATCH = 20
 VALUE = 1000
-
-
-@dataclass
-class Result:
-    data: bytes
-    start_offset: int
-    end_offset: int
-
-
-@dataclass
-class Ref:
-    address: str = "w"
-
-
-class Directory:
-    async def owner(self, pp: int) -> Ref:
-        return Ref()
-
-    def invalidate(self, pp: int) -> None:
-        return None
 
 
 def _records(base: int, n: int) -> list[Record]:
