@@ -87,6 +87,36 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
                     self._groups.update(json.loads(f.read_text()))
             return self._groups.get(nodeid, nodeid)
 
+        def remove_node(self, node):  # type: ignore[no-untyped-def]
+            """xdist's, but only the units with tests still to run go back on the queue,
+            and the test the worker died on counts as run (xdist has reported it
+            failed). xdist 3.8 puts the node's finished units back too; handed out
+            again, they hold no test, so the worker that gets one never asks for more
+            and the run hangs at its end (pytest-dev/pytest-xdist#1378, #1371)."""
+            workload = self.assigned_work.pop(node)
+            pending = [(scope, unit) for scope, unit in workload.items() if not all(unit.values())]
+            if not pending:
+                return None
+            crashitem = next(nodeid for _scope, unit in pending for nodeid, done in unit.items() if not done)
+            for scope, unit in pending:
+                unit.pop(crashitem, None)
+                if unit and not all(unit.values()):
+                    self.workqueue[scope] = unit
+            for other in self.assigned_work:
+                self._reschedule(other)
+            return crashitem
+
+        def _reschedule(self, node) -> None:  # type: ignore[no-untyped-def]
+            """xdist's, and once the queue is empty every node is told so: a worker runs
+            its last test only when it has a next one or is told to shut down, and a
+            worker that replaced a crashed one may hold a single test
+            (pytest-dev/pytest-xdist#1327)."""
+            super()._reschedule(node)
+            if not self.workqueue:
+                for other in self.assigned_work:
+                    if not other.shutting_down:
+                        other.shutdown()
+
     return GroupScheduling(config, log)
 
 
