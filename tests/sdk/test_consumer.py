@@ -305,7 +305,8 @@ async def test_a_busy_prefetching_consumer_acks_with_its_next_poll(
         await asyncio.sleep(0.004)
         await handler(msg)
 
-    consumer = Consumer(client, q, "g", handle, max_messages=10, wait_ms=50, prefetch=prefetch)
+    # no flush by ack_interval_ms while a batch is handled (a slow machine would reach 500 ms)
+    consumer = Consumer(client, q, "g", handle, max_messages=10, wait_ms=50, prefetch=prefetch, ack_interval_ms=60_000)
     await consumer.start()
     await asyncio.wait_for(handler.done.wait(), GUARD_S)
     await consumer.stop()
