@@ -23,9 +23,10 @@ from vpq.common.poll_body import PolledBody
 from vpq.node_rpc.call import BAD_NODE_ANSWER, MAX_WAIT_MS, call_node
 
 MESSAGE_COUNT_HEADER = "X-Vpq-Messages"
-ACKED_COUNT_HEADER = "X-Vpq-Acked"  # how many of a poll's ``ack`` ids were acknowledged
 """On a poll answer: how many messages its body holds (so the gateway can pass the body
 through without parsing it)."""
+ACKED_COUNT_HEADER = "X-Vpq-Acked"
+"""On a poll answer: how many of the poll's ``ack`` ids were acknowledged."""
 
 
 def _seg(name: str) -> str:
