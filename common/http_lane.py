@@ -31,6 +31,7 @@ from typing import Any, Protocol, cast
 import orjson
 from aiohttp import web
 
+from vpq.common.burst_accept import BurstServer, listen_sockets
 from vpq.common.errors import VpqError
 from vpq.common.http1 import NOT_PLAIN, RequestHead, parse_request_head, render_answer
 
@@ -217,7 +218,7 @@ def _plain_body(head: RequestHead) -> bool:
 class LaneSite(web.BaseSite):
     """An aiohttp site (on ``host``/``port``, or on an already bound ``sock``) whose
     connections start in ``lane``; ``reuse_port`` lets other processes listen on the same
-    host and port (``SO_REUSEPORT``)."""
+    host and port (``SO_REUSEPORT``). It accepts through a ``common.burst_accept.BurstServer``."""
 
     def __init__(
         self,
@@ -248,7 +249,6 @@ class LaneSite(web.BaseSite):
 
     async def start(self) -> None:
         await super().start()
-        loop = asyncio.get_running_loop()
         fallback = self._runner.server
         assert fallback is not None
         connections = self._connections
@@ -258,16 +258,12 @@ class LaneSite(web.BaseSite):
             return LaneProtocol(lane, fallback, connections)
 
         if self._sock is not None:
-            self._server = await loop.create_server(factory, sock=self._sock, backlog=self._backlog)
+            socks = [self._sock]
         else:
-            self._server = await loop.create_server(
-                factory,
-                self._host,
-                self._port,
-                backlog=self._backlog,
-                reuse_address=True,
-                reuse_port=self._reuse_port or None,
-            )
+            socks = listen_sockets(self._host, self._port, backlog=self._backlog, reuse_port=self._reuse_port)
+        server = BurstServer(factory, socks)
+        server.start()
+        self._server = server  # type: ignore[assignment]
 
     async def stop(self) -> None:
         """Stop listening, let the lane requests in flight finish (up to the shutdown

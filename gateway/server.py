@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from vpq.common.burst_accept import BurstSite
 from vpq.common.http_lane import LaneSite
 from vpq.config.settings import GatewaySettings
 from vpq.gateway.produce_lane import ProduceLane
@@ -53,7 +54,7 @@ class GatewayServer:
                     reuse_port=shared,
                 )
             else:
-                site = web.TCPSite(runner, self.settings.host, self.settings.port, reuse_port=shared or None)
+                site = BurstSite(runner, self.settings.host, self.settings.port, reuse_port=shared)
             await site.start()
         except BaseException:
             await runner.cleanup()

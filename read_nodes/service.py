@@ -39,6 +39,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from vpq.common.burst_accept import BurstSite
 from vpq.common.errors import Conflict, NotFound
 from vpq.common.lifecycle import close_all
 from vpq.config.settings import Settings
@@ -172,7 +173,7 @@ class ReadNodeService:
         self._redriver = Redriver(md, cache, WriteNodeLetters(writers, write_client, self._resolve_context), appender)
         self._runner = web.AppRunner(build_app(self, self._cluster_secret), access_log=None, shutdown_timeout=2.0)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host_name, self.port)
+        site = BurstSite(self._runner, self.host_name, self.port)
         await site.start()
         bound = self._runner.addresses[0]
         self._address = self._advertise or f"{self.host_name}:{bound[1]}"
