@@ -20,7 +20,13 @@ Contract:
   :meth:`Consumer.nack`; an exception is only logged and the visibility timeout redelivers.
 * ``prefetch=True`` (the default, like Kafka's fetcher): as soon as a batch arrives the next
   poll is sent, so it travels while the batch is handled, and acks/nacks go out in the
-  background (at most one settlement request in flight, in order). That prefetch does
+  background (at most one settlement request in flight, in order). When a full batch
+  (``max_messages``) was handled in less than half the time the last prefetch took to
+  be answered, the consumer keeps one more poll ahead (up to ``MAX_POLLS_AHEAD``); after
+  a batch that was not full, or handled in more time than that prefetch took, one fewer
+  (never fewer than one). So a consumer catching up on a backlog keeps the read node
+  busy, while one whose handler sets the pace, or that has caught up, holds only the next
+  batch (each batch held keeps its keys from the other members). A prefetch does
   not wait on the server (``wait_ms`` 0: it must never hold back the acks riding on the
   poll after it); when it comes back empty, the loop long-polls once the batch is done.
   Per-key order still holds: the server does not deliver a key's next message while its previous one is
@@ -28,7 +34,7 @@ Contract:
   A prefetched batch not yet handled at ``stop()`` is given back by the leave (its
   messages go to the other members at once; their ``delivery_count`` shows that
   delivery, and it counts towards ``max_deliveries``).
-  A prefetched batch is in flight while the current one is handled: when handling a batch
+  Prefetched batches are in flight while the current one is handled: when handling a batch
   may take longer than the queue's visibility timeout, use ``prefetch=False`` (polls only
   after the batch's settlements were answered) to avoid redeliveries.
 * Poll is the heartbeat. While a long batch is being handled, a keep-alive poll
@@ -57,6 +63,9 @@ from vpq.sdk.models import JoinResult, Message
 log = logging.getLogger(__name__)
 
 Handler = Callable[[Message], Awaitable[Any]]
+
+MAX_POLLS_AHEAD = 2
+"""Most polls a prefetching consumer has in flight while it handles a batch."""
 
 MAX_REJOINS = 3
 
@@ -111,7 +120,9 @@ class Consumer:
         self._ack_interval = ack_interval_ms / 1000.0
         self._error_backoff = error_backoff_ms / 1000.0
         self._prefetch = prefetch
-        self._prefetched: asyncio.Task[list[Message]] | None = None
+        self._prefetched: deque[asyncio.Task[list[Message]]] = deque()  # polls ahead, oldest first
+        self._ahead = 1  # how many polls to keep ahead (1..MAX_POLLS_AHEAD)
+        self._prefetch_s: float | None = None  # how long the last answered prefetch took
         self._settling: asyncio.Task[None] | None = None
         self._flush_wanted = False  # a flush asked for and not yet taken by the sender
         self._join: JoinResult | None = None
@@ -149,7 +160,7 @@ class Consumer:
     async def stop(self, timeout_s: float | None = None) -> None:
         """Finish running handlers, send pending acks, leave. After ``timeout_s`` the loop is cancelled."""
         self._stopping = True
-        for task in (self._poll_task, self._prefetched):
+        for task in (self._poll_task, *self._prefetched):
             if task is not None:
                 task.cancel()
         if self._task is None:
@@ -183,6 +194,7 @@ class Consumer:
                     if rejoins > MAX_REJOINS:
                         raise
                     log.warning("consumer %s unknown to the server; joining again", self.consumer_id)
+                    await self._drop_prefetched()  # sent for the forgotten member
                     await self._do_join()
                     continue
                 except VpqClientError as err:
@@ -194,7 +206,8 @@ class Consumer:
                 rejoins = 0
                 if messages:
                     if self._prefetch and not self._stopping:
-                        self._prefetched = asyncio.ensure_future(self._poll_request(wait_ms=0))
+                        while len(self._prefetched) < self._ahead:
+                            self._prefetched.append(self._send_prefetch())
                     await self._handle_batch(messages)
         finally:
             await self._shutdown()
@@ -242,21 +255,46 @@ class Consumer:
                 self._acks[:0] = acks
             raise
 
+    def _send_prefetch(self) -> asyncio.Task[list[Message]]:
+        """A poll ahead (no wait on the server); its round trip is kept in ``_prefetch_s``."""
+        loop = asyncio.get_running_loop()
+        sent = loop.time()
+        task = asyncio.ensure_future(self._poll_request(wait_ms=0))
+
+        def answered(t: asyncio.Task[list[Message]]) -> None:
+            if not t.cancelled() and t.exception() is None:
+                self._prefetch_s = loop.time() - sent
+
+        task.add_done_callback(answered)
+        return task
+
+    def _adapt_polls_ahead(self, handled_s: float, full: bool) -> None:
+        """At a batch's end (``full``: it had ``max_messages``; it took ``handled_s``): see
+        the module docstring."""
+        took = self._prefetch_s
+        if took is None:
+            return
+        if full and took > 2 * handled_s:
+            self._ahead = min(MAX_POLLS_AHEAD, self._ahead + 1)
+        elif not full or took < handled_s:
+            self._ahead = max(1, self._ahead - 1)
+
     async def _next_poll_soon(self) -> bool:
         """True when the loop will send the next poll right away: prefetching, nothing
         else queued, and the prefetched answer (never a long poll) is in, or comes
         within ``ack_interval_ms`` (the loop waits for it anyway)."""
-        task = self._prefetched
+        task = self._prefetched[0] if self._prefetched else None
         if not self._prefetch or self._stopping or self._backlog or self._nacks or task is None:
             return False
         if not task.done():
             await asyncio.wait({task}, timeout=self._ack_interval)
-        return task is self._prefetched and task.done() and not task.cancelled() and task.exception() is None
+        head = self._prefetched[0] if self._prefetched else None
+        return task is head and task.done() and not task.cancelled() and task.exception() is None
 
     async def _poll(self) -> list[Message]:
-        """The next poll's answer: the prefetched one when there is one, else a new poll."""
-        if self._prefetched is not None:
-            self._poll_task, self._prefetched = self._prefetched, None
+        """The next poll's answer: the oldest prefetched one when there is one, else a new poll."""
+        if self._prefetched:
+            self._poll_task = self._prefetched.popleft()
         else:
             self._poll_task = asyncio.ensure_future(self._poll_request())
         try:
@@ -265,6 +303,7 @@ class Consumer:
             self._poll_task = None
 
     async def _handle_batch(self, messages: Sequence[Message]) -> None:
+        started = asyncio.get_running_loop().time()
         keepalive = asyncio.create_task(self._keepalive())
         try:
             if self._concurrency == 1:
@@ -283,6 +322,7 @@ class Consumer:
         finally:
             keepalive.cancel()
             await asyncio.gather(keepalive, return_exceptions=True)
+        self._adapt_polls_ahead(asyncio.get_running_loop().time() - started, len(messages) >= self._max_messages)
         if await self._next_poll_soon():
             return  # the acks go with the poll the loop sends next
         await self._flush_settlements()
@@ -361,12 +401,16 @@ class Consumer:
                 continue
             self._backlog.extend(got)
 
+    async def _drop_prefetched(self) -> None:
+        """Cancel the polls ahead (what they got is released by a leave or redelivered)."""
+        tasks, self._prefetched = list(self._prefetched), deque()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
     async def _shutdown(self) -> None:
         self._backlog.clear()
-        if self._prefetched is not None:  # what it got is released by the leave below
-            self._prefetched.cancel()
-            await asyncio.gather(self._prefetched, return_exceptions=True)
-            self._prefetched = None
+        await self._drop_prefetched()  # what they got is released by the leave below
         await self._flush_settlements(wait=True)
         if self._join is None:
             return

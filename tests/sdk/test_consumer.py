@@ -319,3 +319,63 @@ async def test_a_busy_prefetching_consumer_acks_with_its_next_poll(
         assert all(p.body["wait_ms"] == 0 for p in polls[1:6])  # prefetches never wait on the server
     else:
         assert len(acks) >= 5 and not any(p.body.get("ack") for p in polls)
+
+
+def count_polls_in_flight(client: AsyncClient) -> list[int]:
+    """Wraps ``client.poll``; the returned list holds the most polls seen in flight at once."""
+    peak = [0]
+    in_flight = [0]
+    poll = client.poll
+
+    async def counting(*args: Any, **kwargs: Any) -> list[Message]:
+        in_flight[0] += 1
+        peak[0] = max(peak[0], in_flight[0])
+        try:
+            return await poll(*args, **kwargs)
+        finally:
+            in_flight[0] -= 1
+
+    client.poll = counting  # type: ignore[method-assign]
+    return peak
+
+
+async def test_a_consumer_waiting_on_slow_polls_keeps_two_ahead(
+    client: AsyncClient, gateway: RecordingProxy, q: str
+) -> None:
+    # full batches handled at once, polls answered 50 ms late: the consumer waits on the
+    # server, so it sends a second poll ahead
+    await fill(client, q, 40)
+    gateway.delay(r"/poll$", 0.05)
+    peak = count_polls_in_flight(client)
+    handler = Collector(40)
+    consumer = Consumer(client, q, "g", handler, max_messages=5, wait_ms=50)
+    await consumer.start()
+    await asyncio.wait_for(handler.done.wait(), GUARD_S)
+    await consumer.stop()
+    assert [m.value for m in handler.seen] == list(range(40))
+    assert peak[0] == 2
+    assert sorted(set(acked_ids(gateway, consumer.consumer_id))) == sorted(m.id for m in handler.seen)
+
+
+@pytest.mark.parametrize("case", ["slow handler", "partial batches"])
+async def test_a_consumer_paced_by_its_handler_or_caught_up_keeps_one_ahead(
+    client: AsyncClient, gateway: RecordingProxy, q: str, case: str
+) -> None:
+    await fill(client, q, 20)
+    if case == "partial batches":
+        gateway.delay(r"/poll$", 0.05)
+    peak = count_polls_in_flight(client)
+    handler = Collector(20)
+
+    async def handle(msg: Message) -> None:
+        if case == "slow handler":
+            await asyncio.sleep(0.02)  # a batch of 5 takes 100 ms; a poll takes a few
+        await handler(msg)
+
+    max_messages = 5 if case == "slow handler" else 25  # 20 messages never fill a poll of 25
+    consumer = Consumer(client, q, "g", handle, max_messages=max_messages, wait_ms=50)
+    await consumer.start()
+    await asyncio.wait_for(handler.done.wait(), GUARD_S)
+    await consumer.stop()
+    assert [m.value for m in handler.seen] == list(range(20))
+    assert peak[0] == 1
