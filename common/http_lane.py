@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
@@ -216,7 +216,7 @@ def _plain_body(head: RequestHead) -> bool:
 
 
 class LaneSite(web.BaseSite):
-    """An aiohttp site (on ``host``/``port``, or on an already bound ``sock``) whose
+    """An aiohttp site (on ``host``/``port``, or on already bound ``socks``) whose
     connections start in ``lane``; ``reuse_port`` lets other processes listen on the same
     host and port (``SO_REUSEPORT``). It accepts through a ``common.burst_accept.BurstServer``."""
 
@@ -227,23 +227,23 @@ class LaneSite(web.BaseSite):
         *,
         host: str | None = None,
         port: int = 0,
-        sock: socket.socket | None = None,
+        socks: Sequence[socket.socket] | None = None,
         shutdown_timeout_s: float = 5.0,
         reuse_port: bool = False,
     ) -> None:
         super().__init__(runner)
-        if (sock is None) == (host is None):
-            raise ValueError("give either host and port or sock")
+        if (not socks) == (host is None):
+            raise ValueError("give either host and port or socks")
         self._lane = lane
-        self._host, self._port, self._sock = host, port, sock
+        self._host, self._port, self._socks = host, port, list(socks or ())
         self._lane_shutdown_s = shutdown_timeout_s
         self._reuse_port = reuse_port
         self._connections: set[LaneProtocol] = set()
 
     @property
     def name(self) -> str:
-        if self._sock is not None:
-            host, port = self._sock.getsockname()[:2]
+        if self._socks:
+            host, port = self._socks[0].getsockname()[:2]
             return f"http://{host}:{port}"
         return f"http://{self._host}:{self._port}"
 
@@ -257,9 +257,8 @@ class LaneSite(web.BaseSite):
         def factory() -> LaneProtocol:
             return LaneProtocol(lane, fallback, connections)
 
-        if self._sock is not None:
-            socks = [self._sock]
-        else:
+        socks = self._socks
+        if not socks:
             socks = listen_sockets(self._host, self._port, backlog=self._backlog, reuse_port=self._reuse_port)
         server = BurstServer(factory, socks)
         server.start()

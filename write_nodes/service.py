@@ -43,6 +43,7 @@ from urllib.parse import urlparse
 from aiohttp import web
 
 from vpq.codec.columnar import TrafficKey
+from vpq.common.burst_accept import listen_sockets
 from vpq.common.http_lane import LaneSite
 from vpq.config.settings import LogSettings, Settings
 from vpq.metadata.aio import cancel_and_wait
@@ -84,11 +85,6 @@ MIN_BODY_LIMIT = 64 << 20
 DEDUP_SKEW_MS = 10_000  # extra log scanned at open for clocks of gateways and nodes that differ
 REBUILD_RECORDS_PER_ID = 2  # the rebuild reads at most this many records per id the index may hold
 
-
-def bind_socket(host: str, port: int) -> socket.socket:
-    """A listening TCP socket on ``host:port`` (0 = a free port)."""
-    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
-    return socket.create_server((host, port), family=family, backlog=1024)
 
 
 def wall_ms() -> int:
@@ -287,7 +283,7 @@ class WriteNodeService:
         self._ownership: PartitionOwnership | None = None
         self._replication: ReplicaManager | None = None
         self._compactor: Compactor | None = None
-        self._sock: socket.socket | None = None
+        self._socks: list[socket.socket] = []
         self.partition_count = 0
         self.address = ""
 
@@ -327,8 +323,8 @@ class WriteNodeService:
             self._traffic = TrafficExporter(stats_dir(s).resolve(), self.node_id, s.rebalance.window_ms, md.contexts)
             await self._traffic.start()
             ttl = s.redis.lease_ttl_ms
-            sock = self._sock = bind_socket(self._host, self._port)
-            self.address = self._advertise or f"{self._host}:{sock.getsockname()[1]}"
+            socks = self._socks = listen_sockets(self._host, self._port)
+            self.address = self._advertise or f"{self._host}:{socks[0].getsockname()[1]}"
             self._keeper = LeaseKeeper(
                 md.leases,
                 self.node_id,
@@ -387,7 +383,7 @@ class WriteNodeService:
             self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=5.0)
             await self._runner.setup()
             lane = AppendLane(handlers, max_body_bytes=body_limit, cluster_secret=self._cluster_secret)
-            await LaneSite(self._runner, lane, sock=sock).start()
+            await LaneSite(self._runner, lane, socks=socks).start()
             await self._keeper.start()
             await self._ownership.start()
             if self._replication is not None:
@@ -462,8 +458,8 @@ class WriteNodeService:
                 await self._keeper.stop(release=release)
         if self._runner is not None:
             await self._runner.cleanup()
-        if self._sock is not None:
-            self._sock.close()
+        for sock in self._socks:
+            sock.close()
         if self._traffic is not None:
             await self._traffic.stop()
         if self._fence is not None:
@@ -474,5 +470,6 @@ class WriteNodeService:
             await self._listener.stop()
         if self._md is not None:
             await self._md.stop()
-        self._ownership = self._keeper = self._runner = self._traffic = self._sock = self._replication = None
+        self._ownership = self._keeper = self._runner = self._traffic = self._replication = None
+        self._socks = []
         self._cache = self._listener = self._md = self._fence = None
