@@ -44,13 +44,13 @@ delivered again, at-least-once). A deleted queue sets ``gone``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from vpq.codec.message_id import MessageIdError, decode_message_ids
 from vpq.common.errors import BadRequest, Conflict, NotFound, Unavailable, VpqError
+from vpq.common.waits import wait_event
 from vpq.isolation.context import IsolationContext
 from vpq.metadata.aio import cancel_and_wait
 from vpq.metadata.errors import MetadataUnavailable
@@ -286,8 +286,7 @@ class GroupHost:
                 if timeout <= 0:
                     self._wake.set()
                     timeout = tick
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(kick.wait(), timeout)
+            await wait_event(kick, timeout)
 
     # ------------------------------------------------------------ housekeeping
     async def _tick_loop(self) -> None:
@@ -457,8 +456,7 @@ class GroupHost:
         events = self._waiting.setdefault(consumer_id, [])
         events.append(ev)
         try:
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(ev.wait(), timeout_s)
+            await wait_event(ev, timeout_s)
         finally:
             events.remove(ev)
             if not events:

@@ -63,6 +63,12 @@ KEY_HASH_BITS = 32
 _HASH_MASK = (1 << KEY_HASH_BITS) - 1
 
 
+def _being_cancelled() -> bool:
+    """True when someone asked to cancel the running task itself (not a future it awaited)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
 def pack_ref(context_id: int, key_hash: int) -> int:
     """The index ref of a record: its context id and key hash in one int64."""
     return (context_id << KEY_HASH_BITS) | key_hash
@@ -281,7 +287,7 @@ class PartitionTailer:
         self.known_end = 0
         self._pos = 0
         self._reset_to: int | None = None
-        self._reset = asyncio.Event()
+        self._read: asyncio.Future[ReadResultLike] | None = None  # the long-poll in flight
         self._listeners: dict[object, Listener] = {}
         self._positions: dict[object, int] = {}
         self._task: asyncio.Task[None] | None = None
@@ -336,7 +342,8 @@ class PartitionTailer:
             return
         if self._reset_to is None or offset < self._reset_to:
             self._reset_to = offset
-            self._reset.set()
+            if self._read is not None:
+                self._read.cancel()  # the loop starts again from the reset
 
     def covers(self, offset: int) -> bool:
         """True when every record from ``offset`` up to the index end is indexed."""
@@ -354,25 +361,26 @@ class PartitionTailer:
             if self._reset_to is not None:
                 self._restart_index(self._reset_to)
                 self._reset_to = None
-                self._reset.clear()
                 self._notify()
             try:
                 address = (await self._source.directory.owner(self.pp)).address
-                read = asyncio.ensure_future(
+                if self._reset_to is not None:
+                    continue
+                # awaited directly (not through asyncio.wait): this task resumes in the
+                # loop iteration after the answer, ahead of what that answer wakes
+                read = self._read = asyncio.ensure_future(
                     self._source.reader.read(address, self.pp, self._pos, self._max_bytes, self._wait_ms)
                 )
-                reset = asyncio.ensure_future(self._reset.wait())
                 try:
-                    await asyncio.wait({read, reset}, return_when=asyncio.FIRST_COMPLETED)
+                    res = await read
+                except asyncio.CancelledError:
+                    if not read.cancelled() or _being_cancelled():
+                        raise
+                    continue  # require() cancelled the read: start again from the reset
                 finally:
-                    reset.cancel()
+                    self._read = None
                     if not read.done():
                         read.cancel()
-                        with contextlib.suppress(asyncio.CancelledError, Exception):
-                            await read
-                if read.cancelled():
-                    continue
-                res = read.result()
                 await self._take(res)
             except asyncio.CancelledError:
                 raise

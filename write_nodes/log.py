@@ -40,6 +40,7 @@ from pathlib import Path
 
 from vpq.codec.columnar import build_columnar_batch, columns_of
 from vpq.codec.records import HEADER, BatchView, Record, restamp_base_offset
+from vpq.common.waits import wait_event
 from vpq.config.settings import LogSettings
 from vpq.write_nodes import filenames
 from vpq.write_nodes.appender import AppendMeta, SegmentAppender
@@ -388,9 +389,7 @@ class PartitionLog(LogCompaction):
             event = self._advanced
             if event is None:
                 event = self._advanced = asyncio.Event()
-            try:
-                await asyncio.wait_for(event.wait(), remaining)
-            except asyncio.TimeoutError:
+            if not await wait_event(event, remaining):
                 return self.durable_end_offset > offset
         return True
 

@@ -26,6 +26,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 from vpq.common.errors import Unavailable
+from vpq.common.waits import wait_event
 
 
 class LeaderState:
@@ -152,8 +153,6 @@ class LeaderState:
             if deadline is None:
                 await event.wait()
                 continue
-            try:
-                await asyncio.wait_for(event.wait(), remaining)
-            except asyncio.TimeoutError:
+            if not await wait_event(event, remaining):
                 return self.high_watermark >= offset
         return True
