@@ -382,6 +382,10 @@ class PartitionTailer:
                     if not read.done():
                         read.cancel()
                 await self._take(res)
+                if res.data:
+                    # what the answer woke (ingestion, then the polls it feeds) goes
+                    # before the next long-poll is sent: one loop iteration here
+                    await asyncio.sleep(0)
             except asyncio.CancelledError:
                 raise
             except VpqError as exc:
