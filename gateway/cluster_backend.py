@@ -64,6 +64,9 @@ from vpq.virtual_partitions.router import ProduceRouter
 
 log = logging.getLogger("vpq.gateway.cluster")
 T = TypeVar("T")
+POLL_CONNECTIONS = 100_000
+"""connections to one read node for polls: a waiting long poll holds one, so no bound
+short of the file limit (as the aiohttp session, unbounded, did)"""
 
 
 def replication_fields(
@@ -122,6 +125,7 @@ class ClusterBackend:
         self._cache: MapCache | None = None
         self._session: aiohttp.ClientSession | None = None
         self._pools: NodePools | None = None
+        self._poll_pools: NodePools | None = None
         self._writers: WriteNodeDirectory | None = None
         self._readers: ReadNodeDirectory | None = None
         self._write_client: WriteNodeClient | None = None
@@ -155,10 +159,12 @@ class ClusterBackend:
             listener.add_callback(readers.on_event)
             await writers.refresh()
             await readers.refresh()
-            # appends, the hot call, go over lean keep-alive connections (node_rpc.node_pools)
+            # appends and polls, the hot calls, go over lean keep-alive connections
+            # (node_rpc.node_pools); a long poll holds its connection while it waits
             self._pools = NodePools(client_headers(self._cluster_secret), max_connections_per_node=256)
             self._write_client = WriteNodeClient(self._session, pools=self._pools)
-            self._read_client = ReadNodeClient(self._session)
+            self._poll_pools = NodePools(client_headers(self._cluster_secret), max_connections_per_node=POLL_CONNECTIONS)
+            self._read_client = ReadNodeClient(self._session, pools=self._poll_pools)
             batcher = self._batcher = AppendAccumulator(
                 self._write_client,
                 max_in_flight=self._settings.gateway.append_requests_in_flight,
@@ -195,12 +201,13 @@ class ClusterBackend:
                 self._listener.stop if self._listener else None,
                 self._session.close if self._session else None,
                 self._pools.stop if self._pools else None,
+                self._poll_pools.stop if self._poll_pools else None,
                 self._md.stop if self._md else None,
             ),
             log,
             "the cluster backend",
         )
-        self._cache = self._listener = self._session = self._md = self._pools = None
+        self._cache = self._listener = self._session = self._md = self._pools = self._poll_pools = None
         self._batcher = None
 
     def _placeable_partitions(self) -> list[int]:

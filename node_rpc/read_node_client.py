@@ -21,6 +21,7 @@ import orjson
 from vpq.common.errors import InternalError
 from vpq.common.poll_body import PolledBody
 from vpq.node_rpc.call import BAD_NODE_ANSWER, MAX_WAIT_MS, call_node
+from vpq.node_rpc.node_pools import NodePools
 
 MESSAGE_COUNT_HEADER = "X-Vpq-Messages"
 """On a poll answer: how many messages its body holds (so the gateway can pass the body
@@ -69,8 +70,17 @@ class ReadNodeClient:
 
     ROLE = "read"
 
-    def __init__(self, session: aiohttp.ClientSession, *, timeout_s: float = 10.0, poll_margin_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        *,
+        timeout_s: float = 10.0,
+        poll_margin_s: float = 10.0,
+        pools: NodePools | None = None,
+    ) -> None:
         self._session = session
+        self._pools = pools
+        """polls (the hot call) go over these lean connections when given"""
         self._timeout_s = timeout_s
         self._poll_margin_s = poll_margin_s
         self.redrive_timeout_s = 120.0
@@ -138,15 +148,17 @@ class ReadNodeClient:
         body: dict[str, Any] = {"max_messages": int(max_messages), "wait_ms": wait}
         if ack:
             body["ack"] = list(ack)
-        answer = await call_node(
-            self._session,
-            "POST",
-            address,
-            f"{_group_path(queue, group)}/consumers/{_seg(consumer_id)}/poll",
-            role=self.ROLE,
-            timeout_s=wait / 1000.0 + self._poll_margin_s,
-            json_body=body,
-        )
+        path = f"{_group_path(queue, group)}/consumers/{_seg(consumer_id)}/poll"
+        timeout_s = wait / 1000.0 + self._poll_margin_s
+        if self._pools is not None:
+            answer = await self._pools.call(
+                "POST", address, path, role=self.ROLE, timeout_s=timeout_s, data=orjson.dumps(body),
+                content_type=b"application/json",
+            )
+        else:
+            answer = await call_node(
+                self._session, "POST", address, path, role=self.ROLE, timeout_s=timeout_s, json_body=body
+            )
         count = _message_count(answer.headers.get(MESSAGE_COUNT_HEADER))
         acked = _message_count(answer.headers.get(ACKED_COUNT_HEADER)) if ack else None
         return PolledBody(answer.body, -1 if count is None else count, acked or 0)

@@ -19,6 +19,7 @@ from vpq.common.errors import Conflict, InternalError, NotFound, Unavailable
 from vpq.isolation.context import IsolationContext
 from vpq.metadata.leases import group_resource
 from vpq.metadata.store import MetadataStore
+from vpq.node_rpc.node_pools import NodePools
 from vpq.node_rpc.read_node_client import ReadNodeClient
 
 
@@ -32,6 +33,17 @@ def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LivePlatform]
 async def session() -> AsyncIterator[aiohttp.ClientSession]:
     async with aiohttp.ClientSession() as s:
         yield s
+
+
+@pytest.fixture(params=["aiohttp", "node-pools"])
+async def pools(request: pytest.FixtureRequest) -> AsyncIterator[NodePools | None]:
+    """Polls over aiohttp (``call_node``) and over ``node_rpc.node_pools``: same answers."""
+    if request.param == "aiohttp":
+        yield None
+        return
+    pools = NodePools({})
+    yield pools
+    await pools.stop()
 
 
 @pytest.fixture
@@ -52,9 +64,9 @@ async def node(platform: LivePlatform) -> AsyncIterator[tuple[RecordingProxy, st
     await server.close()
 
 
-async def test_every_endpoint_uses_the_documented_path_and_body(session, platform: LivePlatform, queue: str, node) -> None:
+async def test_every_endpoint_uses_the_documented_path_and_body(session, pools, platform: LivePlatform, queue: str, node) -> None:
     proxy, a = node
-    c = ReadNodeClient(session)
+    c = ReadNodeClient(session, pools=pools)
     joined = await c.join(a, queue, "billing", consumer_id=None, env="test", set_="eu", lane="feat-a", start="latest")
     cid = joined["consumer_id"]
     assert joined["session_timeout_ms"] == 10000
@@ -104,12 +116,12 @@ async def test_unknown_consumer_is_not_found(session, platform: LivePlatform, qu
     assert info.value.code == "consumer_not_found"
 
 
-async def test_unreachable_read_node(session) -> None:
+async def test_unreachable_read_node(session, pools) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         address = f"127.0.0.1:{s.getsockname()[1]}"
     with pytest.raises(Unavailable) as info:
-        await ReadNodeClient(session).poll(address, "q", "g", "c", 1, 0)
+        await ReadNodeClient(session, pools=pools).poll(address, "q", "g", "c", 1, 0)
     assert info.value.code == "node_unreachable" and info.value.details["role"] == "read"
     assert address in info.value.message
 
@@ -136,12 +148,12 @@ async def two_messages(session: aiohttp.ClientSession, platform: LivePlatform, q
 
 
 @pytest.mark.parametrize("header", ["2", None, "two"])
-async def test_poll_body_passes_the_answer_through_with_its_count(session, platform: LivePlatform, queue: str, node, header) -> None:
+async def test_poll_body_passes_the_answer_through_with_its_count(session, pools, platform: LivePlatform, queue: str, node, header) -> None:
     """The real answer, its count header kept, dropped or made unusable by the proxy."""
     proxy, a = node
     proxy.rewrite(r"/poll$", count_header(header))
     cid, ids = await two_messages(session, platform, queue, a)
-    c = ReadNodeClient(session)
+    c = ReadNodeClient(session, pools=pools)
     polled = await c.poll_body(a, queue, "g", cid, 10, 5000)
     assert polled.count == 2  # counted from the header, else from the parsed body
     assert [m["id"] for m in orjson.loads(polled.body)["messages"]] == ids
@@ -149,19 +161,19 @@ async def test_poll_body_passes_the_answer_through_with_its_count(session, platf
     assert [m["id"] for m in await c.poll(a, queue, "g", cid, 10, 5000)] == ids
 
 
-async def test_poll_body_without_a_message_list_is_a_bad_answer(session, platform: LivePlatform, queue: str, node) -> None:
+async def test_poll_body_without_a_message_list_is_a_bad_answer(session, pools, platform: LivePlatform, queue: str, node) -> None:
     proxy, a = node
     proxy.rewrite(r"/poll$", lambda status, headers, body: (status, count_header(None)(status, headers, body)[1], b'{"nothing": 1}'))
     cid, _ = await two_messages(session, platform, queue, a)
     with pytest.raises(InternalError) as info:
-        await ReadNodeClient(session).poll_body(a, queue, "g", cid, 10, 5000)
+        await ReadNodeClient(session, pools=pools).poll_body(a, queue, "g", cid, 10, 5000)
     assert info.value.code == "bad_node_answer"
 
 
-async def test_poll_acks_its_ack_ids_first_and_counts_them(session, platform: LivePlatform, queue: str, node) -> None:
+async def test_poll_acks_its_ack_ids_first_and_counts_them(session, pools, platform: LivePlatform, queue: str, node) -> None:
     proxy, a = node
     cid, ids = await two_messages(session, platform, queue, a)
-    c = ReadNodeClient(session)
+    c = ReadNodeClient(session, pools=pools)
     first = await c.poll_body(a, queue, "g", cid, 1, 5000)  # one vp, no keys: the first message
     assert first.count == 1 and first.acked == 0
     second = await c.poll_body(a, queue, "g", cid, 10, 5000, ack=[ids[0], "9-999999"])
