@@ -126,15 +126,21 @@ class WriteNodeClient:
         """Whole raw batches of ``pp`` from the batch holding ``offset`` (durable data only),
         waiting up to ``wait_ms`` (capped at 30000) when there is nothing yet."""
         wait = max(0, min(int(wait_ms), MAX_WAIT_MS))
-        answer = await call_node(
-            self._session,
-            "GET",
-            address,
-            f"/internal/v1/partitions/{int(pp)}/read",
-            role=self.ROLE,
-            timeout_s=wait / 1000.0 + self._read_margin_s,
-            params={"offset": str(int(offset)), "max_bytes": str(int(max_bytes)), "wait_ms": str(wait)},
-        )
+        path = f"/internal/v1/partitions/{int(pp)}/read"
+        timeout_s = wait / 1000.0 + self._read_margin_s
+        if self._pools is not None:
+            query = f"?offset={int(offset)}&max_bytes={int(max_bytes)}&wait_ms={wait}"
+            answer = await self._pools.call("GET", address, path + query, role=self.ROLE, timeout_s=timeout_s)
+        else:
+            answer = await call_node(
+                self._session,
+                "GET",
+                address,
+                path,
+                role=self.ROLE,
+                timeout_s=timeout_s,
+                params={"offset": str(int(offset)), "max_bytes": str(int(max_bytes)), "wait_ms": str(wait)},
+            )
         return ReadResult(
             answer.body,
             _int_header(answer.headers, START_OFFSET_HEADER),

@@ -54,6 +54,7 @@ from vpq.metadata.store import MetadataStore
 from vpq.node_rpc.call import node_session
 from vpq.node_rpc.cluster_auth import client_headers
 from vpq.node_rpc.node_directory import WriteNodeDirectory
+from vpq.node_rpc.node_pools import NodePools
 from vpq.node_rpc.write_node_client import WriteNodeClient
 from vpq.produce_path.append_accumulator import AppendAccumulator
 from vpq.produce_path.produce import Appender, AppendPolicy
@@ -109,6 +110,7 @@ class ReadNodeService:
         self._listener: EventListener | None = None
         self._cache: MapCache | None = None
         self._session: aiohttp.ClientSession | None = None
+        self._pools: NodePools | None = None
         self._accumulator: AppendAccumulator | None = None
         self._runner: web.AppRunner | None = None
         self._keeper: LeaseKeeper | None = None
@@ -149,7 +151,9 @@ class ReadNodeService:
         writers = WriteNodeDirectory(md.nodes, md.leases, self._partition_count, md.leaders)
         listener.add_callback(writers.on_event)
         await writers.refresh()
-        write_client = WriteNodeClient(self._session)
+        # tail reads and appends, the hot calls, go over lean keep-alive connections
+        self._pools = NodePools(client_headers(self._cluster_secret), max_connections_per_node=1024)
+        write_client = WriteNodeClient(self._session, pools=self._pools)
         source = RecordSource(write_client, writers, self._resolve_context, RecordCache(o.cache_bytes), o.fetch_max_bytes)
         pool = TailerPool(
             source, max_bytes=o.tail_max_bytes, wait_ms=o.tail_wait_ms, retry_ms=o.retry_ms,
@@ -212,6 +216,7 @@ class ReadNodeService:
             (
                 self._accumulator.stop if self._accumulator else None,
                 self._session.close if self._session else None,
+                self._pools.stop if self._pools else None,
                 self._cache.stop if self._cache else None,
                 self._listener.stop if self._listener else None,
                 self._md.stop if self._md else None,
@@ -219,7 +224,7 @@ class ReadNodeService:
             log,
             f"read node {self.node_id}",
         )
-        self._session = self._cache = self._listener = self._md = None
+        self._session = self._cache = self._listener = self._md = self._pools = None
         self._accumulator = None
         self._redriver = None
         self.parts = None
