@@ -412,11 +412,15 @@ class WriteNodeHandlers:
         self._metrics.appended(frame.pp, len(frame.batch), frame.summary, frame.queues, elapsed_s)
 
     async def read(self, request: web.Request) -> web.Response:
-        pp = _pp(request)
-        q = request.query
-        offset = _int_value(q.get("offset"), "offset", None, 0)
-        max_bytes = min(_int_value(q.get("max_bytes"), "max_bytes", DEFAULT_READ_BYTES, 1), MAX_READ_BYTES)
-        wait_ms = min(_int_value(q.get("wait_ms"), "wait_ms", 0, 0), MAX_WAIT_MS)
+        data, headers = await self.read_query(_pp(request), request.query.get)
+        return web.Response(body=data, content_type="application/octet-stream", headers=headers)
+
+    async def read_query(self, pp: int, query: Callable[[str], str | None]) -> tuple[bytes, dict[str, str]]:
+        """The body and headers of ``GET .../partitions/{pp}/read``; ``query`` gives a
+        query parameter's (first) value, None when absent. Raises the route's errors."""
+        offset = _int_value(query("offset"), "offset", None, 0)
+        max_bytes = min(_int_value(query("max_bytes"), "max_bytes", DEFAULT_READ_BYTES, 1), MAX_READ_BYTES)
+        wait_ms = min(_int_value(query("wait_ms"), "wait_ms", 0, 0), MAX_WAIT_MS)
         part = self._ownership.serving(pp)
         plog = part.log
         assert plog is not None
@@ -442,11 +446,7 @@ class WriteNodeHandlers:
                 data = b""
             except LogIOError as exc:
                 raise self._log_failure(pp, part, exc) from exc
-        return web.Response(
-            body=data,
-            content_type="application/octet-stream",
-            headers={START_OFFSET_HEADER: str(plog.start_offset), END_OFFSET_HEADER: str(end)},
-        )
+        return data, {START_OFFSET_HEADER: str(plog.start_offset), END_OFFSET_HEADER: str(end)}
 
     async def partitions(self, request: web.Request) -> web.Response:
         rows = self._ownership.snapshot()

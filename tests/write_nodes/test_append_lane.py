@@ -10,6 +10,7 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
+from yarl import URL
 
 from tests.write_nodes.test_service_helpers import batch, make_settings, open_metadata, place_queue
 from vpq.node_rpc.append_frames import Frame, encode_frames
@@ -67,3 +68,45 @@ async def test_lane_and_app_answer_alike(secured: tuple[WriteNodeService, int]) 
     # both appended, one after the other: offsets continue
     assert lane[1]["results"] == [{"base_offset": 0, "last_offset": 1}, {"base_offset": 0, "last_offset": 0}]
     assert app[1]["results"] == [{"base_offset": 2, "last_offset": 3}, {"base_offset": 1, "last_offset": 1}]
+
+
+async def _get(address: str, target: str, headers: dict[str, str], *, via_app: bool) -> tuple[int, bytes, dict[str, str], bool]:
+    """One GET on a new connection (``via_app``: after a first request that hands the
+    connection to aiohttp). Answers (status, body, offset and content headers, by aiohttp)."""
+    connector = aiohttp.TCPConnector(limit=1)
+    async with aiohttp.ClientSession(connector=connector) as http:
+        if via_app:
+            async with http.get(f"http://{address}/internal/v1/partitions", headers={"X-Vpq-Cluster-Secret": SECRET}) as r:
+                assert r.status == 200
+        async with http.get(URL(f"http://{address}{target}", encoded=True), headers=headers) as r:  # sent as written
+            kept = {k: r.headers[k] for k in ("X-Start-Offset", "X-End-Offset", "Content-Type", "Retry-After") if k in r.headers}
+            return r.status, await r.read(), kept, "Server" in r.headers
+
+
+async def test_reads_through_the_lane_answer_as_the_app(secured: tuple[WriteNodeService, int]) -> None:
+    service, qid = secured
+    ok = {"X-Vpq-Cluster-Secret": SECRET, "X-Map-Epoch": "1"}
+    assert (await _post(service.address, encode_frames([Frame(0, batch(qid, [0, 3]))]), ok, via_app=False))[0] == 200
+    secret = {"X-Vpq-Cluster-Secret": SECRET}
+    base = "/internal/v1/partitions"
+    cases: list[tuple[str, str, dict[str, str], bool]] = [  # name, target, headers, taken by the lane
+        ("whole batch", f"{base}/0/read?offset=0&max_bytes=1048576&wait_ms=0", secret, True),
+        ("from the second record", f"{base}/0/read?offset=1", secret, True),
+        ("first value wins", f"{base}/0/read?offset=0&offset=9&wait_ms=0", secret, True),
+        ("long poll times out", f"{base}/0/read?offset=2&wait_ms=30", secret, True),
+        ("no offset", f"{base}/0/read?max_bytes=10", secret, True),
+        ("bad offset", f"{base}/0/read?offset=x", secret, True),
+        ("negative wait", f"{base}/0/read?offset=0&wait_ms=-1", secret, True),
+        ("empty parameter", f"{base}/0/read?offset=0&wait_ms", secret, True),
+        ("not owner", f"{base}/1/read?offset=0", secret, True),
+        ("no secret", f"{base}/0/read?offset=0", {}, True),
+        ("escaped query", f"{base}/0/read?offset=%30", secret, False),
+        ("not a partition", f"{base}/x/read?offset=0", secret, False),
+    ]
+    for name, target, headers, in_lane in cases:
+        lane = await _get(service.address, target, headers, via_app=False)
+        app = await _get(service.address, target, headers, via_app=True)
+        assert lane[:3] == app[:3], name
+        assert (lane[3], app[3]) == (not in_lane, True), name
+    status, body, kept, _ = await _get(service.address, f"{base}/0/read?offset=0&wait_ms=0", secret, via_app=False)
+    assert status == 200 and body and kept["X-End-Offset"] == "2" and kept["Content-Type"] == "application/octet-stream"
