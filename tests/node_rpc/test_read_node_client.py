@@ -19,7 +19,6 @@ from vpq.common.errors import Conflict, InternalError, NotFound, Unavailable
 from vpq.isolation.context import IsolationContext
 from vpq.metadata.leases import group_resource
 from vpq.metadata.store import MetadataStore
-from vpq.node_rpc.node_pools import NodePools
 from vpq.node_rpc.read_node_client import ReadNodeClient
 
 
@@ -33,17 +32,6 @@ def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LivePlatform]
 async def session() -> AsyncIterator[aiohttp.ClientSession]:
     async with aiohttp.ClientSession() as s:
         yield s
-
-
-@pytest.fixture(params=["aiohttp", "node-pools"])
-async def pools(request: pytest.FixtureRequest) -> AsyncIterator[NodePools | None]:
-    """Polls over aiohttp (``call_node``) and over ``node_rpc.node_pools``: same answers."""
-    if request.param == "aiohttp":
-        yield None
-        return
-    pools = NodePools({})
-    yield pools
-    await pools.stop()
 
 
 @pytest.fixture

@@ -24,7 +24,6 @@ from vpq.common.errors import BadRequest, InternalError, Unavailable, VpqError
 from vpq.gateway.cluster_backend import ClusterBackend
 from vpq.node_rpc.append_frames import Frame
 from vpq.node_rpc.call import NODE_UNREACHABLE, call_node
-from vpq.node_rpc.node_pools import NodePools
 from vpq.node_rpc.write_node_client import WriteNodeClient
 
 
@@ -59,17 +58,6 @@ def node(platform: LivePlatform) -> Node:
     vp_on = {pp: vp for vp, pp in reversed(list(enumerate(info["placement"])))}
     assert sorted(vp_on) == [0, 1], info["placement"]
     return Node(platform.writers[0].address, info["id"], vp_on)
-
-
-@pytest.fixture(params=["aiohttp", "node-pools"])
-async def pools(request: pytest.FixtureRequest) -> AsyncIterator[NodePools | None]:
-    """Appends over aiohttp (``call_node``) and over ``node_rpc.node_pools``: same answers."""
-    if request.param == "aiohttp":
-        yield None
-        return
-    pools = NodePools({})
-    yield pools
-    await pools.stop()
 
 
 @pytest.fixture
