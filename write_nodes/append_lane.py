@@ -40,7 +40,7 @@ _EPOCH = MAP_EPOCH_HEADER.lower()
 
 
 class AppendLane:
-    """The append route of one write node."""
+    """The hot routes of one write node: append and tail read."""
 
     def __init__(self, handlers: WriteNodeHandlers, *, max_body_bytes: int, cluster_secret: str | None) -> None:
         self.max_body_bytes = max_body_bytes
@@ -76,7 +76,6 @@ class AppendLane:
             log.exception("unexpected error in POST %s", APPEND_PATH)
             return error_answer(InternalError(message="internal error in the write node"))
         return LaneAnswer(200, orjson.dumps({"results": entries}))
-
 
     def _take_read(self, head: RequestHead) -> Coroutine[Any, Any, LaneAnswer] | None:
         match = _READ_TARGET.fullmatch(head.target)
