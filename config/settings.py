@@ -50,6 +50,10 @@ class LogSettings(BaseModel):
         "group", description="group: fsync per group commit (durable, default); interval: every fsync_interval_ms; none: never (experiments)"
     )
     fsync_interval_ms: int = Field(50, ge=1)
+    inline_commit_idle_ms: float = Field(
+        2.0, ge=0.0, le=1000.0, description="a write that finds the node's disks idle this long is written and "
+        "synced on the event loop, without the I/O thread's hand-offs (lower latency at low rates); 0 = never",
+    )
     max_group_bytes: int = Field(8 * MiB, ge=4096, description="largest write gathered into one group commit")
     checkpoint_interval_ms: int = Field(5000, ge=10)
     compaction_interval_ms: int = Field(

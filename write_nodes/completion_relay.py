@@ -13,12 +13,18 @@ Contract:
 - a call that raises ``Exception`` is reported to the loop's exception handler and
   the calls after it still run;
 - ``post`` raises ``RuntimeError`` when the loop is closed (as ``call_soon_threadsafe``).
+
+The relay also keeps when the loop's committers last finished a write
+(``note_io``, from any thread): ``io_quiet_for(s)`` tells a committer whether the
+loop has been without disk completions for ``s`` seconds, the one case where it
+may write on the loop thread itself (``group_commit``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -30,13 +36,14 @@ _RELAYS_LOCK = threading.Lock()
 class CompletionRelay:
     """Callbacks from other threads, run on one loop in batches (see the module doc)."""
 
-    __slots__ = ("_loop", "_lock", "_calls", "_scheduled", "__weakref__")
+    __slots__ = ("_loop", "_lock", "_calls", "_scheduled", "_last_io", "__weakref__")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = weakref.ref(loop)  # not a strong one: the registry must not keep the loop alive
         self._lock = threading.Lock()
         self._calls: list[tuple[Callable[..., object], tuple[Any, ...]]] = []
         self._scheduled = False  # a drain is queued on the loop and has not taken the calls yet
+        self._last_io = -1e9  # time.monotonic() of the last note_io
 
     @classmethod
     def of(cls, loop: asyncio.AbstractEventLoop) -> CompletionRelay:
@@ -48,6 +55,14 @@ class CompletionRelay:
                 if relay is None:
                     relay = _RELAYS[loop] = cls(loop)
         return relay
+
+    def note_io(self) -> None:
+        """A committer of this loop finished a write now (any thread)."""
+        self._last_io = time.monotonic()
+
+    def io_quiet_for(self, seconds: float) -> bool:
+        """True when no ``note_io`` came in the last ``seconds`` (never when ``seconds`` <= 0)."""
+        return seconds > 0 and time.monotonic() - self._last_io >= seconds
 
     def post(self, fn: Callable[..., object], *args: Any) -> None:
         """Run ``fn(*args)`` on the loop soon (thread-safe)."""

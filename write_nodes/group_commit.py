@@ -12,6 +12,14 @@ wakes a parked I/O thread with one lock release; a busy one takes the next group
 without being woken. The thread never waits for the loop, so it writes group N+1 while the
 loop is still acknowledging group N and building the next batches.
 
+An idle loop writes on its own thread (``inline_idle_ms``): when a submit finds the
+I/O thread parked, nothing queued, and no committer of the loop has completed a
+write for ``inline_idle_ms`` (``CompletionRelay.io_quiet_for``), the loop writes and
+syncs that one op itself and resolves it on its next iteration, exactly as the
+thread's group would be. That saves the thread's wake-up and the loop's for the
+completion, most of a lone append's wait besides the fsync; under load writes keep
+going to the thread, so the loop is not blocked by fsyncs while requests arrive.
+
 Fsync policy (``LogSettings.fsync_policy``):
 - ``group`` (default, durable): every group is fsynced before its waiters are
   resolved: an acknowledged append survives ``kill -9`` and power loss;
@@ -126,12 +134,16 @@ class GroupCommitter:
         name: str = "log",
         history_size: int = 0,
         write_sync: WriteFn | None = None,
+        inline_idle_ms: float = 0.0,
     ) -> None:
         """``fsync`` syncs one fd and ``write`` writes buffers to one fd (both on the I/O
         thread), ``truncate`` cuts one fd back after a full disk: the storage of the files
         the sink places writes in. ``write_sync`` (optional) is ``write`` then ``fsync`` of
         that fd in one call (``Storage.write_all_dsync``): a synced group whose ops all
-        append to one fd and sync only it is written with it, counted as one fsync."""
+        append to one fd and sync only it is written with it, counted as one fsync.
+        ``inline_idle_ms`` > 0: a submit that finds the I/O thread parked, and the loop's
+        committers without a completed write for that long, is written on the loop
+        thread (module docstring); 0: never."""
         if policy not in ("group", "interval", "none"):
             raise ValueError(f"unknown fsync policy {policy!r}")
         self._sink = sink
@@ -139,6 +151,7 @@ class GroupCommitter:
         self._sync_groups = policy == "group"
         self._interval_s = fsync_interval_ms / 1000.0
         self._max_group_bytes = max_group_bytes
+        self._inline_idle_s = inline_idle_ms / 1000.0
         self._fsync_fn = fsync
         self._write = write
         self._write_sync = write_sync
@@ -159,8 +172,9 @@ class GroupCommitter:
         self._refusing = False  # a full disk's group is being rolled back: no I/O meanwhile
         self._late: list[WriteOp] = []  # ops submitted meanwhile: they are rolled back too
         self.disk_full = 0  # groups refused because the disk was full
-        self.fsyncs = 0  # fsync calls made (written by the I/O thread only)
+        self.fsyncs = 0  # fsync calls made (by the I/O thread, or inline while it is parked)
         self.groups = 0  # I/O rounds completed
+        self.inline_groups = 0  # of which written on the loop thread
         self.writes = 0  # ops completed
         # (bytes written, fsyncs made) per I/O round, oldest first, when history_size > 0;
         # appended by the I/O thread: read it with history_snapshot()
@@ -243,17 +257,24 @@ class GroupCommitter:
         await self._enqueue(op)
 
     def _enqueue(self, op: WriteOp) -> asyncio.Future[None]:
-        assert self._loop is not None
-        fut: asyncio.Future[None] = self._loop.create_future()
+        loop = self._loop
+        assert loop is not None and self._relay is not None
+        fut: asyncio.Future[None] = loop.create_future()
         op.future = fut
         with self._lock:
             if self._refusing:
                 self._late.append(op)
                 return fut
-            self._queue.append(op)
-            if self._parked:
-                self._parked = False
-                self._wake.release()
+            inline = self._parked and not self._queue and self._relay.io_quiet_for(self._inline_idle_s)
+            if not inline:
+                self._queue.append(op)
+                if self._parked:
+                    self._parked = False
+                    self._wake.release()
+        if inline:
+            # the I/O thread is parked and stays so: only the loop thread unparks it
+            self.inline_groups += 1
+            self._run([op], loop.call_soon)
         return fut
 
     def _unpark(self) -> None:
@@ -278,22 +299,32 @@ class GroupCommitter:
             if group is None:
                 self._wake.acquire()  # released by whoever clears ``_parked``
                 continue
-            try:
-                synced = self._execute(group)
-            except OSError as exc:
-                if exc.errno in FULL_ERRNOS and self._undo(group):
-                    with self._lock:
-                        self._refusing = True
-                        refused = group + list(self._queue)
-                        self._queue.clear()
-                    relay.post(self._refuse, exc, refused)
-                    continue
-                relay.post(self._go_offline, exc, group)
+            if not self._run(group, relay.post):
                 return
-            except BaseException as exc:  # the partition goes offline; the loop learns why
-                relay.post(self._go_offline, exc, group)
-                return
-            relay.post(self._complete, group, synced)
+
+    def _run(self, group: list[WriteOp], post: Callable[..., object]) -> bool:
+        """Write (and sync) ``group``, then ``post`` its completion, its full disk or the
+        error that takes the committer offline to the loop. False when offline."""
+        assert self._relay is not None
+        try:
+            synced = self._execute(group)
+        except OSError as exc:
+            if exc.errno in FULL_ERRNOS and self._undo(group):
+                with self._lock:
+                    self._refusing = True
+                    refused = group + list(self._queue)
+                    self._queue.clear()
+                self._relay.note_io()
+                post(self._refuse, exc, refused)
+                return True
+            post(self._go_offline, exc, group)
+            return False
+        except BaseException as exc:  # the partition goes offline; the loop learns why
+            post(self._go_offline, exc, group)
+            return False
+        self._relay.note_io()
+        post(self._complete, group, synced)
+        return True
 
     def _take_group(self) -> list[WriteOp]:
         queue = self._queue

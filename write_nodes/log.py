@@ -167,6 +167,7 @@ class PartitionLog(LogCompaction):
             name=f"p{self.partition_id}",
             history_size=self._history_size,
             write_sync=self._write_sync,
+            inline_idle_ms=self.settings.inline_commit_idle_ms,
         )
         await self._committer.start()
         self._error = None

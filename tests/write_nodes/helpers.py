@@ -22,6 +22,12 @@ def small_settings(**overrides: Any) -> LogSettings:
     return LogSettings(**base)
 
 
+def threaded_settings(**overrides: Any) -> LogSettings:
+    """``small_settings`` where the I/O thread does every write, never the loop
+    (``inline_commit_idle_ms`` 0): for tests that block the thread inside its fsync."""
+    return small_settings(inline_commit_idle_ms=0, **overrides)
+
+
 def make_records(tag: str, count: int, size: int = 40) -> list[Record]:
     return [
         Record(

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.write_nodes.helpers import read_all, small_settings
+from tests.write_nodes.helpers import read_all, small_settings, threaded_settings
 from vpq.codec.batch_common import Record
 from vpq.codec.columnar import build_columnar_batch, columns_of
 from vpq.codec.records import BatchView
@@ -79,7 +79,7 @@ async def test_a_retry_of_a_copy_still_in_the_group_commit_waits_for_its_fsync(t
         entered.set()
         gate.wait(10)
 
-    log = PartitionLog(tmp_path, small_settings(), fsync=slow_fsync)
+    log = PartitionLog(tmp_path, threaded_settings(), fsync=slow_fsync)
     await log.start()
     idx = DedupIndex()
     first = asyncio.ensure_future(admit(log, idx, *batch(["a", "b"]), 1_000, window_of))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.write_nodes.helpers import make_records, read_all, small_settings
+from tests.write_nodes.helpers import make_records, read_all, small_settings, threaded_settings
 from vpq.write_nodes.errors import PartitionOfflineError
 from vpq.write_nodes.group_commit import default_fsync
 from vpq.write_nodes.log import PartitionLog
@@ -46,7 +46,7 @@ async def _wait_until(predicate, timeout_s: float = 10.0) -> None:  # type: igno
 
 async def test_concurrent_appends_share_one_fsync(tmp_path: Path) -> None:
     fsync = GatedFsync(open_=False)
-    log = PartitionLog(tmp_path, small_settings(segment_bytes=1 << 20), fsync=fsync)
+    log = PartitionLog(tmp_path, threaded_settings(segment_bytes=1 << 20), fsync=fsync)
     await log.start()
     first = asyncio.create_task(log.append(make_records("first", 1)))
     await asyncio.get_running_loop().run_in_executor(None, fsync.entered.wait)
@@ -64,7 +64,7 @@ async def test_concurrent_appends_share_one_fsync(tmp_path: Path) -> None:
 
 async def test_acknowledged_and_readable_only_after_fsync(tmp_path: Path) -> None:
     fsync = GatedFsync(open_=False)
-    log = PartitionLog(tmp_path, small_settings(segment_bytes=1 << 20), fsync=fsync)
+    log = PartitionLog(tmp_path, threaded_settings(segment_bytes=1 << 20), fsync=fsync)
     await log.start()
     task = asyncio.create_task(log.append(make_records("a", 3)))
     await asyncio.get_running_loop().run_in_executor(None, fsync.entered.wait)
@@ -84,7 +84,7 @@ async def test_acknowledged_and_readable_only_after_fsync(tmp_path: Path) -> Non
 async def test_group_size_is_bounded_by_max_group_bytes(tmp_path: Path) -> None:
     fsync = GatedFsync(open_=False)
     log = PartitionLog(
-        tmp_path, small_settings(segment_bytes=1 << 20, max_group_bytes=4096), fsync=fsync, history_size=100
+        tmp_path, threaded_settings(segment_bytes=1 << 20, max_group_bytes=4096), fsync=fsync, history_size=100
     )
     await log.start()
     first = asyncio.create_task(log.append(make_records("first", 1)))

@@ -8,7 +8,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from tests.write_nodes.helpers import make_records, read_all, small_settings
+from tests.write_nodes.helpers import make_records, read_all, small_settings, threaded_settings
 from vpq.write_nodes.log import PartitionLog
 from vpq.write_nodes.storage import OS_STORAGE, OsStorage
 
@@ -75,7 +75,7 @@ def test_a_storage_that_overrides_its_sync_keeps_it(tmp_path: Path) -> None:
 
 async def test_a_group_of_appends_is_one_write_sync_and_acked_after_it(tmp_path: Path) -> None:
     write_sync, fsync = CountingWriteSync(open_=False), CountingFsync()
-    log = PartitionLog(tmp_path, small_settings(segment_bytes=1 << 20), fsync=fsync, write_sync=write_sync)
+    log = PartitionLog(tmp_path, threaded_settings(segment_bytes=1 << 20), fsync=fsync, write_sync=write_sync)
     await log.start()
     first = asyncio.create_task(log.append(make_records("first", 1)))
     await asyncio.get_running_loop().run_in_executor(None, write_sync.entered.wait)
