@@ -321,6 +321,8 @@ class GroupCommitter:
             return False
         except BaseException as exc:  # the partition goes offline; the loop learns why
             post(self._go_offline, exc, group)
+            if threading.current_thread() is not self._thread:
+                raise  # written on the loop thread: KeyboardInterrupt and the like go on up
             return False
         self._relay.note_io()
         post(self._complete, group, synced)

@@ -111,6 +111,31 @@ async def test_an_inline_fsync_error_takes_the_partition_offline(tmp_path: Path)
         await log.stop()  # the I/O thread ended; stop reports the error
 
 
+class Abort(BaseException):
+    """Stands for KeyboardInterrupt or SystemExit raised inside the write."""
+
+
+async def test_a_base_exception_in_an_inline_write_goes_on_up_and_the_partition_goes_offline(
+    tmp_path: Path,
+) -> None:
+    calls = []
+
+    def aborting_fsync(fd: int) -> None:
+        calls.append(threading.current_thread() is threading.main_thread())
+        raise Abort()
+
+    log = PartitionLog(tmp_path, small_settings(segment_bytes=1 << 20, inline_commit_idle_ms=50), fsync=aborting_fsync)
+    await log.start()
+    await _quiet()
+    with pytest.raises(Abort):
+        await log.append(make_records("x", 1))
+    assert calls == [True]
+    await asyncio.sleep(0)  # the offline transition posted before the raise
+    assert not log.online
+    with pytest.raises(PartitionOfflineError):
+        await log.stop()
+
+
 async def test_an_inline_write_to_a_full_disk_appends_nothing_and_the_log_goes_on(tmp_path: Path) -> None:
     fsync = ThreadOfFsync()
     log = _log(tmp_path, fsync)
