@@ -9,9 +9,10 @@ lets a test act while one is on its way. Appends go straight to the nodes with t
 multi-partition ``POST /internal/v1/append`` (``WriteNodeClient.append_many``, one
 ``codec.columnar`` batch per call); ``records(pp)`` reads a partition back.
 
-``GatedStorage`` is the real file system whose data flushes (``fdatasync``, made only
-by a log's group-commit I/O thread) wait while ``gate`` is clear: appends are then
-admitted (offsets assigned) but not durable, as on a slow disk.
+``GatedStorage`` is the real file system whose data flushes (``fdatasync``) wait while
+``gate`` is clear: appends are then admitted (offsets assigned) but not durable, as on a
+slow disk. With it the cluster's logs make every flush on their group-commit I/O thread
+(``log.inline_commit_idle_ms`` 0), never on the event loop the test runs on.
 
 ``start_md`` and ``create_queue`` set up metadata as the queue admin does.
 """
@@ -32,7 +33,7 @@ from tests.recording_proxy import RecordingProxy
 from vpq.codec.columnar import build_columnar_batch, columns_of
 from vpq.codec.records import Record, decode_batches
 from vpq.common.errors import VpqError
-from vpq.config.settings import ClusterSettings, RedisSettings, Settings
+from vpq.config.settings import ClusterSettings, LogSettings, RedisSettings, Settings
 from vpq.metadata.store import MetadataStore
 from vpq.node_rpc.append_frames import Frame
 from vpq.node_rpc.write_node_client import WriteNodeClient
@@ -85,6 +86,7 @@ class WriteCluster:
             data_dir=data_dir,
             redis=RedisSettings(key_prefix=key_prefix, poll_fallback_ms=50),
             cluster=ClusterSettings(write_nodes=write_nodes, physical_partitions=partitions),
+            log=LogSettings(inline_commit_idle_ms=0) if isinstance(storage, GatedStorage) else LogSettings(),
         )
         self.running = list(range(write_nodes) if running is None else running)
         self.storage = storage
