@@ -35,16 +35,22 @@ def _log(tmp_path: Path, fsync: ThreadOfFsync, idle_ms: float = 50.0) -> Partiti
     return PartitionLog(tmp_path, small_settings(segment_bytes=1 << 20, inline_commit_idle_ms=idle_ms), fsync=fsync)
 
 
+async def _idle_log(tmp_path: Path) -> tuple[PartitionLog, ThreadOfFsync]:
+    """A started log (inline after 50 ms of quiet) whose loop has been quiet that long."""
+    fsync = ThreadOfFsync()
+    log = _log(tmp_path, fsync)
+    await log.start()
+    await _quiet()
+    return log, fsync
+
+
 async def _quiet(seconds: float = 0.06) -> None:
     """Let the loop's disks be idle for longer than the logs' ``inline_commit_idle_ms``."""
     await asyncio.sleep(seconds)
 
 
 async def test_a_lone_append_on_an_idle_loop_is_synced_by_the_loop(tmp_path: Path) -> None:
-    fsync = ThreadOfFsync()
-    log = _log(tmp_path, fsync)
-    await log.start()
-    await _quiet()
+    log, fsync = await _idle_log(tmp_path)
     pending = asyncio.ensure_future(log.append(make_records("a", 3)))
     await asyncio.sleep(0)  # the append ran up to its submit: written and synced by now
     assert fsync.on_loop == [True]
@@ -56,10 +62,7 @@ async def test_a_lone_append_on_an_idle_loop_is_synced_by_the_loop(tmp_path: Pat
 
 
 async def test_appends_close_together_go_to_the_io_thread(tmp_path: Path) -> None:
-    fsync = ThreadOfFsync()
-    log = _log(tmp_path, fsync)
-    await log.start()
-    await _quiet()
+    log, fsync = await _idle_log(tmp_path)
     results = await asyncio.gather(*(log.append(make_records(f"n{i}", 2)) for i in range(20)))
     assert results == [(2 * i, 2 * i + 1) for i in range(20)]
     # the first found the loop idle; the rest came before its write was 50 ms old
@@ -95,10 +98,7 @@ async def test_zero_idle_never_writes_on_the_loop(tmp_path: Path) -> None:
 
 
 async def test_an_inline_fsync_error_takes_the_partition_offline(tmp_path: Path) -> None:
-    fsync = ThreadOfFsync()
-    log = _log(tmp_path, fsync)
-    await log.start()
-    await _quiet()
+    log, fsync = await _idle_log(tmp_path)
     fsync.fail = errno.EIO
     with pytest.raises(PartitionOfflineError) as info:
         await log.append(make_records("x", 1))
@@ -137,9 +137,7 @@ async def test_a_base_exception_in_an_inline_write_goes_on_up_and_the_partition_
 
 
 async def test_an_inline_write_to_a_full_disk_appends_nothing_and_the_log_goes_on(tmp_path: Path) -> None:
-    fsync = ThreadOfFsync()
-    log = _log(tmp_path, fsync)
-    await log.start()
+    log, fsync = await _idle_log(tmp_path)
     await log.append(make_records("a", 2))
     await _quiet()
     fsync.fail = errno.ENOSPC
