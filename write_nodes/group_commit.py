@@ -174,7 +174,7 @@ class GroupCommitter:
         self.disk_full = 0  # groups refused because the disk was full
         self.fsyncs = 0  # fsync calls made (by the I/O thread, or inline while it is parked)
         self.groups = 0  # I/O rounds completed
-        self.inline_groups = 0  # of which written on the loop thread
+        self.inline_groups = 0  # of which written on the loop thread (counted with ``groups``)
         self.writes = 0  # ops completed
         # (bytes written, fsyncs made) per I/O round, oldest first, when history_size > 0;
         # appended by the I/O thread: read it with history_snapshot()
@@ -273,8 +273,7 @@ class GroupCommitter:
                     self._wake.release()
         if inline:
             # the I/O thread is parked and stays so: only the loop thread unparks it
-            self.inline_groups += 1
-            self._run([op], loop.call_soon)
+            self._run([op], loop.call_soon, on_loop=True)
         return fut
 
     def _unpark(self) -> None:
@@ -302,9 +301,10 @@ class GroupCommitter:
             if not self._run(group, relay.post):
                 return
 
-    def _run(self, group: list[WriteOp], post: Callable[..., object]) -> bool:
+    def _run(self, group: list[WriteOp], post: Callable[..., object], on_loop: bool = False) -> bool:
         """Write (and sync) ``group``, then ``post`` its completion, its full disk or the
-        error that takes the committer offline to the loop. False when offline."""
+        error that takes the committer offline to the loop. False when offline.
+        ``on_loop``: called on the loop thread (an inline write), not the I/O thread."""
         assert self._relay is not None
         try:
             synced = self._execute(group)
@@ -321,11 +321,11 @@ class GroupCommitter:
             return False
         except BaseException as exc:  # the partition goes offline; the loop learns why
             post(self._go_offline, exc, group)
-            if threading.current_thread() is not self._thread:
-                raise  # written on the loop thread: KeyboardInterrupt and the like go on up
+            if on_loop:
+                raise  # KeyboardInterrupt and the like go on up
             return False
         self._relay.note_io()
-        post(self._complete, group, synced)
+        post(self._complete, group, synced, on_loop)
         return True
 
     def _take_group(self) -> list[WriteOp]:
@@ -413,8 +413,10 @@ class GroupCommitter:
         self.fsyncs += 1
 
     # ---------------------------------------------------------------- loop side
-    def _complete(self, group: list[WriteOp], synced: bool) -> None:
+    def _complete(self, group: list[WriteOp], synced: bool, on_loop: bool = False) -> None:
         self.groups += 1
+        if on_loop:
+            self.inline_groups += 1
         self.writes += len(group)
         self._sink.finish(group, synced)
         for op in group:

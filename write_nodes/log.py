@@ -250,6 +250,13 @@ class PartitionLog(LogCompaction):
         return len(self._segments)
 
     @property
+    def commit_counts(self) -> tuple[int, int]:
+        """(group commits, of which written on the event loop) since the log started;
+        (0, 0) before it started."""
+        c = self._committer
+        return (c.groups, c.inline_groups) if c is not None else (0, 0)
+
+    @property
     def committer(self) -> GroupCommitter:
         """The group committer (for its counters: ``fsyncs``, ``groups``, ``writes``, ``history``)."""
         if self._committer is None:

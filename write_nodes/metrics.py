@@ -22,9 +22,11 @@ Histograms:
 - ``vpq_group_commit_records{partition}``: records made durable by one group commit.
 
 Gauges, read when scraped: ``vpq_partition_{start,end,next}_offset``, ``vpq_partition_size_bytes``,
-``vpq_partition_online`` (1/0), ``vpq_partition_dedup_ids`` (ids in the dedup index) and
+``vpq_partition_online`` (1/0), ``vpq_partition_dedup_ids`` (ids in the dedup index),
 ``vpq_partition_dedup_duplicates`` (messages answered as duplicates since the partition
-opened) per held partition (``end`` is the durable end), and
+opened), ``vpq_partition_group_commits`` and ``vpq_partition_loop_commits`` (group commits
+since the partition opened, and those of them written on the event loop) per held
+partition (``end`` is the durable end), and
 ``vpq_write_node_map_epoch``, ``vpq_write_node_partitions``.
 
 The fsync and group-commit series need logs built by :meth:`WriteNodeMetrics.log_factory`
@@ -95,6 +97,11 @@ class _PartitionGauges:
             "dedup_ids": _gauge("vpq_partition_dedup_ids", "Dedup ids in the partition's index."),
             "dedup_duplicates": _gauge(
                 "vpq_partition_dedup_duplicates", "Messages not stored again as duplicates, since the partition opened."
+            ),
+            "group_commits": _gauge("vpq_partition_group_commits", "Group commits since the partition opened."),
+            "loop_commits": _gauge(
+                "vpq_partition_loop_commits",
+                "Of the group commits, those an idle node wrote on its event loop (log.inline_commit_idle_ms).",
             ),
         }
         online = _gauge("vpq_partition_online", "1 while the partition serves appends and reads.")

@@ -532,8 +532,9 @@ class PartitionOwnership:
             if plog is not None and plog.report is not None:
                 start, end, nxt, size = plog.start_offset, plog.durable_end_offset, plog.end_offset, plog.size_bytes
                 compacted = plog.compactions.bytes_reclaimed
+                commits, loop_commits = plog.commit_counts
             else:
-                start = end = nxt = size = compacted = 0
+                start = end = nxt = size = compacted = commits = loop_commits = 0
             rows.append(
                 {
                     "id": part.pp,
@@ -546,6 +547,8 @@ class PartitionOwnership:
                     "state": state,
                     "dedup_ids": len(part.dedup) if part.dedup is not None else 0,
                     "dedup_duplicates": part.dedup.duplicates if part.dedup is not None else 0,
+                    "group_commits": commits,
+                    "loop_commits": loop_commits,
                 }
             )
         return rows

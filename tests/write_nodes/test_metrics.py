@@ -106,3 +106,28 @@ async def test_metrics_endpoint_after_appends(tmp_path, redis_url, key_prefix) -
     assert value(fams, "vpq_write_node_partitions", "vpq_write_node_partitions") == 2
     assert value(fams, "vpq_write_node_map_epoch", "vpq_write_node_map_epoch") == 2
     assert not any("node" in s.labels for items in fams.values() for s in items)  # the gateway adds it
+
+
+async def test_group_commits_and_those_written_on_the_loop_are_counted(tmp_path, redis_url, key_prefix) -> None:
+    settings = make_settings(tmp_path, key_prefix, write_nodes=1, partitions=1)
+    md = await open_metadata(settings, redis_url)
+    qid = await place_queue(md, "q", [0])
+    service = WriteNodeService(settings, "w0", 0, redis_url)
+    await service.start()
+    try:
+        async with aiohttp.ClientSession() as http:
+            a = service.address
+            for i in range(3):
+                await asyncio.sleep(0.05)  # the node's disks idle for longer than inline_commit_idle_ms
+                status, answer = await append(http, a, 0, batch(qid, [0], f"m{i}"), 1)
+                assert status == 200, answer
+            async with http.get(f"http://{a}/internal/v1/partitions") as resp:
+                row = (await resp.json())["partitions"][0]
+            async with http.get(f"http://{a}/internal/v1/metrics") as resp:
+                fams = samples(await resp.text())
+    finally:
+        await service.stop()
+        await md.stop()
+    assert row["group_commits"] == 3 and row["loop_commits"] == 3
+    assert value(fams, "vpq_partition_group_commits", "vpq_partition_group_commits", partition="0") == 3
+    assert value(fams, "vpq_partition_loop_commits", "vpq_partition_loop_commits", partition="0") == 3
