@@ -80,7 +80,7 @@ def bench_hotkey(
     spread_keys: Optional[int] = typer.Option(None, help="keys of the spread backlog [1000; quick 200]"),
     max_messages: Optional[int] = typer.Option(None, help="messages per poll [500]"),
     message_bytes: Optional[int] = typer.Option(None, help="bytes of message value [256]"),
-    rounds: Optional[int] = typer.Option(None, help=_ROUNDS_HELP + " [3; quick 1]"),
+    rounds: Optional[int] = typer.Option(None, help=_ROUNDS_HELP + " [4; quick 1]"),
     timeout: Optional[float] = typer.Option(None, help="bound on one drain, seconds [120]"),
     physical_partitions: int = typer.Option(4, help=PP_HELP),
     data_dir: Optional[Path] = typer.Option(None, help=DATA_HELP),

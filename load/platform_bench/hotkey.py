@@ -13,7 +13,9 @@ per-key order kept) before its consumer joins, so only the drain is timed: from 
 moment the consumer has joined to the first delivery of the last message. Each drain
 also reports the messages a poll carried (:mod:`load.platform_bench.poll_counts`). Rounds alternate which
 layout drains first (round 0: hot first), so a machine that slows down or speeds up
-during the run weighs on both alike. Figures: per layout the median msg/s over the
+during the run weighs on both alike; the default of 4 rounds lets each layout go first
+as often as the other, since which one goes first changes its drain (a drain of 5,000
+messages lasts 45-130 ms, and the first of a round can take about 45 ms more). Figures: per layout the median msg/s over the
 rounds; ``ratio`` = median hot / median spread (the goal is at least 0.5), and each
 round's own ratio. Every first delivery is checked (lost, duplicates, reordered,
 unexpected); a drain that does not end within ``timeout_s`` counts its missing
@@ -49,7 +51,7 @@ class HotkeyConfig:
     spread_keys: int = 1_000
     max_messages: int = 500
     message_bytes: int = 256
-    rounds: int = 3
+    rounds: int = 4
     timeout_s: float = 120.0
     virtual_partitions: int = 16
     produce_batch: int = 500
