@@ -12,7 +12,7 @@ wakes a parked I/O thread with one lock release; a busy one takes the next group
 without being woken. The thread never waits for the loop, so it writes group N+1 while the
 loop is still acknowledging group N and building the next batches.
 
-An idle loop writes on its own thread (``inline_idle_ms``): when a submit finds the
+An idle loop writes on the loop thread itself (``inline_idle_ms``): when a submit finds the
 I/O thread parked, nothing queued, and no committer of the loop has completed a
 write for ``inline_idle_ms`` (``CompletionRelay.io_quiet_for``), the loop writes and
 syncs that one op itself and resolves it on its next iteration, exactly as the

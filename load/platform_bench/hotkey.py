@@ -13,11 +13,11 @@ per-key order kept) before its consumer joins, so only the drain is timed: from 
 moment the consumer has joined to the first delivery of the last message. Each drain
 also reports the messages a poll carried (:mod:`load.platform_bench.poll_counts`). Rounds alternate which
 layout drains first (round 0: hot first), so a machine that slows down or speeds up
-during the run weighs on both alike; the default of 4 rounds lets each layout go first
-as often as the other, since which one goes first changes its drain (a drain of 5,000
-messages lasts 45-130 ms, and the first of a round can take about 45 ms more). Figures: per layout the median msg/s over the
-rounds; ``ratio`` = median hot / median spread (the goal is at least 0.5), and each
-round's own ratio. Every first delivery is checked (lost, duplicates, reordered,
+during the run weighs on both alike; with an even number of rounds (4 by default) each
+layout goes first as often as the other, which matters because the first drain of a
+round can be the slower one. Figures: per layout the median msg/s over the rounds;
+``ratio`` = median hot / median spread (the goal is at least 0.5), and each round's own
+ratio. Every first delivery is checked (lost, duplicates, reordered,
 unexpected); a drain that does not end within ``timeout_s`` counts its missing
 messages as lost.
 """
