@@ -35,11 +35,17 @@ def _log(tmp_path: Path, fsync: ThreadOfFsync, idle_ms: float = 50.0) -> Partiti
     return PartitionLog(tmp_path, small_settings(segment_bytes=1 << 20, inline_commit_idle_ms=idle_ms), fsync=fsync)
 
 
-async def _idle_log(tmp_path: Path) -> tuple[PartitionLog, ThreadOfFsync]:
-    """A started log (inline after 50 ms of quiet) whose loop has been quiet that long."""
+async def _started(tmp_path: Path, idle_ms: float = 50.0) -> tuple[PartitionLog, ThreadOfFsync]:
+    """A started log (inline after ``idle_ms`` of quiet) and its fsync recorder."""
     fsync = ThreadOfFsync()
-    log = _log(tmp_path, fsync)
+    log = _log(tmp_path, fsync, idle_ms)
     await log.start()
+    return log, fsync
+
+
+async def _idle_log(tmp_path: Path) -> tuple[PartitionLog, ThreadOfFsync]:
+    """``_started`` (50 ms), its loop then quiet for longer than that."""
+    log, fsync = await _started(tmp_path)
     await _quiet()
     return log, fsync
 
@@ -86,9 +92,7 @@ async def test_one_busy_log_keeps_another_off_the_loop(tmp_path: Path) -> None:
 
 
 async def test_zero_idle_never_writes_on_the_loop(tmp_path: Path) -> None:
-    fsync = ThreadOfFsync()
-    log = _log(tmp_path, fsync, idle_ms=0)
-    await log.start()
+    log, fsync = await _started(tmp_path, idle_ms=0)
     for i in range(3):
         await _quiet()
         await log.append(make_records(f"z{i}", 1))
@@ -153,9 +157,7 @@ async def test_an_inline_write_to_a_full_disk_appends_nothing_and_the_log_goes_o
 
 
 async def test_a_log_reopened_after_inline_appends_has_them_all(tmp_path: Path) -> None:
-    fsync = ThreadOfFsync()
-    log = _log(tmp_path, fsync, idle_ms=1)
-    await log.start()
+    log, fsync = await _started(tmp_path, idle_ms=1)
     for i in range(10):
         await asyncio.sleep(0.003)
         await log.append(make_records(f"r{i}", 2))
