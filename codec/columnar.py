@@ -54,6 +54,7 @@ from vpq.codec.batch_common import (
     encode_headers,
 )
 from vpq.codec.errors import CorruptBatchError
+from vpq.codec.system_headers import DEDUP
 from vpq.codec.varint import decode_uvarint
 
 MAGIC_COLUMNAR = 2
@@ -328,6 +329,15 @@ def _plain_headers(buf: Any, p: int, end: int) -> Headers | None:
     accepts (all varints one byte: the usual case), read without the general decoder;
     None (or UnicodeDecodeError) when it is not: :func:`decode_header_block` decides."""
     count = buf[p]
+    if count == 1 and p + 1 < end:  # one header (a dedup id, usually): no list to build
+        kl = buf[p + 1]
+        ke = p + 2 + kl
+        if kl >= 0x80 or ke >= end:
+            return None
+        vl = buf[ke]
+        if vl >= 0x80 or ke + 1 + vl != end:
+            return None
+        return ((str(buf[p + 2 : ke], "utf-8"), bytes(buf[ke + 1 : end])),)
     if count == 0 or count >= 0x80:
         return None
     p += 1
@@ -388,9 +398,16 @@ def summarize(view: BatchFields) -> dict[TrafficKey, list[int]]:
 _SET = {name: getattr(Record, name).__set__ for name in Record.__slots__}  # type: ignore[attr-defined]
 
 
-def decode(view: BatchFields) -> list[Record]:
+_LONE_DEDUP = bytes((1, len(DEDUP))) + DEDUP.encode("ascii")
+"""The start of a header block that holds one header, the dedup id (one-byte varints)."""
+_LONE_DEDUP_SIZE = len(_LONE_DEDUP)
+
+
+def decode(view: BatchFields, drop_dedup: bool = False) -> list[Record]:
     """Every record of a magic-2 batch (offsets and timestamps filled in), after the checks
-    of :func:`scan` (``CorruptBatchError``)."""
+    of :func:`scan` (``CorruptBatchError``). ``drop_dedup``: a record whose only header is
+    its dedup id (``system_headers.DEDUP``) gets no headers, for readers that never use the
+    id (the block is still checked)."""
     cols = scan(view, check_headers=False)  # each block is checked as it is decoded below
     buf = view.buf
     first_ts = view.first_ts
@@ -416,12 +433,22 @@ def decode(view: BatchFields) -> list[Record]:
         value = bytes(buf[vp_ : vp_ + vl])  # type: ignore[index]
         vp_ += vl
         if hl:
-            try:
-                headers = _plain_headers(buf, hp, hp + hl)
-            except UnicodeDecodeError:
-                headers = None
-            if headers is None:  # not that simple, or not valid: the full decoder judges (and says why)
-                headers = decode_header_block(buf, hp, hp + hl, i)
+            if (
+                drop_dedup
+                and _LONE_DEDUP_SIZE < hl <= _LONE_DEDUP_SIZE + 0x80  # the id's length: one byte
+                and buf[hp : hp + _LONE_DEDUP_SIZE] == _LONE_DEDUP
+                and buf[hp + _LONE_DEDUP_SIZE] == hl - _LONE_DEDUP_SIZE - 1
+            ):
+                headers = ()
+            else:
+                try:
+                    headers = _plain_headers(buf, hp, hp + hl)
+                except UnicodeDecodeError:
+                    headers = None
+                if headers is None:  # not that simple, or not valid: the full decoder judges (and says why)
+                    headers = decode_header_block(buf, hp, hp + hl, i)
+                if drop_dedup and len(headers) == 1 and headers[0][0] == DEDUP:  # an id of 128 bytes or more
+                    headers = ()
             hp += hl
         else:
             headers = ()

@@ -66,6 +66,7 @@ from vpq.codec.batch_common import (
     decode_headers,
 )
 from vpq.codec.errors import CorruptBatchError
+from vpq.codec.system_headers import DEDUP
 from vpq.codec.varint import (
     BytesLike,
     decode_svarint,
@@ -189,16 +190,18 @@ class BatchView:
         end = self.pos + self.size
         return crc32c(memoryview(self.buf)[start:end]) == self.crc
 
-    def records(self) -> list[Record]:
+    def records(self, drop_dedup: bool = False) -> list[Record]:
         """Decode every record (offsets and timestamps filled in). ``CorruptBatchError``
         when the record area does not parse exactly; the CRC is not checked here.
+        ``drop_dedup``: a record whose only header is its dedup id gets no headers (for
+        readers that never use the id).
 
         Hot path for readers: one-byte varints are decoded inline and records are
         built through their slots. Bounds are enforced by the exact-end check of
         each record (the read position only grows) and by the caught errors. A magic-2
         batch is decoded by ``codec.columnar.decode``."""
         if self.magic == MAGIC_COLUMNAR:
-            return _columnar.decode(self)
+            return _columnar.decode(self, drop_dedup)
         buf = self.buf
         end = self.pos + self.size
         p = self.pos + HEADER_SIZE
@@ -257,6 +260,8 @@ class BatchView:
                 else:
                     hc, p = decode_uvarint(buf, p, rend)
                     headers, p = decode_headers(buf, p, rend, hc)
+                    if drop_dedup and hc == 1 and headers[0][0] == DEDUP:
+                        headers = ()
                 if p != rend:
                     raise CorruptBatchError(f"record at offset {offset} does not end where its length says")
                 r = new(Record)

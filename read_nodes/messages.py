@@ -62,7 +62,9 @@ HEADERS_BYTES = 40
 
 @dataclass(frozen=True, slots=True)
 class TailedRecord:
-    """A decoded record of physical partition ``pp`` with its isolation context."""
+    """A decoded record of physical partition ``pp`` with its isolation context. A
+    record whose only header was its dedup id holds no headers
+    (``BatchView.records(drop_dedup=True)``): nothing a read node does uses the id."""
 
     pp: int
     record: Record

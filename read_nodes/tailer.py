@@ -204,7 +204,7 @@ class RecordSource:
                 yielded_at = len(out)
                 await asyncio.sleep(0)  # a full read holds thousands of records: let requests in
             batch: list[tuple[RecordKey, TailedRecord, int]] = []
-            for rec in view.records():
+            for rec in view.records(drop_dedup=True):  # a reader never uses the dedup id
                 offset = rec.offset
                 if offset < from_offset:
                     continue

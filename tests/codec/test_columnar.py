@@ -6,6 +6,7 @@ damaged or inconsistent record areas."""
 from __future__ import annotations
 
 import struct
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,7 @@ from vpq.codec.records import (
     iter_batches,
     restamp_base_offset,
 )
+from vpq.codec.system_headers import DEDUP
 from vpq.write_nodes.recovery import LogLoader
 
 GOLDEN_V2 = Path(__file__).with_name("golden_batch_v2.hex")
@@ -138,6 +140,40 @@ def test_the_buffer_builder_gives_the_same_bytes(records: list[Record], base: in
     cols = columns_of(records, ts)
     buffer = build_columnar_buffer(base, ts, cols)
     assert isinstance(buffer, bytearray) and buffer == build_columnar_batch(base, ts, cols) == build_v2(base, records, ts)
+
+
+dedup_headers_st = st.one_of(
+    st.tuples(st.tuples(st.just(DEDUP), st.binary(max_size=20) | st.binary(min_size=127, max_size=140))),  # the id alone
+    st.tuples(st.tuples(st.just(DEDUP), st.binary(max_size=8)), st.tuples(st.just("h"), st.binary(max_size=4))),
+    st.tuples(st.tuples(st.just(DEDUP + "x"), st.binary(max_size=8))),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(records_st | st.builds(Record, value=st.binary(max_size=20), headers=dedup_headers_st), min_size=1,
+                max_size=12), st.integers(0, 1 << 45))  # fmt: skip
+def test_drop_dedup_leaves_out_a_lone_dedup_id_and_nothing_else(records: list[Record], ts: int) -> None:
+    def without_lone_id(r: Record) -> Record:
+        return replace(r, headers=()) if len(r.headers) == 1 and r.headers[0][0] == DEDUP else r
+
+    for batch in (build_v2(0, records, ts), build_batch(0, records, ts)):
+        view = BatchView(batch)
+        assert view.records(drop_dedup=True) == [without_lone_id(r) for r in view.records()]
+
+
+@pytest.mark.parametrize("block", [
+    b"\x01\x06:dedup\x05abc",  # the id's length runs past the block
+    b"\x01\x06:dedup\x81\x00",  # a two-byte varint length that the block does not hold
+    b"\x01\x06:dedup\x01ab",  # a byte left over
+])  # fmt: skip
+def test_drop_dedup_still_refuses_a_damaged_header_block(block: bytes) -> None:
+    n = 2
+    batch = build_columnar_batch(0, 1_000, _cols(n))
+    body = bytearray(batch[HEADER_SIZE:])
+    struct.pack_into("<I", body, 4 * 4 * n + 8 * n + 8 * n, len(block))  # record 0's headers length
+    view = BatchView(_rebuild(batch, bytes(body + block)))
+    with pytest.raises(CorruptBatchError):
+        view.records(drop_dedup=True)
 
 
 @settings(max_examples=200, deadline=None)
