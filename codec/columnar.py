@@ -358,6 +358,29 @@ def _plain_headers(buf: Any, p: int, end: int) -> Headers | None:
     return tuple(items) if p == end else None
 
 
+def read_header_block(buf: Any, p: int, end: int, index: int = 0) -> Headers:
+    """The headers of the block ``buf[p:end]`` of record ``index``: read by
+    :func:`_plain_headers` when it can, else by :func:`decode_header_block` (which
+    raises ``CorruptBatchError`` for a block that does not decode exactly)."""
+    try:
+        headers = _plain_headers(buf, p, end)
+    except UnicodeDecodeError:
+        headers = None
+    return headers if headers is not None else decode_header_block(buf, p, end, index)
+
+
+def is_lone_dedup(buf: Any, p: int, size: int) -> bool:
+    """True when the header block of ``size`` bytes at ``p`` holds exactly one header,
+    the dedup id (``system_headers.DEDUP``), with one-byte varints (ids below 128
+    bytes): a valid block, checked without reading it. False says nothing: read the
+    block (:func:`read_header_block`)."""
+    return (
+        _LONE_DEDUP_SIZE < size <= _LONE_DEDUP_SIZE + 0x80
+        and buf[p : p + _LONE_DEDUP_SIZE] == _LONE_DEDUP
+        and buf[p + _LONE_DEDUP_SIZE] == size - _LONE_DEDUP_SIZE - 1
+    )
+
+
 def decode_header_block(buf: object, pos: int, end: int, index: int = 0) -> Headers:
     """The headers of the block ``buf[pos:end]`` of record ``index`` (``CorruptBatchError``
     unless it holds at least one header and ends exactly at ``end``)."""
@@ -433,20 +456,10 @@ def decode(view: BatchFields, drop_dedup: bool = False) -> list[Record]:
         value = bytes(buf[vp_ : vp_ + vl])  # type: ignore[index]
         vp_ += vl
         if hl:
-            if (
-                drop_dedup
-                and _LONE_DEDUP_SIZE < hl <= _LONE_DEDUP_SIZE + 0x80  # the id's length: one byte
-                and buf[hp : hp + _LONE_DEDUP_SIZE] == _LONE_DEDUP
-                and buf[hp + _LONE_DEDUP_SIZE] == hl - _LONE_DEDUP_SIZE - 1
-            ):
+            if drop_dedup and is_lone_dedup(buf, hp, hl):
                 headers = ()
             else:
-                try:
-                    headers = _plain_headers(buf, hp, hp + hl)
-                except UnicodeDecodeError:
-                    headers = None
-                if headers is None:  # not that simple, or not valid: the full decoder judges (and says why)
-                    headers = decode_header_block(buf, hp, hp + hl, i)
+                headers = read_header_block(buf, hp, hp + hl, i)
                 if drop_dedup and len(headers) == 1 and headers[0][0] == DEDUP:  # an id of 128 bytes or more
                     headers = ()
             hp += hl

@@ -76,7 +76,7 @@ class DeadLetterProducer:
                 log.warning("dead letter %s of %s/%s no longer exists; dropped", letter.message_id, queue, group)
                 handled.append(letter.message_id)
                 continue
-            r = tailed.record
+            r = tailed
             headers: dict[str, str | bytes] = dict(user_headers(r.headers))
             headers[ORIGINAL_ID_HEADER] = letter.message_id
             ctx = tailed.ctx

@@ -484,7 +484,7 @@ class GroupHost:
                 if tailed is None:
                     gone.append(d.message_id)
                     continue
-            ts = tailed.record.timestamp_ms
+            ts = tailed.timestamp_ms
             if cutoff is not None and ts is not None and ts < cutoff:
                 gone.append(d.message_id)
                 continue

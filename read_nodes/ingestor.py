@@ -333,7 +333,7 @@ class Ingestor(IngestorRefills):
                         self.expired += 1
                     c = offset + 1
                     continue
-            r = tailed.record
+            r = tailed
             deliver_at: int | None = None
             priority = 0
             headers = r.headers

@@ -101,11 +101,11 @@ class IngestorRefills:
                         delivery.park_progress(seg.stream, seg.id, from_offset=offset)
                         seg.from_offset = offset
                         return False
-                    if tailed is None or self._expired(tailed.record.timestamp_ms):
+                    if tailed is None or self._expired(tailed.timestamp_ms):
                         if not delivery.is_done(seg.stream, offset, key_hash):
                             self.expired += 1
-                    elif not (tailed.record.headers and addressed_elsewhere(tailed.record.headers, self._group)):
-                        r = tailed.record
+                    elif not (tailed.headers and addressed_elsewhere(tailed.headers, self._group)):
+                        r = tailed
                         ts = r.timestamp_ms or 0
                         attrs = header_attributes(r.headers)
                         entry = DeliveryEntry.trusted(
@@ -154,11 +154,11 @@ class IngestorRefills:
                 if tailed is False:
                     delivery.defer_again(due[i:])
                     return
-                if tailed is None or self._expired(tailed.record.timestamp_ms):
+                if tailed is None or self._expired(tailed.timestamp_ms):
                     delivery.drop_deferred(stream, offset)  # vanished, or past its queue's retention
                     self.expired += 1
                     continue
-                r = tailed.record
+                r = tailed
                 if not delivery.routable(tailed.ctx):
                     skip.add(stream)
                     result.nobody = True

@@ -77,8 +77,8 @@ async def oldest_unacked_by_context(host: GroupHost) -> dict[IsolationContext, i
                 tailed = await source.get(pp, offset)
             except VpqError:
                 continue
-        if tailed is not None and tailed.record.timestamp_ms:
-            ts = tailed.record.timestamp_ms
+        if tailed is not None and tailed.timestamp_ms:
+            ts = tailed.timestamp_ms
             cur = oldest.get(tailed.ctx)
             oldest[tailed.ctx] = ts if cur is None else min(cur, ts)
     return oldest

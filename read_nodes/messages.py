@@ -1,7 +1,7 @@
 """Tailed records and the public message objects a poll answers.
 
 A read node decodes each record it tails once and keeps it in the record cache
-as a ``TailedRecord`` (the decoded ``codec.records.Record`` plus its
+as a ``TailedRecord`` (the fields of ``codec.records.Record`` plus its partition and
 resolved isolation context). ``render_message`` turns one into the object
 API.md fixes for a poll (``MessageRenderer`` into its JSON bytes, which is what a
 poll answers)::
@@ -32,12 +32,11 @@ Pure logic: no I/O.
 from __future__ import annotations
 
 import base64
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple, Protocol
 
 import orjson
 
-from vpq.codec.batch_common import VALUE_JSON
+from vpq.codec.batch_common import VALUE_JSON, Headers
 from vpq.codec.records import Record
 from vpq.codec.system_headers import RESERVED_PREFIX, user_headers
 from vpq.isolation.context import IsolationContext
@@ -46,10 +45,11 @@ _loads = orjson.loads
 _b64 = base64.b64encode
 
 RECORD_OVERHEAD_BYTES = 480
-"""Python memory of one cached record beyond its payload bytes: the ``Record`` and
-``TailedRecord`` objects, the cache's key tuple and its ordered-dict entry (about 300
-bytes for the objects, measured with tracemalloc, plus the entry), so that the cache's
-byte bound is what the process really holds."""
+"""Python memory of one cached record beyond its key and value bytes: the
+``TailedRecord`` tuple and its integers, the key and value objects' own headers, the
+cache's key tuple and its ordered-dict entry (about 460 bytes in all, measured with
+tracemalloc on 1 KiB records), so that the cache's byte bound is what the process
+really holds."""
 
 HEADER_OVERHEAD_BYTES = 146
 """Python memory of one header beyond its name and value bytes: the (name, value)
@@ -60,27 +60,44 @@ so counting less would let the cache hold far more than its bound."""
 HEADERS_BYTES = 40
 
 
-@dataclass(frozen=True, slots=True)
-class TailedRecord:
-    """A decoded record of physical partition ``pp`` with its isolation context. A
-    record whose only header was its dedup id holds no headers
-    (``BatchView.records(drop_dedup=True)``): nothing a read node does uses the id."""
+class TailedRecord(NamedTuple):
+    """A decoded record of physical partition ``pp`` with its isolation context: the
+    fields of ``codec.records.Record`` under the same names, flat in one tuple (a read
+    node holds one per cached record, built in bulk by ``record_decode``). A record
+    whose only header was its dedup id holds no headers: nothing a read node does uses
+    the id (``BatchView.records(drop_dedup=True)``)."""
 
     pp: int
-    record: Record
     ctx: IsolationContext
-
-    @property
-    def offset(self) -> int:
-        return self.record.offset
+    offset: int
+    key: bytes | None
+    value: bytes
+    headers: Headers
+    timestamp_ms: int | None
+    value_encoding: int
+    queue_id: int
+    context_id: int
+    key_hash: int
+    virtual_partition: int
 
     def size_bytes(self) -> int:
         """Footprint declared to the record cache (payload plus a fixed overhead)."""
-        return record_size(self.record)
+        return record_size(self)
 
 
-def record_size(r: Record) -> int:
-    """``TailedRecord.size_bytes`` of a ``TailedRecord`` holding ``r``."""
+class RecordFields(Protocol):
+    """What ``record_size`` reads of a record (``Record`` or ``TailedRecord``)."""
+
+    @property
+    def key(self) -> bytes | None: ...
+    @property
+    def value(self) -> bytes: ...
+    @property
+    def headers(self) -> Headers: ...
+
+
+def record_size(r: RecordFields) -> int:
+    """``TailedRecord.size_bytes`` of a ``TailedRecord`` holding ``r``'s fields."""
     key = r.key
     size = RECORD_OVERHEAD_BYTES + len(r.value) + (len(key) if key is not None else 0)
     headers = r.headers
@@ -91,18 +108,12 @@ def record_size(r: Record) -> int:
     return size
 
 
-_new = object.__new__
-_set_pp, _set_record, _set_ctx = (getattr(TailedRecord, name).__set__ for name in ("pp", "record", "ctx"))
-
-
 def tailed_record(pp: int, record: Record, ctx: IsolationContext) -> TailedRecord:
-    """``TailedRecord(pp, record, ctx)`` built without the dataclass's ``__init__``
-    (a tailer builds one per record it decodes)."""
-    t = _new(TailedRecord)
-    _set_pp(t, pp)
-    _set_record(t, record)
-    _set_ctx(t, ctx)
-    return t
+    """The ``TailedRecord`` of a decoded ``Record`` (a record read one at a time)."""
+    return TailedRecord(
+        pp, ctx, record.offset, record.key, record.value, record.headers, record.timestamp_ms, record.value_encoding,
+        record.queue_id, record.context_id, record.key_hash, record.virtual_partition,
+    )  # fmt: skip
 
 
 def decode_key(key: bytes | None) -> tuple[str | None, str | None]:
@@ -123,7 +134,7 @@ def render_message(
     queue: str, tailed: TailedRecord, virtual_partition: int, delivery_count: int
 ) -> dict[str, Any]:
     """The public message object of one delivery (see the module docstring)."""
-    r = tailed.record
+    r = tailed
     ctx = tailed.ctx
     raw_key = r.key
     key_b64 = None
@@ -194,7 +205,7 @@ class MessageRenderer:
 
     def render(self, tailed: TailedRecord, virtual_partition: int, delivery_count: int) -> bytes:
         """The JSON bytes of ``render_message(queue, tailed, virtual_partition, delivery_count)``."""
-        r = tailed.record
+        r = tailed
         raw_key = r.key
         key_b64 = None
         if raw_key is None:

@@ -43,6 +43,8 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from itertools import repeat
+from operator import attrgetter
 from typing import Protocol
 
 import aiohttp
@@ -52,10 +54,11 @@ from vpq.codec.errors import CorruptBatchError
 from vpq.codec.records import MAGIC_COLUMNAR, iter_batches
 from vpq.common.errors import VpqError
 from vpq.isolation.context import IsolationContext
-from vpq.read_nodes.messages import TailedRecord, record_size
+from vpq.read_nodes.messages import TailedRecord
 from vpq.read_nodes.queue_index import QueueIndex
 from vpq.read_nodes.read_ahead import ReadAhead
 from vpq.read_nodes.record_cache import RecordCache
+from vpq.read_nodes.record_decode import UnknownContexts, decode_tailed
 
 log = logging.getLogger(__name__)
 
@@ -111,8 +114,7 @@ RecordKey = tuple[int, int]
 IndexRow = tuple[int, int, int, int]
 """``(offset, queue_id, ref, context_id)``: what ``QueueIndex.add_many`` takes"""
 
-_new_tailed = object.__new__
-_set_pp, _set_record, _set_ctx = (getattr(TailedRecord, name).__set__ for name in ("pp", "record", "ctx"))
+_offset_of = attrgetter("offset")
 
 _DECODE_SLICE = 128
 """``decode`` yields to the event loop between batches once it decoded this many records
@@ -194,7 +196,7 @@ class RecordSource:
         put_many = self.cache.put_many
         contexts = self._contexts
         all_cold = self.cold
-        new, set_pp, set_record, set_ctx = _new_tailed, _set_pp, _set_record, _set_ctx
+        check_cold = bool(all_cold) and not cache_cold
         for view in iter_batches(data, verify=True):
             if view.next_offset > end:
                 end = view.next_offset
@@ -203,28 +205,27 @@ class RecordSource:
             if len(out) - yielded_at >= _DECODE_SLICE:
                 yielded_at = len(out)
                 await asyncio.sleep(0)  # a full read holds thousands of records: let requests in
-            batch: list[tuple[RecordKey, TailedRecord, int]] = []
-            for rec in view.records(drop_dedup=True):  # a reader never uses the dedup id
-                offset = rec.offset
-                if offset < from_offset:
-                    continue
-                ctx = contexts.get(rec.context_id)
-                if ctx is None:
-                    put_many(batch)  # cached as soon as decoded, as before the await
-                    batch = []
-                    resolved = await self._resolve(rec.context_id)
+            try:
+                records, sizes = decode_tailed(view, pp, contexts)
+            except UnknownContexts as exc:
+                for cid in sorted(exc.ids):
+                    resolved = await self._resolve(cid)
                     # another decode may have resolved it meanwhile: keep one object per
                     # context, so the delivery path's dict lookups match by identity
-                    ctx = contexts.setdefault(rec.context_id, resolved)
-                tailed = new(TailedRecord)  # tailed_record(pp, rec, ctx), inlined
-                set_pp(tailed, pp)
-                set_record(tailed, rec)
-                set_ctx(tailed, ctx)
-                cold = all_cold.get(rec.queue_id) if all_cold and not cache_cold else None
-                if cold is None or rec.context_id not in cold:
-                    batch.append(((pp, offset), tailed, record_size(rec)))
-                out.append(tailed)
-            put_many(batch)
+                    contexts.setdefault(cid, resolved)
+                records, sizes = decode_tailed(view, pp, contexts)
+            skip = from_offset - view.base_offset
+            if skip > 0:
+                records, sizes = records[skip:], sizes[skip:]
+            if check_cold:
+                put_many(
+                    ((pp, t.offset), t, size)
+                    for t, size in zip(records, sizes)
+                    if t.context_id not in all_cold.get(t.queue_id, ())
+                )
+            else:
+                put_many(zip(zip(repeat(pp), map(_offset_of, records)), records, sizes))
+            out.extend(records)
         return out, end
 
     @staticmethod
@@ -432,7 +433,7 @@ class PartitionTailer:
                 return  # reset while decoding: the index was replaced
             rows = [
                 (r.offset, r.queue_id, (r.context_id << KEY_HASH_BITS) | r.key_hash, r.context_id)  # pack_ref
-                for r in [t.record for t in records]
+                for r in records
             ]
         index = self.index
         pp = self.pp

@@ -14,7 +14,7 @@ from vpq.read_nodes.delivery import GroupDelivery
 from vpq.read_nodes.delivery_types import DeliveryConfig
 from vpq.read_nodes.ingestor import Ingestor
 from vpq.read_nodes.lineage_order import LineageOrder
-from vpq.read_nodes.messages import TailedRecord
+from vpq.read_nodes.messages import TailedRecord, tailed_record
 from vpq.read_nodes.tailer import pack_ref
 
 PROD = IsolationContext()
@@ -45,7 +45,7 @@ def add(pool: _Pool, offset: int, key: bytes, ts: int, due: int | None = None, p
     headers = attribute_headers(due, priority, None) + (("h", b"v"),)
     rec = Record(value=b"x", queue_id=7, key=key, key_hash=5, context_id=CTX_ID, offset=offset, timestamp_ms=ts,
                  headers=headers)
-    pool.source.records[(0, offset)] = TailedRecord(0, rec, PROD)
+    pool.source.records[(0, offset)] = tailed_record(0, rec, PROD)
 
 
 def offsets(delivery: GroupDelivery, now: int) -> list[int]:

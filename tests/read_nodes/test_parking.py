@@ -14,7 +14,7 @@ from vpq.read_nodes.delivery import GroupDelivery
 from vpq.read_nodes.delivery_types import Admission, DeliveryConfig, DeliveryEntry, stream_of
 from vpq.read_nodes.ingestor import Ingestor
 from vpq.read_nodes.lineage_order import LineageOrder
-from vpq.read_nodes.messages import TailedRecord
+from vpq.read_nodes.messages import tailed_record
 
 PROD = IsolationContext()
 TEST = IsolationContext(env="test")
@@ -36,7 +36,7 @@ class Log:
 
         self.pool.tailers[self.pp].index.add(self.pp, off, 7, pack_ref(ctx_id, key_hash), ctx_id)
         rec = Record(value=str(off).encode(), queue_id=7, key=key, key_hash=key_hash, offset=off, timestamp_ms=1000 + off)
-        self.pool.source.records[(self.pp, off)] = TailedRecord(self.pp, rec, ctx)
+        self.pool.source.records[(self.pp, off)] = tailed_record(self.pp, rec, ctx)
         return off
 
 

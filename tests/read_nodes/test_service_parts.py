@@ -21,7 +21,7 @@ from vpq.read_nodes.delivery import GroupDelivery
 from vpq.read_nodes.delivery_types import DeliveryConfig, stream_of
 from vpq.read_nodes.ingestor import Ingestor
 from vpq.read_nodes.lineage_order import Decision, LineageOrder
-from vpq.read_nodes.messages import MessageRenderer, TailedRecord, poll_body, render_message
+from vpq.read_nodes.messages import MessageRenderer, TailedRecord, poll_body, render_message, tailed_record
 from vpq.read_nodes.queue_index import QueueIndex
 from vpq.read_nodes.tailer import pack_ref, unpack_ref
 
@@ -107,7 +107,7 @@ def test_trimmed_state_restores_exactly_the_not_done_offsets(ops: list[tuple[str
 # -------------------------------------------------------------------- rendering
 def _tailed(value: bytes, encoding: int, key: bytes | None, headers: tuple = ()) -> TailedRecord:
     rec = Record(value=value, value_encoding=encoding, key=key, headers=headers, timestamp_ms=1234, offset=17)
-    return TailedRecord(3, rec, IsolationContext("test", "eu-1", "feat-a"))
+    return tailed_record(3, rec, IsolationContext("test", "eu-1", "feat-a"))
 
 
 def test_render_message_json_bytes_and_keys() -> None:
@@ -201,7 +201,7 @@ class _Pool:
         ctx = IsolationContext()
         self.tailers[pp].index.add(pp, offset, queue_id, pack_ref(1, key_hash), 1)
         rec = Record(value=b"1", queue_id=queue_id, key=key, key_hash=key_hash, offset=offset, timestamp_ms=1)
-        self.source.records[(pp, offset)] = TailedRecord(pp, rec, ctx)
+        self.source.records[(pp, offset)] = tailed_record(pp, rec, ctx)
 
 
 async def test_ingestor_follows_lineage_order_and_back_pressure() -> None:

@@ -97,7 +97,7 @@ async def test_reads_past_the_bound_are_indexed_only_and_read_back_when_wanted()
         fetches = source.fetches
         far = log.end - 100
         got = await source.get(0, far)
-        assert got is not None and got.record.offset == far and got.record.value == bytes([(far - far % BATCH) % 251]) * VALUE
+        assert got is not None and got.offset == far and got.value == bytes([(far - far % BATCH) % 251]) * VALUE
         assert got.ctx == IsolationContext(env=f"e{far % 2}")
         assert source.fetches == fetches + 1 and source.cached(0, far + 1) is not None
         # once the reader has scanned to the tail, new records are decoded and cached again

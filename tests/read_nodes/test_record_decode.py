@@ -1,0 +1,89 @@
+"""``read_nodes.record_decode``: the column-at-a-time decode gives exactly the records
+(and cache sizes) that decoding record by record gives, in both batch magics; it asks
+for the contexts it does not know and refuses damaged header blocks."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.codec.format1 import build_batch
+from tests.codec.test_columnar import _rebuild
+from vpq.codec.columnar import build_columnar_batch, columns_of
+from vpq.codec.errors import CorruptBatchError
+from vpq.codec.records import HEADER_SIZE, BatchView, Record
+from vpq.codec.system_headers import DEDUP
+from vpq.isolation.context import IsolationContext
+from vpq.read_nodes.messages import record_size, tailed_record
+from vpq.read_nodes.record_decode import UnknownContexts, decode_tailed
+
+CONTEXTS = {c: IsolationContext("prod" if c == 0 else f"e{c}", "", "") for c in range(4)}
+
+headers_st = st.one_of(
+    st.just(()),
+    st.tuples(st.tuples(st.just(DEDUP), st.binary(max_size=20) | st.binary(min_size=127, max_size=140))),
+    st.lists(
+        st.tuples(st.sampled_from([DEDUP, ":delay", "trace", "é"]) | st.text(max_size=8), st.binary(max_size=12)),
+        max_size=3,
+    ).map(tuple),
+)
+records_st = st.builds(
+    Record,
+    value=st.binary(max_size=200),
+    queue_id=st.integers(0, 2**32 - 1),
+    virtual_partition=st.integers(0, 2**32 - 1),
+    key_hash=st.integers(0, 2**32 - 1),
+    context_id=st.integers(0, 3),
+    value_encoding=st.integers(0, 1),
+    key=st.none() | st.binary(max_size=30),
+    headers=headers_st,
+    timestamp_ms=st.none() | st.integers(0, 1 << 45),
+)
+
+
+def by_record(view: BatchView, pp: int) -> list:
+    return [tailed_record(pp, r, CONTEXTS[r.context_id]) for r in view.records(drop_dedup=True)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(records_st, min_size=1, max_size=12), st.integers(0, 1 << 50), st.integers(0, 1 << 45))
+def test_the_same_records_and_sizes_as_one_record_at_a_time(records: list[Record], base: int, ts: int) -> None:
+    for batch in (build_columnar_batch(base, ts, columns_of(records, ts)), build_batch(base, records, ts)):
+        view = BatchView(batch)
+        got, sizes = decode_tailed(view, 5, CONTEXTS)
+        assert got == by_record(view, 5)
+        assert all(type(t.value) is bytes and (t.key is None or type(t.key) is bytes) for t in got)
+        assert sizes == [record_size(t) for t in got]
+
+
+def test_a_buffer_that_is_not_bytes_gives_bytes() -> None:
+    records = [Record(value=b"v1", key=b"k"), Record(value=b"v2")]
+    batch = build_columnar_batch(7, 1_000, columns_of(records, 1_000))
+    view = BatchView(memoryview(bytearray(batch)))
+    got, _ = decode_tailed(view, 0, CONTEXTS)
+    assert [(t.offset, t.key, t.value) for t in got] == [(7, b"k", b"v1"), (8, None, b"v2")]
+    assert type(got[0].value) is bytes
+
+
+def test_unknown_contexts_are_named() -> None:
+    records = [Record(value=b"a", context_id=0), Record(value=b"b", context_id=9), Record(value=b"c", context_id=8)]
+    batch = build_columnar_batch(0, 1_000, columns_of(records, 1_000))
+    for view in (BatchView(batch), BatchView(build_batch(0, records, 1_000))):
+        with pytest.raises(UnknownContexts) as info:
+            decode_tailed(view, 0, CONTEXTS)
+        assert info.value.ids == {8, 9}
+
+
+@pytest.mark.parametrize("block", [b"\x01\x06:dedup\x05abc", b"\x02\x01h\x01v", b"\x01\x02\xff\xfe\x00"])
+def test_a_damaged_header_block_is_refused(block: bytes) -> None:
+    n = 2
+    records = [Record(value=b"x", key=b"k"), Record(value=b"y", key=b"k")]
+    batch = build_columnar_batch(0, 1_000, columns_of(records, 1_000))
+    body = bytearray(batch[HEADER_SIZE:])
+    struct.pack_into("<I", body, 4 * 4 * n + 8 * n + 8 * n, len(block))  # record 0's headers length
+    view = BatchView(_rebuild(batch, bytes(body + block)))
+    with pytest.raises(CorruptBatchError):
+        decode_tailed(view, 0, CONTEXTS)
