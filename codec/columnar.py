@@ -38,6 +38,8 @@ import struct
 import sys
 from array import array
 from collections.abc import Sequence
+from itertools import repeat
+from operator import eq
 from typing import Any, NamedTuple, Protocol
 
 from crc32c import crc32c
@@ -379,6 +381,18 @@ def is_lone_dedup(buf: Any, p: int, size: int) -> bool:
         and buf[p : p + _LONE_DEDUP_SIZE] == _LONE_DEDUP
         and buf[p + _LONE_DEDUP_SIZE] == size - _LONE_DEDUP_SIZE - 1
     )
+
+
+def all_lone_dedup(buf: bytes, starts: Sequence[int], sizes: Sequence[int]) -> bool:
+    """:func:`is_lone_dedup` of every block (``starts[i]``, ``sizes[i]``), checked a
+    column at a time (the usual batch: every record carries a dedup id alone); ``buf``
+    must be ``bytes``. False says nothing about any one block."""
+    if not sizes or min(sizes) <= _LONE_DEDUP_SIZE or max(sizes) > _LONE_DEDUP_SIZE + 0x80:
+        return False
+    if not all(map(buf.startswith, repeat(_LONE_DEDUP, len(starts)), starts)):
+        return False
+    id_lengths = map(buf.__getitem__, map(_LONE_DEDUP_SIZE.__add__, starts))
+    return all(map(eq, id_lengths, map((-_LONE_DEDUP_SIZE - 1).__add__, sizes)))
 
 
 def decode_header_block(buf: object, pos: int, end: int, index: int = 0) -> Headers:

@@ -23,7 +23,7 @@ from itertools import accumulate, repeat
 from operator import add
 from typing import Any
 
-from vpq.codec.columnar import MAGIC_COLUMNAR, is_lone_dedup, read_header_block
+from vpq.codec.columnar import MAGIC_COLUMNAR, all_lone_dedup, is_lone_dedup, read_header_block
 from vpq.codec.columnar import scan as scan_columns
 from vpq.codec.records import BatchView
 from vpq.codec.system_headers import DEDUP
@@ -79,7 +79,10 @@ def decode_tailed(
         headers = repeat((), n)
     else:
         ends = list(accumulate(header_lengths, initial=cols.headers_at))
-        headers = [_headers(buf, at, size, i) for i, (at, size) in enumerate(zip(ends, header_lengths))]
+        if all_lone_dedup(buf, ends[:-1], header_lengths):
+            headers = repeat((), n)
+        else:
+            headers = [_headers(buf, at, size, i) for i, (at, size) in enumerate(zip(ends, header_lengths))]
     base = view.base_offset
     records = list(
         map(

@@ -87,3 +87,30 @@ def test_a_damaged_header_block_is_refused(block: bytes) -> None:
     view = BatchView(_rebuild(batch, bytes(body + block)))
     with pytest.raises(CorruptBatchError):
         decode_tailed(view, 0, CONTEXTS)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.binary(max_size=140), min_size=1, max_size=12), st.booleans())
+def test_a_batch_of_dedup_ids_alone(ids: list[bytes], one_other: bool) -> None:
+    """The column-at-a-time check of a batch whose every record carries its dedup id
+    alone (the SDK's usual batch), ids of any length; one record with another header
+    among them turns it off."""
+    records = [Record(value=b"v%d" % i, key=b"k", headers=((DEDUP, dedup_id),)) for i, dedup_id in enumerate(ids)]
+    if one_other:
+        records[len(records) // 2] = Record(value=b"o", headers=((DEDUP, b"x"), ("trace", b"t")))
+    view = BatchView(build_columnar_batch(0, 1_000, columns_of(records, 1_000)))
+    got, sizes = decode_tailed(view, 0, CONTEXTS)
+    assert got == by_record(view, 0)
+    assert sizes == [record_size(t) for t in got]
+    assert [t.headers for t in got] == [((DEDUP, b"x"), ("trace", b"t")) if r.value == b"o" else () for r in records]
+
+
+def test_a_batch_of_dedup_ids_with_one_damaged_block_is_refused() -> None:
+    records = [Record(value=b"a", headers=((DEDUP, b"abc"),)), Record(value=b"b", headers=((DEDUP, b"abd"),))]
+    batch = bytearray(build_columnar_batch(0, 1_000, columns_of(records, 1_000)))
+    block = b"\x01\x06:dedup\x03abd"
+    at = batch.rindex(block)
+    batch[at + 8] = 2  # the second id's length now leaves a byte over
+    view = BatchView(_rebuild(bytes(batch), bytes(batch[HEADER_SIZE:])))
+    with pytest.raises(CorruptBatchError):
+        decode_tailed(view, 0, CONTEXTS)
