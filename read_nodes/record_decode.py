@@ -6,8 +6,9 @@ C-level iteration per field (slices of the key and value areas, the timestamps, 
 contexts), then zipped into tuples: no Python code runs per record except for a
 record that has headers. The records are exactly those of
 ``BatchView.records(drop_dedup=True)`` (a lone dedup id is left out: nothing a read
-node does uses it), with their partition and isolation context; a magic-1 batch is
-decoded by ``BatchView.records`` and converted.
+node does uses it), with their partition and isolation context. A magic-1 batch, and
+a batch of fewer than ``COLUMNS_FROM`` records, is decoded by ``BatchView.records``
+and converted.
 
 Errors are the codec's: ``CorruptBatchError`` for a record area or header block that
 does not decode exactly (the CRC is the caller's: ``iter_batches(verify=True)``).
@@ -30,6 +31,10 @@ from vpq.codec.system_headers import DEDUP
 from vpq.isolation.context import IsolationContext
 from vpq.read_nodes.messages import RECORD_OVERHEAD_BYTES, TailedRecord, record_size, tailed_record
 
+COLUMNS_FROM = 8
+"""Batches of fewer records are decoded record by record (``BatchView.records``): the
+columns' fixed cost (about ten list and map set-ups) exceeds what they save there."""
+
 _tuple_of = partial(tuple.__new__, TailedRecord)
 _OVERHEAD_PLUS = RECORD_OVERHEAD_BYTES.__add__
 
@@ -49,7 +54,7 @@ def decode_tailed(
     """Every record of ``view`` as a ``TailedRecord`` of ``pp`` (see the module
     docstring), and the size each declares to the record cache (``record_size``).
     ``UnknownContexts`` when ``contexts`` lacks a context id of the batch."""
-    if view.magic != MAGIC_COLUMNAR:
+    if view.magic != MAGIC_COLUMNAR or view.record_count < COLUMNS_FROM:
         records = view.records(drop_dedup=True)
         _require(contexts, {r.context_id for r in records})
         tailed = [tailed_record(pp, r, contexts[r.context_id]) for r in records]

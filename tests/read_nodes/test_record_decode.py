@@ -18,7 +18,7 @@ from vpq.codec.records import HEADER_SIZE, BatchView, Record
 from vpq.codec.system_headers import DEDUP
 from vpq.isolation.context import IsolationContext
 from vpq.read_nodes.messages import record_size, tailed_record
-from vpq.read_nodes.record_decode import UnknownContexts, decode_tailed
+from vpq.read_nodes.record_decode import COLUMNS_FROM, UnknownContexts, decode_tailed
 
 CONTEXTS = {c: IsolationContext("prod" if c == 0 else f"e{c}", "", "") for c in range(4)}
 
@@ -49,7 +49,7 @@ def by_record(view: BatchView, pp: int) -> list:
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(records_st, min_size=1, max_size=12), st.integers(0, 1 << 50), st.integers(0, 1 << 45))
+@given(st.lists(records_st, min_size=1, max_size=20), st.integers(0, 1 << 50), st.integers(0, 1 << 45))
 def test_the_same_records_and_sizes_as_one_record_at_a_time(records: list[Record], base: int, ts: int) -> None:
     for batch in (build_columnar_batch(base, ts, columns_of(records, ts)), build_batch(base, records, ts)):
         view = BatchView(batch)
@@ -60,16 +60,18 @@ def test_the_same_records_and_sizes_as_one_record_at_a_time(records: list[Record
 
 
 def test_a_buffer_that_is_not_bytes_gives_bytes() -> None:
-    records = [Record(value=b"v1", key=b"k"), Record(value=b"v2")]
+    records = [Record(value=b"v%d" % i, key=None if i % 2 else b"k") for i in range(COLUMNS_FROM)]
     batch = build_columnar_batch(7, 1_000, columns_of(records, 1_000))
     view = BatchView(memoryview(bytearray(batch)))
     got, _ = decode_tailed(view, 0, CONTEXTS)
-    assert [(t.offset, t.key, t.value) for t in got] == [(7, b"k", b"v1"), (8, None, b"v2")]
-    assert type(got[0].value) is bytes
+    assert [(t.offset, t.key, t.value) for t in got[:2]] == [(7, b"k", b"v0"), (8, None, b"v1")]
+    assert all(type(t.value) is bytes for t in got) and got == by_record(BatchView(batch), 0)
 
 
-def test_unknown_contexts_are_named() -> None:
-    records = [Record(value=b"a", context_id=0), Record(value=b"b", context_id=9), Record(value=b"c", context_id=8)]
+@pytest.mark.parametrize("count", [1, COLUMNS_FROM])
+def test_unknown_contexts_are_named(count: int) -> None:
+    records = [Record(value=b"a", context_id=9), Record(value=b"b", context_id=8)]
+    records += [Record(value=b"c", context_id=0)] * (count - 1)
     batch = build_columnar_batch(0, 1_000, columns_of(records, 1_000))
     for view in (BatchView(batch), BatchView(build_batch(0, records, 1_000))):
         with pytest.raises(UnknownContexts) as info:
@@ -77,20 +79,20 @@ def test_unknown_contexts_are_named() -> None:
         assert info.value.ids == {8, 9}
 
 
+@pytest.mark.parametrize("count", [2, COLUMNS_FROM])
 @pytest.mark.parametrize("block", [b"\x01\x06:dedup\x05abc", b"\x02\x01h\x01v", b"\x01\x02\xff\xfe\x00"])
-def test_a_damaged_header_block_is_refused(block: bytes) -> None:
-    n = 2
-    records = [Record(value=b"x", key=b"k"), Record(value=b"y", key=b"k")]
+def test_a_damaged_header_block_is_refused(block: bytes, count: int) -> None:
+    records = [Record(value=b"x", key=b"k")] * count
     batch = build_columnar_batch(0, 1_000, columns_of(records, 1_000))
     body = bytearray(batch[HEADER_SIZE:])
-    struct.pack_into("<I", body, 4 * 4 * n + 8 * n + 8 * n, len(block))  # record 0's headers length
+    struct.pack_into("<I", body, 4 * 4 * count + 8 * count + 8 * count, len(block))  # record 0's headers length
     view = BatchView(_rebuild(batch, bytes(body + block)))
     with pytest.raises(CorruptBatchError):
         decode_tailed(view, 0, CONTEXTS)
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(st.binary(max_size=140), min_size=1, max_size=12), st.booleans())
+@given(st.lists(st.binary(max_size=140), min_size=COLUMNS_FROM, max_size=20), st.booleans())
 def test_a_batch_of_dedup_ids_alone(ids: list[bytes], one_other: bool) -> None:
     """The column-at-a-time check of a batch whose every record carries its dedup id
     alone (the SDK's usual batch), ids of any length; one record with another header
@@ -106,7 +108,8 @@ def test_a_batch_of_dedup_ids_alone(ids: list[bytes], one_other: bool) -> None:
 
 
 def test_a_batch_of_dedup_ids_with_one_damaged_block_is_refused() -> None:
-    records = [Record(value=b"a", headers=((DEDUP, b"abc"),)), Record(value=b"b", headers=((DEDUP, b"abd"),))]
+    records = [Record(value=b"a", headers=((DEDUP, b"abc"),))] * (COLUMNS_FROM - 1)
+    records.append(Record(value=b"b", headers=((DEDUP, b"abd"),)))
     batch = bytearray(build_columnar_batch(0, 1_000, columns_of(records, 1_000)))
     block = b"\x01\x06:dedup\x03abd"
     at = batch.rindex(block)
