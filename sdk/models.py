@@ -112,6 +112,12 @@ class ProduceResults(Sequence[ProduceResult]):
 
 
 _new_object = object.__new__
+_set_attribute = object.__setattr__
+_WIRE_FIELDS = frozenset((
+    "id", "queue", "key", "value", "headers", "lane", "env", "set", "partition", "offset", "virtual_partition",
+    "timestamp_ms", "delivery_count",
+))  # fmt: skip
+"""The fields of a message in a poll answer (API.md), as the server sends them."""
 
 
 @dataclass(frozen=True)
@@ -139,6 +145,17 @@ class Message:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Message:
+        """The message of one element of a poll answer. An object of exactly the API's
+        fields (``value``, not ``value_b64``) and a non-empty ``env`` (the server's own
+        answer) is taken as it is, a copy of it; any other is read field by field, with
+        the types and defaults of this class (``value_b64`` decoded to bytes)."""
+        if data.keys() == _WIRE_FIELDS and data["env"]:
+            fields = dict(data)
+            headers = fields["headers"]
+            fields["headers"] = dict(headers) if headers else {}
+            message = _new_object(cls)
+            _set_attribute(message, "__dict__", fields)
+            return message
         if "value" in data:
             value: Any = data["value"]
         elif "value_b64" in data:

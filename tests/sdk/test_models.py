@@ -32,6 +32,21 @@ def test_produce_body_is_the_api_shape() -> None:
     assert orjson.loads(produce_body([])) == {"messages": []}
 
 
+def test_a_server_shaped_message_is_the_same_as_one_read_field_by_field() -> None:
+    data = {
+        "id": "3-9", "queue": "q", "key": None, "value": {"a": 1}, "headers": {"h": "v"}, "lane": "",
+        "env": "prod", "set": "", "partition": 3, "offset": 9, "virtual_partition": 1,
+        "timestamp_ms": 5, "delivery_count": 1,
+    }  # fmt: skip
+    taken = Message.from_json(data)
+    read = Message.from_json({**data, "key_b64": "AA=="})  # another shape: field by field
+    assert taken == read and vars(taken) == vars(read) == data
+    data["headers"]["h"] = "changed"
+    data["offset"] = 10
+    assert taken.headers == {"h": "v"} and taken.offset == 9  # nothing shared with the caller's object
+    assert Message.from_json({**data, "env": ""}).env == "prod"
+
+
 def test_message_round_trip_json_and_bytes() -> None:
     data = {
         "id": "m1", "queue": "q", "key": "k", "value": [1, 2], "headers": {"h": "v"}, "lane": "l",
