@@ -1,10 +1,17 @@
-"""A bounded cache of decoded records, least recently used out first, by bytes.
+"""A bounded cache of decoded records, first in first out, by bytes.
 
 The read node keeps decoded records (or decoded batches) it tailed so that polls
-of every group are served from memory; when the cache is full the least recently
-used entries go (they can be read again from the write node). Sizes are given by
-the caller (the decoded record's approximate footprint), so the bound is in
-bytes, not entries. An entry larger than the whole cache is not stored.
+of every group are served from memory; when the cache is full the entries stored
+first go (they can be read again from the write node). Sizes are given by the
+caller (the decoded record's approximate footprint), so the bound is in bytes, not
+entries. An entry larger than the whole cache is not stored.
+
+Why not least recently used: records are stored in log order as they are tailed
+and read soon after, mostly once per group, so the entry stored first is almost
+always the one read longest ago, or never to be read again (a deleted queue's). A
+read that moved its entry to the back would cost a write into the cache's links on
+every delivery, and it would keep records already delivered ahead of the tailer's
+read-ahead, which is still to be read.
 
 ``get``/``put``/``pop`` are O(1). Not thread-safe (one per event loop).
 
@@ -43,7 +50,7 @@ class CacheStats:
 
 
 class RecordCache(Generic[K, V]):
-    """LRU cache bounded by the sum of the entries' declared sizes."""
+    """First-in-first-out cache bounded by the sum of the entries' declared sizes."""
 
     __slots__ = ("_max", "_data", "_bytes", "_hits", "_misses", "_puts", "_evictions", "_evicted_bytes", "_rejected")
 
@@ -72,38 +79,25 @@ class RecordCache(Generic[K, V]):
         return self._max
 
     def get(self, key: K) -> V | None:
-        """The cached value (now the most recently used), or None."""
+        """The cached value, or None (a read does not change the order of eviction)."""
         item = self._data.get(key)
         if item is None:
             self._misses += 1
             return None
-        self._data.move_to_end(key)
         self._hits += 1
         return item[0]
 
     def get_many(self, keys: Iterable[K]) -> list[V | None]:
         """``get`` of each key in turn (None for a miss), in one call."""
-        data = self._data
-        find = data.get
-        touch = data.move_to_end
-        out: list[V | None] = []
-        append = out.append
-        misses = 0
-        for key in keys:
-            item = find(key)
-            if item is None:
-                misses += 1
-                append(None)
-            else:
-                touch(key)
-                append(item[0])
+        items = list(map(self._data.get, keys))
+        misses = items.count(None)
         self._misses += misses
-        self._hits += len(out) - misses
-        return out
+        self._hits += len(items) - misses
+        return [None if item is None else item[0] for item in items]
 
     def put(self, key: K, value: V, size: int) -> bool:
-        """Store ``value`` (replacing any previous one) as the most recently used,
-        evicting least recently used entries to stay within ``max_bytes``. False (and
+        """Store ``value`` (replacing any previous one) as the newest entry, evicting
+        the oldest entries to stay within ``max_bytes``. False (and
         nothing stored, any previous value dropped) when ``size`` exceeds ``max_bytes``."""
         if not isinstance(size, int) or isinstance(size, bool) or size < 0:
             raise ValueError(f"size must be an integer >= 0, got {size!r}")

@@ -1,4 +1,4 @@
-"""RecordCache: LRU by bytes, stats."""
+"""RecordCache: first in first out by bytes, stats."""
 
 from __future__ import annotations
 
@@ -7,16 +7,19 @@ import pytest
 from vpq.read_nodes.record_cache import RecordCache
 
 
-def test_lru_by_bytes() -> None:
+def test_first_in_first_out_by_bytes() -> None:
     c: RecordCache[tuple[int, int], str] = RecordCache(100)
     assert c.put((0, 1), "a", 40) and c.put((0, 2), "b", 40)
-    assert c.get((0, 1)) == "a"  # (0, 2) is now least recently used
+    assert c.get((0, 1)) == "a"  # a read does not keep (0, 1) longer
     assert c.put((0, 3), "c", 40)
-    assert (0, 2) not in c and c.get((0, 1)) == "a" and c.get((0, 3)) == "c"
+    assert (0, 1) not in c and c.get((0, 2)) == "b" and c.get((0, 3)) == "c"
+    assert c.put((0, 2), "b2", 40)  # a replacement is stored anew: (0, 3) is now the oldest
+    assert c.put((0, 4), "d", 40)
+    assert (0, 3) not in c and c.get_many([(0, 2), (0, 4), (0, 3)]) == ["b2", "d", None]
     assert c.bytes == 80 and len(c) == 2
     s = c.stats()
-    assert (s.evictions, s.evicted_bytes, s.hits, s.misses, s.puts) == (1, 40, 3, 0, 3)
-    assert c.get((9, 9)) is None and c.stats().misses == 1
+    assert (s.evictions, s.evicted_bytes, s.hits, s.misses, s.puts) == (2, 80, 5, 1, 5)
+    assert c.get((9, 9)) is None and c.stats().misses == 2
     assert 0 < c.stats().hit_ratio < 1
 
 
@@ -70,7 +73,7 @@ def test_put_many_keeps_what_one_put_each_keeps() -> None:
     for key, value, size in entries:
         one.put(key, value, size)
     assert many.put_many(entries) == 4
-    assert list(many._data.items()) == list(one._data.items())  # same entries, same LRU order
+    assert list(many._data.items()) == list(one._data.items())  # same entries, same order
     s1, s2 = one.stats(), many.stats()
     assert (s2.puts, s2.rejected, s2.hits, s2.misses) == (s1.puts, s1.rejected, s1.hits, s1.misses)
     assert many.bytes == one.bytes <= 100
