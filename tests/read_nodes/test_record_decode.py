@@ -5,6 +5,7 @@ for the contexts it does not know and refuses damaged header blocks."""
 from __future__ import annotations
 
 import struct
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 
 from tests.codec.format1 import build_batch
 from tests.codec.test_columnar import _rebuild
+from tests.codec.test_columnar import records_st as codec_records_st
 from vpq.codec.columnar import build_columnar_batch, columns_of
 from vpq.codec.errors import CorruptBatchError
 from vpq.codec.records import HEADER_SIZE, BatchView, Record
@@ -30,17 +32,8 @@ headers_st = st.one_of(
         max_size=3,
     ).map(tuple),
 )
-records_st = st.builds(
-    Record,
-    value=st.binary(max_size=200),
-    queue_id=st.integers(0, 2**32 - 1),
-    virtual_partition=st.integers(0, 2**32 - 1),
-    key_hash=st.integers(0, 2**32 - 1),
-    context_id=st.integers(0, 3),
-    value_encoding=st.integers(0, 1),
-    key=st.none() | st.binary(max_size=30),
-    headers=headers_st,
-    timestamp_ms=st.none() | st.integers(0, 1 << 45),
+records_st = st.tuples(codec_records_st, headers_st).map(
+    lambda pair: replace(pair[0], context_id=pair[0].context_id % len(CONTEXTS), headers=pair[1])
 )
 
 
