@@ -371,6 +371,18 @@ def read_header_block(buf: Any, p: int, end: int, index: int = 0) -> Headers:
     return headers if headers is not None else decode_header_block(buf, p, end, index)
 
 
+def read_headers(buf: Any, p: int, size: int, index: int, drop_dedup: bool) -> Headers:
+    """The headers of record ``index``'s block of ``size`` bytes (>= 1) at ``p``, as
+    :func:`decode` gives them: with ``drop_dedup``, none when the block holds only the
+    dedup id (checked, not read, when the id is below 128 bytes)."""
+    if drop_dedup and is_lone_dedup(buf, p, size):
+        return ()
+    headers = read_header_block(buf, p, p + size, index)
+    if drop_dedup and len(headers) == 1 and headers[0][0] == DEDUP:  # an id of 128 bytes or more
+        return ()
+    return headers
+
+
 def is_lone_dedup(buf: Any, p: int, size: int) -> bool:
     """True when the header block of ``size`` bytes at ``p`` holds exactly one header,
     the dedup id (``system_headers.DEDUP``), with one-byte varints (ids below 128
@@ -470,12 +482,7 @@ def decode(view: BatchFields, drop_dedup: bool = False) -> list[Record]:
         value = bytes(buf[vp_ : vp_ + vl])  # type: ignore[index]
         vp_ += vl
         if hl:
-            if drop_dedup and is_lone_dedup(buf, hp, hl):
-                headers = ()
-            else:
-                headers = read_header_block(buf, hp, hp + hl, i)
-                if drop_dedup and len(headers) == 1 and headers[0][0] == DEDUP:  # an id of 128 bytes or more
-                    headers = ()
+            headers = read_headers(buf, hp, hl, i, drop_dedup)
             hp += hl
         else:
             headers = ()

@@ -24,10 +24,9 @@ from itertools import accumulate, repeat
 from operator import add
 from typing import Any
 
-from vpq.codec.columnar import MAGIC_COLUMNAR, all_lone_dedup, is_lone_dedup, read_header_block
+from vpq.codec.columnar import MAGIC_COLUMNAR, all_lone_dedup, read_headers
 from vpq.codec.columnar import scan as scan_columns
 from vpq.codec.records import BatchView
-from vpq.codec.system_headers import DEDUP
 from vpq.isolation.context import IsolationContext
 from vpq.read_nodes.messages import RECORD_OVERHEAD_BYTES, TailedRecord, record_size, tailed_record
 
@@ -53,7 +52,9 @@ def decode_tailed(
 ) -> tuple[list[TailedRecord], list[int]]:
     """Every record of ``view`` as a ``TailedRecord`` of ``pp`` (see the module
     docstring), and the size each declares to the record cache (``record_size``).
-    ``UnknownContexts`` when ``contexts`` lacks a context id of the batch."""
+    ``UnknownContexts`` when ``contexts`` lacks a context id of the batch. A buffer that
+    is not ``bytes`` is copied whole for each batch of it: give ``bytes`` (a read's body
+    is)."""
     if view.magic != MAGIC_COLUMNAR or view.record_count < COLUMNS_FROM:
         records = view.records(drop_dedup=True)
         _require(contexts, {r.context_id for r in records})
@@ -87,7 +88,10 @@ def decode_tailed(
         if all_lone_dedup(buf, ends[:-1], header_lengths):
             headers = repeat((), n)
         else:
-            headers = [_headers(buf, at, size, i) for i, (at, size) in enumerate(zip(ends, header_lengths))]
+            headers = [
+                read_headers(buf, at, size, i, True) if size else ()
+                for i, (at, size) in enumerate(zip(ends, header_lengths))
+            ]
     base = view.base_offset
     records = list(
         map(
@@ -111,11 +115,3 @@ def _require(contexts: Mapping[int, IsolationContext], ids: set[int]) -> None:
     if missing:
         raise UnknownContexts(missing)
 
-
-def _headers(buf: bytes, at: int, size: int, index: int) -> tuple[tuple[str, bytes], ...]:
-    if not size or is_lone_dedup(buf, at, size):
-        return ()
-    headers = read_header_block(buf, at, at + size, index)
-    if len(headers) == 1 and headers[0][0] == DEDUP:  # an id of 128 bytes or more
-        return ()
-    return headers
