@@ -32,7 +32,7 @@ Pure logic: no I/O.
 from __future__ import annotations
 
 import base64
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -85,18 +85,7 @@ class TailedRecord(NamedTuple):
         return record_size(self)
 
 
-class RecordFields(Protocol):
-    """What ``record_size`` reads of a record (``Record`` or ``TailedRecord``)."""
-
-    @property
-    def key(self) -> bytes | None: ...
-    @property
-    def value(self) -> bytes: ...
-    @property
-    def headers(self) -> Headers: ...
-
-
-def record_size(r: RecordFields) -> int:
+def record_size(r: Record | TailedRecord) -> int:
     """``TailedRecord.size_bytes`` of a ``TailedRecord`` holding ``r``'s fields."""
     key = r.key
     size = RECORD_OVERHEAD_BYTES + len(r.value) + (len(key) if key is not None else 0)
