@@ -202,13 +202,15 @@ def batch_starts(path: Path) -> list[tuple[int, int, int]]:
 
 
 def cut_unsynced_tail(path: Path, acked_end: int, rng: random.Random) -> int:
-    """Cut ``path`` at a random byte at or after the first batch reaching past
+    """Cut ``path`` at a random byte at or after the first batch that starts at or past
     ``acked_end`` (what no acknowledgement needed: it may not have been fsynced), as a
-    power loss may. Returns the bytes cut."""
+    power loss may. A batch holding any offset below ``acked_end`` is kept whole: the
+    produce path merges several requests into one batch, and one acknowledged request
+    proves the whole batch was fsynced. Returns the bytes cut."""
     size = path.stat().st_size
     floor = size
-    for pos, _base, nxt in batch_starts(path):
-        if nxt > acked_end:
+    for pos, base, _nxt in batch_starts(path):
+        if base >= acked_end:
             floor = pos
             break
     if floor >= size:
