@@ -72,6 +72,20 @@ class _Column:
         self.refs[-1].append(ref)
         self.total += 1
 
+    def extend(self, offsets: list[int], refs: list[int]) -> None:
+        """``append`` of each ``(offsets[i], refs[i])``, a chunk's worth at a time."""
+        i, n, ch = 0, len(offsets), self.chunk
+        while i < n:
+            if not self.offsets or len(self.offsets[-1]) == ch:
+                self.offsets.append(array("q"))
+                self.refs.append(array("q"))
+                self.firsts.append(offsets[i])
+            j = i + ch - len(self.offsets[-1])
+            self.offsets[-1].fromlist(offsets[i:j])
+            self.refs[-1].fromlist(refs[i:j])
+            i = j
+        self.total += n
+
     def position(self, offset: int) -> int:
         """Absolute position of the first live entry with an offset >= ``offset``."""
         ci = bisect_right(self.firsts, offset) - 1
@@ -177,6 +191,36 @@ class QueueIndex:
         finally:
             if end:
                 self._end[pp] = max(end, self._end.get(pp, 0))
+
+    def add_columns(
+        self, pp: int, offsets: list[int], queue_ids: list[int], refs: list[int], context_ids: list[int]
+    ) -> None:
+        """``add_many(pp, zip(offsets, queue_ids, refs, context_ids))``, for columns of
+        equal length read from a verified record batch: when every entry is of one queue
+        and context, at consecutive offsets (a batch, usually), they are added as one
+        run; otherwise entry by entry, with the same errors."""
+        n = len(offsets)
+        if not n:
+            return
+        first, q, c = offsets[0], queue_ids[0], context_ids[0]
+        end = self._end.get(pp)
+        if (
+            end is None or first < end or queue_ids.count(q) != n or context_ids.count(c) != n
+            or offsets != list(range(first, first + n))
+        ):
+            self.add_many(pp, zip(offsets, queue_ids, refs, context_ids))
+            return
+        cols = self._cols.get(pp)
+        if cols is None:
+            cols = self._cols[pp] = {}
+        ctxs = cols.get(q)
+        if ctxs is None:
+            ctxs = cols[q] = {}
+        col = ctxs.get(c)
+        if col is None:
+            col = ctxs[c] = _Column(self._chunk)
+        col.extend(offsets, refs)
+        self._end[pp] = first + n
 
     def advance(self, pp: int, offset: int) -> None:
         """Every record of ``pp`` below ``offset`` has been indexed (e.g. after a

@@ -82,6 +82,23 @@ def unpack_ref(ref: int) -> tuple[int, int]:
     return ref >> KEY_HASH_BITS, ref & _HASH_MASK
 
 
+def index_columns(records: list[TailedRecord]) -> tuple[list[int], list[int], list[int], list[int]]:
+    """``(offsets, queue_ids, refs, context_ids)`` of ``records``, as
+    ``QueueIndex.add_columns`` takes them (``ref``: ``pack_ref``), a column at a time."""
+    offsets = list(map(_offset_of, records))
+    queue_ids = list(map(_queue_id_of, records))
+    context_ids = list(map(_context_id_of, records))
+    key_hashes = list(map(_key_hash_of, records))
+    c = context_ids[0] if context_ids else 0
+    if context_ids.count(c) != len(context_ids):
+        refs = list(map(pack_ref, context_ids, key_hashes))
+    elif c:
+        refs = list(map((c << KEY_HASH_BITS).__or__, key_hashes))
+    else:
+        refs = key_hashes
+    return offsets, queue_ids, refs, context_ids
+
+
 class ReadResultLike(Protocol):
     data: bytes
     start_offset: int
@@ -115,6 +132,9 @@ IndexRow = tuple[int, int, int, int]
 """``(offset, queue_id, ref, context_id)``: what ``QueueIndex.add_many`` takes"""
 
 _offset_of = attrgetter("offset")
+_queue_id_of = attrgetter("queue_id")
+_context_id_of = attrgetter("context_id")
+_key_hash_of = attrgetter("key_hash")
 
 _DECODE_SLICE = 128
 """``decode`` yields to the event loop between batches once it decoded this many records
@@ -424,24 +444,23 @@ class PartitionTailer:
                 self._notify()
             return
         bound = self.read_ahead_bytes
+        pp = self.pp
         if bound and self._ahead.ahead() >= bound:
             rows, end = self._source.index_rows(res.data, pos)
             self.records_indexed_only += len(rows)
+            self.index.add_many(pp, rows)
+            taken = len(rows)
         else:
-            records, end = await self._source.decode(self.pp, res.data, pos)
+            records, end = await self._source.decode(pp, res.data, pos)
             if self._reset_to is not None or pos != self._pos:
                 return  # reset while decoding: the index was replaced
-            rows = [
-                (r.offset, r.queue_id, (r.context_id << KEY_HASH_BITS) | r.key_hash, r.context_id)  # pack_ref
-                for r in records
-            ]
+            self.index.add_columns(pp, *index_columns(records))
+            taken = len(records)
         index = self.index
-        pp = self.pp
-        index.add_many(pp, rows)
         self._ahead.read(end, len(res.data))
         self._pos = end
         index.advance(pp, end)
-        self.records_tailed += len(rows)
+        self.records_tailed += taken
         self._maybe_truncate()
         self._notify()
 

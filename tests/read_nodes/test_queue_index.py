@@ -66,6 +66,46 @@ def test_add_many_is_add_in_turn() -> None:
         many.add_many(-1, [(0, 1, 0, 0)])
 
 
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 2**32), st.integers(1, 8))
+def test_add_columns_is_add_many(seed: int, chunk: int) -> None:
+    """Runs of one queue and context at consecutive offsets (the fast path), mixed
+    queues, gaps and truncations: the same index as ``add_many`` of the same rows."""
+    rng = random.Random(seed)
+    cols, many = QueueIndex(chunk_size=chunk), QueueIndex(chunk_size=chunk)
+    off = rng.randint(0, 5)
+    for _ in range(rng.randint(0, 12)):
+        n = rng.randint(0, 2 * chunk + 3)
+        offsets = list(range(off, off + n)) if rng.random() < 0.7 else sorted(rng.sample(range(off, off + 3 * n + 1), n))
+        one_run = rng.random() < 0.6
+        queue_ids = [1 if one_run else rng.choice([1, 2]) for _ in offsets]
+        context_ids = [0 if one_run else rng.choice([0, 3]) for _ in offsets]
+        refs = [o * 7 for o in offsets]
+        cols.add_columns(0, offsets, queue_ids, refs, context_ids)
+        many.add_many(0, zip(offsets, queue_ids, refs, context_ids))
+        off = (offsets[-1] + 1 if offsets else off) + rng.randint(0, 2)
+        if rng.random() < 0.2:
+            cut = rng.randint(0, off)
+            assert cols.truncate_below(0, cut) == many.truncate_below(0, cut)
+    for q in (1, 2):
+        for ctx in (0, 3):
+            assert cols.entries_from(0, q, 0, 10_000, ctx) == many.entries_from(0, q, 0, 10_000, ctx)
+            frm = rng.randint(0, off)
+            assert cols.count_from(0, q, frm, ctx) == many.count_from(0, q, frm, ctx)
+            assert cols.entries_from(0, q, frm, 5, ctx) == many.entries_from(0, q, frm, 5, ctx)
+    assert cols.end_offset(0) == many.end_offset(0) and cols.entries() == many.entries()
+
+
+def test_add_columns_refuses_offsets_below_the_end() -> None:
+    idx = QueueIndex(chunk_size=4)
+    idx.add_columns(0, [0, 1, 2], [1, 1, 1], [0, 0, 0], [0, 0, 0])
+    with pytest.raises(ValueError, match="increase"):
+        idx.add_columns(0, [2, 3], [1, 1], [0, 0], [0, 0])
+    with pytest.raises(ValueError, match="increase"):
+        idx.add_columns(0, [5, 4], [1, 1], [0, 0], [0, 0])
+    assert idx.offsets_from(0, 1, 0, 10) == [0, 1, 2, 5]  # the entries before the bad one were added
+
+
 def test_truncate_below() -> None:
     idx = QueueIndex(chunk_size=3)
     for off in range(0, 40, 2):
