@@ -5,8 +5,8 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from vpq.codec.columnar import build_columnar_batch, columns_of
 from vpq.codec.batch_common import Record
+from vpq.codec.columnar import build_columnar_batch, columns_of
 from vpq.load.replicated_platform import batch_starts, cut_unsynced_tail
 
 
