@@ -151,6 +151,11 @@ class QueueIndex:
             end = 0
         if offset < end:
             raise ValueError(f"pp {pp}: offset {offset} is below the indexed end {end} (offsets must increase)")
+        self._column(pp, queue_id, context_id).append(offset, ref)
+        self._end[pp] = offset + 1
+
+    def _column(self, pp: int, queue_id: int, context_id: int) -> _Column:
+        """The column of ``(pp, queue_id, context_id)``, created when missing."""
         cols = self._cols.get(pp)
         if cols is None:
             cols = self._cols[pp] = {}
@@ -160,8 +165,7 @@ class QueueIndex:
         col = ctxs.get(context_id)
         if col is None:
             col = ctxs[context_id] = _Column(self._chunk)
-        col.append(offset, ref)
-        self._end[pp] = offset + 1
+        return col
 
     def add_many(self, pp: int, entries: Iterable[tuple[int, int, int, int]]) -> None:
         """``add`` of each ``(offset, queue_id, ref, context_id)`` in turn, for values
@@ -169,9 +173,6 @@ class QueueIndex:
         increase, ValueError otherwise, with the entries before the bad one added)."""
         _check_nonneg(pp, "pp")
         end = self._end.get(pp, 0)
-        cols = self._cols.get(pp)
-        if cols is None:
-            cols = self._cols[pp] = {}
         last: tuple[int, int] | None = None
         col: _Column | None = None
         try:
@@ -180,12 +181,7 @@ class QueueIndex:
                     raise ValueError(f"pp {pp}: offset {offset} is below the indexed end {end} (offsets must increase)")
                 if (queue_id, context_id) != last:
                     last = (queue_id, context_id)
-                    ctxs = cols.get(queue_id)
-                    if ctxs is None:
-                        ctxs = cols[queue_id] = {}
-                    col = ctxs.get(context_id)
-                    if col is None:
-                        col = ctxs[context_id] = _Column(self._chunk)
+                    col = self._column(pp, queue_id, context_id)
                 col.append(offset, ref)  # type: ignore[union-attr]
                 end = offset + 1
         finally:
@@ -210,16 +206,7 @@ class QueueIndex:
         ):
             self.add_many(pp, zip(offsets, queue_ids, refs, context_ids))
             return
-        cols = self._cols.get(pp)
-        if cols is None:
-            cols = self._cols[pp] = {}
-        ctxs = cols.get(q)
-        if ctxs is None:
-            ctxs = cols[q] = {}
-        col = ctxs.get(c)
-        if col is None:
-            col = ctxs[c] = _Column(self._chunk)
-        col.extend(offsets, refs)
+        self._column(pp, q, c).extend(offsets, refs)
         self._end[pp] = first + n
 
     def advance(self, pp: int, offset: int) -> None:
