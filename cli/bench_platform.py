@@ -30,6 +30,7 @@ import typer
 
 from vpq.cli.progress import Stages
 from vpq.common import event_loop
+from vpq.load.cpu_probe import PROBE_S, machine_line, probe_cpu
 from vpq.load.platform_bench.drain import DrainConfig, run_drain
 from vpq.load.platform_bench.latency import LatencyConfig, run_latency
 from vpq.load.platform_bench.measure import median_of_runs
@@ -99,7 +100,9 @@ def execute(
 ) -> None:
     if runs < 1:
         raise typer.BadParameter("--runs must be >= 1")
-    host: dict[str, Any] = {"cpus": os.cpu_count(), "load_1m_before": round(os.getloadavg()[0], 2)}
+    host: dict[str, Any] = {
+        "cpus": os.cpu_count(), "load_1m_before": round(os.getloadavg()[0], 2), "cpu_probe": probe_cpu(PROBE_S),
+    }
     try:
         with Stages() as stages:  # progress on stderr; figures and the JSON line on stdout
             platform, results = event_loop.run(_measure(url, physical_partitions, data_dir, runs, runner, stages))
@@ -112,6 +115,7 @@ def execute(
         typer.echo(json.dumps({"bench": name, "error": str(exc)}))
         raise typer.Exit(1)
     host["load_1m_after"] = round(os.getloadavg()[0], 2)
+    host["cpu_probe_after"] = probe_cpu(PROBE_S)
     headline = dict(results[-1])
     if runs > 1:
         headline.update(median_of_runs(results, fields))
@@ -122,6 +126,7 @@ def execute(
     cores = headline.get("platform_cores") or {}
     if cores:
         typer.echo("  platform CPU, cores busy over the run: " + ", ".join(f"{k} {v:.2f}" for k, v in cores.items()))
+    typer.echo("  machine: " + machine_line(host["cpu_probe"], host["cpu_probe_after"]))
     if host["cpus"] and host["load_1m_before"] > BUSY_LOAD_PER_CPU * host["cpus"]:
         typer.echo(f"  note: load average {host['load_1m_before']} on {host['cpus']} CPU(s) before the run: "
                    "other work shared the machine; the figures are noisy")

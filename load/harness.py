@@ -36,6 +36,7 @@ from typing import Any
 import psutil
 
 from vpq.load.chart import write_chart
+from vpq.load.cpu_probe import PROBE_S, probe_cpu
 from vpq.load.markdown import results_markdown
 from vpq.load.peers.registry import NATS_URL, RABBITMQ_URL, SYSTEM_NAMES, Endpoints, make_system, work_dir
 from vpq.load.profiles import Profile, profile_for
@@ -79,8 +80,10 @@ def parse_scenarios(text: str) -> list[int]:
     return sorted(set(numbers))
 
 
-def machine_info(data_dir: Path) -> dict[str, Any]:
-    """CPU count and model, memory, the data directory's disk, OS and Python."""
+def machine_info(data_dir: Path, probe_s: float = 0.0) -> dict[str, Any]:
+    """CPU count and model, memory, the data directory's disk, OS and Python; with
+    ``probe_s`` > 0, ``cpu_probe``: the CPU's speed and stalls over that many seconds
+    (:func:`load.cpu_probe.probe_cpu`)."""
     model = ""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -99,6 +102,7 @@ def machine_info(data_dir: Path) -> dict[str, Any]:
         "disk_free_gib": round(disk.free / 2**30, 1),
         "os": platform.platform(),
         "python": platform.python_version(),
+        **({"cpu_probe": probe_cpu(probe_s)} if probe_s > 0 else {}),
     }
 
 
@@ -151,7 +155,7 @@ async def run_harness(cfg: HarnessConfig, echo: Callable[[str], None] = print) -
         "version": 1,
         "mode": profile.name,
         "started_at": started.isoformat(timespec="seconds"),
-        "machine": machine_info(cfg.data_dir),
+        "machine": machine_info(cfg.data_dir, PROBE_S),
         "profile": asdict(profile),
         "systems": {},
         "scenarios": {str(n): {"title": SCENARIOS[n].TITLE, "systems": {}} for n in cfg.scenarios},
@@ -189,6 +193,7 @@ async def run_harness(cfg: HarnessConfig, echo: Callable[[str], None] = print) -
         entry["headline"] = heads
         entry["ratios_vpq_over_peer"] = ratios(heads)
     results["checks"] = check_totals(results["scenarios"])
+    results["machine"]["cpu_probe_after"] = probe_cpu(PROBE_S)
     results["elapsed_s"] = round(time.monotonic() - t_start, 1)
 
     stamp = started.strftime("%Y%m%dT%H%M%SZ")

@@ -57,6 +57,8 @@ async def test_scenario_1_against_redis_writes_results_and_chart(tmp_path: Path)
     assert saved["version"] == 1 and saved["mode"] == "tiny"
     assert set(saved) >= {"started_at", "machine", "profile", "systems", "scenarios", "checks", "elapsed_s", "files"}
     assert saved["machine"]["cpus"] >= 1
+    for probe in ("cpu_probe", "cpu_probe_after"):  # the machine's speed goes with the figures
+        assert saved["machine"][probe]["units"] > 0 and saved["machine"][probe]["unit_p50_ms"] > 0
     assert saved["systems"]["redis"]["available"] is True
     assert "appendfsync always" in saved["systems"]["redis"]["durability"]
     s1 = saved["scenarios"]["1"]

@@ -41,6 +41,9 @@ def test_produce_two_runs(platform_url: str) -> None:
     for run in last["results"]:
         assert run["messages"] == run["requests"] * 10 > 0
     assert last["platform"]["started_by_bench"] is False
+    for probe in ("cpu_probe", "cpu_probe_after"):  # the machine's speed goes with the figures
+        assert last["host"][probe]["units"] > 0
+    assert "machine: CPU probe before: unit " in result.stdout
     assert {"gateway", "write_nodes", "read_nodes"} <= set(last["results"][0]["platform_cores"])
     done = [line.split("  ")[0] for line in result.stderr.splitlines() if line.startswith("✓ ")]
     assert done == [f"✓ reaching the platform at {platform_url}", "✓ run 1/2", "✓ run 2/2"]  # progress: stderr
