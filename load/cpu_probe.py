@@ -58,7 +58,7 @@ def summarize_units(durations_ms: Sequence[float], seconds: float) -> dict[str, 
 
 
 def probe_cpu(
-    seconds: float = 2.0, *, clock: Callable[[], float] = time.perf_counter, sleep: Callable[[float], None] = time.sleep
+    seconds: float = PROBE_S, *, clock: Callable[[], float] = time.perf_counter, sleep: Callable[[float], None] = time.sleep
 ) -> dict[str, Any]:
     """Time units of work for ``seconds`` (blocking: call it before a run, or in a
     thread) and summarize them (:func:`summarize_units`)."""

@@ -90,12 +90,10 @@ def index_columns(records: list[TailedRecord]) -> tuple[list[int], list[int], li
     context_ids = list(map(_context_id_of, records))
     key_hashes = list(map(_key_hash_of, records))
     c = context_ids[0] if context_ids else 0
-    if context_ids.count(c) != len(context_ids):
-        refs = list(map(pack_ref, context_ids, key_hashes))
-    elif c:
+    if context_ids.count(c) == len(context_ids):  # one context: its high bits on every hash
         refs = list(map((c << KEY_HASH_BITS).__or__, key_hashes))
     else:
-        refs = key_hashes
+        refs = list(map(pack_ref, context_ids, key_hashes))
     return offsets, queue_ids, refs, context_ids
 
 
