@@ -64,7 +64,7 @@ from vpq.read_nodes.group_members import GroupMembers, new_consumer_id
 from vpq.read_nodes.ingestor import Ingestor
 from vpq.read_nodes.lag_report import group_info, oldest_unacked_by_context
 from vpq.read_nodes.lineage_order import LineageOrder
-from vpq.read_nodes.messages import MessageRenderer
+from vpq.read_nodes.messages import MessageRenderer, TailedRecord
 from vpq.read_nodes.metrics import DeliveryCounters, NoCounters
 from vpq.read_nodes.node_parts import NodeParts, monotonic_ms, wall_ms
 
@@ -467,13 +467,17 @@ class GroupHost:
         instead (expired or vanished)."""
         source = self.parts.source
         cutoff = self.expiry.cutoff()
-        out: list[bytes] = []
-        append = out.append
-        render = self._renderer.render
+        # RecordSource.cached of each, in one call
+        cached = source.cache.get_many([(d.pp, d.offset) for d in got])
+        if cutoff is None and None not in cached:  # all in memory, nothing expires: render them all at once
+            return self._renderer.render_many(cached, [d.vp for d in got], [d.delivery_count for d in got]), 0
+        records: list[TailedRecord] = []
+        append = records.append
+        vps: list[int] = []
+        counts: list[int] = []
         gone: list[str] = []
         failed: list[str] = []
-        # RecordSource.cached of each, in one call
-        for d, tailed in zip(got, source.cache.get_many([(d.pp, d.offset) for d in got])):
+        for d, tailed in zip(got, cached):
             if tailed is None:
                 try:
                     tailed = await source.get(d.pp, d.offset)
@@ -488,14 +492,16 @@ class GroupHost:
             if cutoff is not None and ts is not None and ts < cutoff:
                 gone.append(d.message_id)
                 continue
-            append(render(tailed, d.vp, d.delivery_count))
+            append(tailed)
+            vps.append(d.vp)
+            counts.append(d.delivery_count)
         if gone:
             self.delivery.ack_positions(consumer_id, decode_message_ids(gone), self.snapshots.note_done)
             self._changes += 1
             self.expiry.add(len(gone))
         if failed:
             self.delivery.nack(consumer_id, failed, self._opt.retry_ms * 5, monotonic_ms())
-        return out, len(gone)
+        return self._renderer.render_many(records, vps, counts), len(gone)
 
     async def ack(self, consumer_id: str, ids: list[str]) -> int:
         self._require_member(consumer_id)

@@ -160,6 +160,11 @@ def render_message(
     return msg
 
 
+try:
+    from vpq.read_nodes._fast_render import render_many as _render_many
+except ImportError:  # built without a C compiler: MessageRenderer.render does every message
+    _render_many = None
+
 _MESSAGE = (
     b'{"id":"%d-%d","queue":%b,"key":%b,%b%b,"headers":%b,%b,"partition":%d,"offset":%d,"virtual_partition":%d,'
     b'"timestamp_ms":%d,"delivery_count":%d%b}'
@@ -236,6 +241,21 @@ class MessageRenderer:
             ts if ts is not None else 0, delivery_count,
             b"" if key_b64 is None else b',"key_b64":"' + key_b64.encode("ascii") + b'"',
         )
+
+
+    def render_many(self, records: list[TailedRecord], vps: list[int], counts: list[int]) -> list[bytes]:
+        """``[render(r, vp, count) for r, vp, count in zip(records, vps, counts)]``: the
+        usual message (a JSON value, a key met before, no headers of the producer's) by
+        the C extension ``_fast_render`` when it is built, the others by ``render``."""
+        if _render_many is None:
+            return list(map(self.render, records, vps, counts))
+        out = _render_many(self._queue, self._keys, self._contexts, _loads, RESERVED_PREFIX, records, vps, counts)
+        if None in out:
+            render = self.render
+            for i, got in enumerate(out):
+                if got is None:
+                    out[i] = render(records[i], vps[i], counts[i])
+        return out
 
 
 def _headers_json(headers: tuple[tuple[str, bytes], ...]) -> bytes:

@@ -1,0 +1,238 @@
+/* vpq.read_nodes._fast_render: MessageRenderer.render of many records in one call.
+
+   render_many(queue_json, keys, contexts, check, reserved_prefix, records, vps, counts)
+   answers a list as long as ``records``: for each record either the bytes
+   ``MessageRenderer.render(record, vps[i], counts[i])`` answers, or None where this
+   code leaves the record to the Python renderer. It renders only the common case and
+   answers None for every other:
+
+   - ``record`` is a TailedRecord (a tuple of 12 fields, see messages.py);
+   - its key is None, or bytes found in ``keys`` (UTF-8 key bytes -> its JSON string);
+   - its value encoding is 0 (JSON) and ``check(value)`` returns (orjson.loads: the
+     stored bytes parse as JSON and are spliced in as they are);
+   - it has no headers, or one whose name starts with ``reserved_prefix``;
+   - its isolation context is found in ``contexts`` (context -> the JSON members
+     ``"lane":..,"env":..,"set":..``);
+   - partition, offset, timestamp (or None), ``vps[i]`` and ``counts[i]`` are ints that
+     fit in 64 bits.
+
+   The bytes are those of messages.py's _MESSAGE template with ``"value":``, the
+   headers ``{}`` and no ``key_b64``. Pure: no I/O, the arguments are not changed. */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <string.h>
+
+enum { F_PP = 0, F_CTX = 1, F_OFFSET = 2, F_KEY = 3, F_VALUE = 4, F_HEADERS = 5, F_TS = 6, F_ENC = 7, N_FIELDS = 12 };
+
+static const char P_ID[] = "{\"id\":\"";
+static const char P_QUEUE[] = "\",\"queue\":";
+static const char P_KEY[] = ",\"key\":";
+static const char P_VALUE[] = ",\"value\":";
+static const char P_HEADERS[] = ",\"headers\":{},";
+static const char P_PARTITION[] = ",\"partition\":";
+static const char P_OFFSET[] = ",\"offset\":";
+static const char P_VP[] = ",\"virtual_partition\":";
+static const char P_TS[] = ",\"timestamp_ms\":";
+static const char P_COUNT[] = ",\"delivery_count\":";
+static const char K_NULL[] = "null";
+
+#define LIT(s) (sizeof(s) - 1)
+
+/* The decimal digits of v into buf (at least 21 bytes); answers their count. */
+static Py_ssize_t put_int(char *buf, long long v) {
+    char tmp[24];
+    Py_ssize_t n = 0, len = 0;
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    do {
+        tmp[n++] = (char)('0' + (u % 10));
+        u /= 10;
+    } while (u);
+    if (v < 0) buf[len++] = '-';
+    while (n) buf[len++] = tmp[--n];
+    return len;
+}
+
+/* An int object as a long long; 0 with *ok = 0 when it is not one or does not fit. */
+static long long as_int(PyObject *o, int *ok) {
+    if (!PyLong_CheckExact(o) && !PyLong_Check(o)) {
+        *ok = 0;
+        return 0;
+    }
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (overflow || (v == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        *ok = 0;
+        return 0;
+    }
+    return v;
+}
+
+#define PUT(p, src, n)            \
+    do {                          \
+        memcpy((p), (src), (n));  \
+        (p) += (n);               \
+    } while (0)
+
+/* The rendered bytes of one record, Py_None (a new reference) when the Python renderer
+   must do it, NULL on a memory error. */
+static PyObject *render_one(PyObject *queue_json, PyObject *keys, PyObject *contexts, PyObject *check,
+                            PyObject *prefix, PyObject *rec, PyObject *vp_obj, PyObject *count_obj,
+                            PyObject **last_ctx, PyObject **last_ctx_json) {
+    if (!PyTuple_Check(rec) || PyTuple_GET_SIZE(rec) != N_FIELDS) Py_RETURN_NONE;
+    PyObject *enc = PyTuple_GET_ITEM(rec, F_ENC);
+    if (!PyLong_Check(enc) || PyLong_AsLong(enc) != 0) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    PyObject *value = PyTuple_GET_ITEM(rec, F_VALUE);
+    if (!PyBytes_Check(value)) Py_RETURN_NONE;
+    PyObject *headers = PyTuple_GET_ITEM(rec, F_HEADERS);
+    if (!PyTuple_Check(headers)) Py_RETURN_NONE;
+    Py_ssize_t nh = PyTuple_GET_SIZE(headers);
+    if (nh > 1) Py_RETURN_NONE;
+    if (nh == 1) {
+        PyObject *h = PyTuple_GET_ITEM(headers, 0);
+        if (!PyTuple_Check(h) || PyTuple_GET_SIZE(h) < 1) Py_RETURN_NONE;
+        PyObject *name = PyTuple_GET_ITEM(h, 0);
+        if (!PyUnicode_Check(name)) Py_RETURN_NONE;
+        Py_ssize_t starts = PyUnicode_Tailmatch(name, prefix, 0, PY_SSIZE_T_MAX, -1);
+        if (starts != 1) {
+            PyErr_Clear();
+            Py_RETURN_NONE;
+        }
+    }
+    /* the value parses as JSON (before the lookups below: their answers are borrowed) */
+    PyObject *parsed = PyObject_CallOneArg(check, value);
+    if (parsed == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_Exception)) return NULL;
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    Py_DECREF(parsed);
+    /* the key's JSON */
+    PyObject *key = PyTuple_GET_ITEM(rec, F_KEY);
+    const char *key_json;
+    Py_ssize_t key_len;
+    if (key == Py_None) {
+        key_json = K_NULL;
+        key_len = LIT(K_NULL);
+    } else {
+        if (!PyBytes_Check(key)) Py_RETURN_NONE;
+        PyObject *kj = PyDict_GetItemWithError(keys, key); /* borrowed */
+        if (kj == NULL) {
+            if (PyErr_Occurred()) return NULL;
+            Py_RETURN_NONE;
+        }
+        if (!PyBytes_Check(kj)) Py_RETURN_NONE;
+        key_json = PyBytes_AS_STRING(kj);
+        key_len = PyBytes_GET_SIZE(kj);
+    }
+    /* the context's JSON members */
+    PyObject *ctx = PyTuple_GET_ITEM(rec, F_CTX);
+    PyObject *ctx_json;
+    if (ctx == *last_ctx) {
+        ctx_json = *last_ctx_json;
+    } else {
+        ctx_json = PyDict_GetItemWithError(contexts, ctx); /* borrowed */
+        if (ctx_json == NULL) {
+            if (PyErr_Occurred()) return NULL;
+            Py_RETURN_NONE;
+        }
+        if (!PyBytes_Check(ctx_json)) Py_RETURN_NONE;
+        *last_ctx = ctx;
+        *last_ctx_json = ctx_json;
+    }
+    /* the numbers */
+    int ok = 1;
+    long long pp = as_int(PyTuple_GET_ITEM(rec, F_PP), &ok);
+    long long offset = as_int(PyTuple_GET_ITEM(rec, F_OFFSET), &ok);
+    PyObject *ts_obj = PyTuple_GET_ITEM(rec, F_TS);
+    long long ts = ts_obj == Py_None ? 0 : as_int(ts_obj, &ok);
+    long long vp = as_int(vp_obj, &ok);
+    long long count = as_int(count_obj, &ok);
+    if (!ok) Py_RETURN_NONE;
+
+    char pp_s[24], off_s[24], vp_s[24], ts_s[24], count_s[24];
+    Py_ssize_t pp_n = put_int(pp_s, pp), off_n = put_int(off_s, offset), vp_n = put_int(vp_s, vp);
+    Py_ssize_t ts_n = put_int(ts_s, ts), count_n = put_int(count_s, count);
+    Py_ssize_t q_n = PyBytes_GET_SIZE(queue_json), v_n = PyBytes_GET_SIZE(value);
+    Py_ssize_t c_n = PyBytes_GET_SIZE(ctx_json);
+    Py_ssize_t total = LIT(P_ID) + pp_n + 1 + off_n + LIT(P_QUEUE) + q_n + LIT(P_KEY) + key_len + LIT(P_VALUE) + v_n
+                       + LIT(P_HEADERS) + c_n + LIT(P_PARTITION) + pp_n + LIT(P_OFFSET) + off_n + LIT(P_VP) + vp_n
+                       + LIT(P_TS) + ts_n + LIT(P_COUNT) + count_n + 1;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, total);
+    if (out == NULL) return NULL;
+    char *p = PyBytes_AS_STRING(out);
+    PUT(p, P_ID, LIT(P_ID));
+    PUT(p, pp_s, pp_n);
+    *p++ = '-';
+    PUT(p, off_s, off_n);
+    PUT(p, P_QUEUE, LIT(P_QUEUE));
+    PUT(p, PyBytes_AS_STRING(queue_json), q_n);
+    PUT(p, P_KEY, LIT(P_KEY));
+    PUT(p, key_json, key_len);
+    PUT(p, P_VALUE, LIT(P_VALUE));
+    PUT(p, PyBytes_AS_STRING(value), v_n);
+    PUT(p, P_HEADERS, LIT(P_HEADERS));
+    PUT(p, PyBytes_AS_STRING(ctx_json), c_n);
+    PUT(p, P_PARTITION, LIT(P_PARTITION));
+    PUT(p, pp_s, pp_n);
+    PUT(p, P_OFFSET, LIT(P_OFFSET));
+    PUT(p, off_s, off_n);
+    PUT(p, P_VP, LIT(P_VP));
+    PUT(p, vp_s, vp_n);
+    PUT(p, P_TS, LIT(P_TS));
+    PUT(p, ts_s, ts_n);
+    PUT(p, P_COUNT, LIT(P_COUNT));
+    PUT(p, count_s, count_n);
+    *p++ = '}';
+    return out;
+}
+
+static PyObject *render_many(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError,
+                        "render_many(queue_json, keys, contexts, check, reserved_prefix, records, vps, counts)");
+        return NULL;
+    }
+    PyObject *queue_json = args[0], *keys = args[1], *contexts = args[2], *check = args[3], *prefix = args[4];
+    PyObject *records = args[5], *vps = args[6], *counts = args[7];
+    if (!PyBytes_Check(queue_json) || !PyDict_Check(keys) || !PyDict_Check(contexts) || !PyUnicode_Check(prefix)
+        || !PyList_Check(records) || !PyList_Check(vps) || !PyList_Check(counts)) {
+        PyErr_SetString(PyExc_TypeError, "render_many: bytes, dict, dict, callable, str and three lists expected");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(records);
+    if (PyList_GET_SIZE(vps) != n || PyList_GET_SIZE(counts) != n) {
+        PyErr_SetString(PyExc_ValueError, "render_many: records, vps and counts differ in length");
+        return NULL;
+    }
+    PyObject *out = PyList_New(n);
+    if (out == NULL) return NULL;
+    PyObject *last_ctx = NULL, *last_ctx_json = NULL; /* borrowed: contexts is not changed meanwhile */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *got = render_one(queue_json, keys, contexts, check, prefix, PyList_GET_ITEM(records, i),
+                                   PyList_GET_ITEM(vps, i), PyList_GET_ITEM(counts, i), &last_ctx, &last_ctx_json);
+        if (got == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, got);
+    }
+    return out;
+}
+
+static PyMethodDef methods[] = {
+    {"render_many", (PyCFunction)(void (*)(void))render_many, METH_FASTCALL,
+     "render_many(queue_json, keys, contexts, check, reserved_prefix, records, vps, counts) -> list"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_fast_render", "MessageRenderer.render of many records in one call (C).", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__fast_render(void) { return PyModule_Create(&module); }

@@ -1,0 +1,13 @@
+"""The C extensions; everything else about the package is in pyproject.toml.
+
+An extension is optional: where it cannot be built (no C compiler) the install goes on
+and the pure-Python code does its work (tests/read_nodes/test_fast_render.py checks that
+both agree, and under VPQ_TEST_STRICT that the extension was built)."""
+
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=[
+        Extension("vpq.read_nodes._fast_render", ["read_nodes/_fast_render.c"], optional=True),
+    ],
+)

@@ -1,0 +1,109 @@
+"""``MessageRenderer.render_many`` (the C extension ``_fast_render`` with the Python
+renderer behind it) answers exactly what ``MessageRenderer.render`` answers, message by
+message, for every kind of record; the extension is built (a failure under
+``VPQ_TEST_STRICT``)."""
+
+from __future__ import annotations
+
+import importlib
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.needs import missing
+from vpq.codec.batch_common import VALUE_JSON, VALUE_RAW
+from vpq.isolation.context import IsolationContext
+from vpq.read_nodes import messages
+from vpq.read_nodes.messages import MessageRenderer, TailedRecord
+
+
+def _fast() -> object:
+    try:
+        return importlib.import_module("vpq.read_nodes._fast_render")
+    except ImportError:
+        missing("the C extension vpq.read_nodes._fast_render is not built (pip install -e . with a C compiler)")
+
+
+def _rec(
+    value: bytes, *, key: bytes | None = b"k", enc: int = VALUE_JSON, headers: tuple = (), ts: int | None = 5,
+    ctx: IsolationContext | None = None, pp: int = 2, offset: int = 9,
+) -> TailedRecord:
+    ctx = ctx or IsolationContext("prod", "", "")
+    return TailedRecord(pp, ctx, offset, key, value, headers, ts, enc, 1, 0, 77, 3)
+
+
+_CONTEXTS = [IsolationContext("prod", "", ""), IsolationContext("test", "eu-1", "feat-a"), IsolationContext("prod", "", "l")]
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4),
+    max_leaves=10,
+).map(orjson.dumps)
+_odd = [b"", b"{", b"[1,]", b"nul", b"\"\xff\"", b" 1 ", b"1e999", b"123456789012345678901234567890"]
+_values = _json_values | st.binary(max_size=40) | st.sampled_from(_odd)
+_headers = st.sampled_from([(), ((":dedup", b"d"),), ((":priority", b"1"),), (("h", b"v"),), ((":a", b"1"), ("b", b"\xff")), (("", b""),)])
+_records = st.builds(
+    _rec,
+    _values,
+    key=st.none() | st.binary(max_size=6) | st.sampled_from([b"k", b"\xff\xfe", "cl\u00e9".encode()]),
+    enc=st.sampled_from([VALUE_JSON, VALUE_JSON, VALUE_RAW, 7]),
+    headers=_headers,
+    ts=st.none() | st.integers(-(2**63), 2**63 - 1),
+    ctx=st.sampled_from(_CONTEXTS),
+    pp=st.integers(0, 2**31),
+    offset=st.integers(0, 2**63 - 1),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    records=st.lists(_records, max_size=12),
+    vp=st.integers(0, 2**40),
+    count=st.integers(1, 2**63 - 1),
+    warm=st.booleans(),
+)
+def test_render_many_is_render_of_each(records: list[TailedRecord], vp: int, count: int, warm: bool) -> None:
+    _fast()
+    expected = [MessageRenderer('q"\u00e9').render(r, vp, count) for r in records]
+    renderer = MessageRenderer('q"\u00e9')
+    if warm:  # keys and contexts already remembered: the C code renders what it can
+        renderer.render_many(records, [vp] * len(records), [count] * len(records))
+    got = renderer.render_many(records, [vp] * len(records), [count] * len(records))
+    assert got == expected
+    assert renderer.render_many(records, [vp] * len(records), [count] * len(records)) == expected  # again, warm
+
+
+def test_the_c_code_renders_the_usual_message_and_leaves_the_rest() -> None:
+    fast = _fast()
+    renderer = MessageRenderer("q")
+    usual = _rec(b'{"a":1}', headers=((":dedup", b"x"),))
+    renderer.render(usual, 3, 1)  # remembers the key and the context
+    check = orjson.loads
+    args = (renderer._queue, renderer._keys, renderer._contexts, check, messages.RESERVED_PREFIX)  # noqa: SLF001
+    others = [
+        _rec(b"{bad"), _rec(b"1", enc=VALUE_RAW), _rec(b"1", key=b"unseen"), _rec(b"1", headers=(("h", b"v"),)),
+        _rec(b"1", ctx=IsolationContext("test", "", "")),
+    ]
+    got = fast.render_many(*args, [usual, *others], [3] * 6, [1] * 6)  # type: ignore[attr-defined]
+    assert got[0] == renderer.render(usual, 3, 1)
+    assert got[1:] == [None] * 5
+    with pytest.raises(ValueError):
+        fast.render_many(*args, [usual], [3, 4], [1])  # type: ignore[attr-defined]
+    with pytest.raises(TypeError):
+        fast.render_many(*args[:4], [usual], [3], [1])  # type: ignore[attr-defined]
+
+
+def test_a_failing_check_other_than_an_exception_propagates() -> None:
+    fast = _fast()
+    renderer = MessageRenderer("q")
+    usual = _rec(b"1")
+    renderer.render(usual, 0, 1)
+
+    def interrupted(_value: bytes) -> object:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        fast.render_many(renderer._queue, renderer._keys, renderer._contexts, interrupted,  # type: ignore[attr-defined]  # noqa: SLF001
+                         messages.RESERVED_PREFIX, [usual], [0], [1])
