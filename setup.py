@@ -9,5 +9,6 @@ from setuptools import Extension, setup
 setup(
     ext_modules=[
         Extension("vpq.read_nodes._fast_render", ["read_nodes/_fast_render.c"], optional=True),
+        Extension("vpq.read_nodes._fast_decode", ["read_nodes/_fast_decode.c"], optional=True),
     ],
 )

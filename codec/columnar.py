@@ -390,7 +390,7 @@ def is_lone_dedup(buf: Any, p: int, size: int) -> bool:
     block (:func:`read_header_block`)."""
     return (
         _LONE_DEDUP_SIZE < size <= _LONE_DEDUP_SIZE + 0x80
-        and buf[p : p + _LONE_DEDUP_SIZE] == _LONE_DEDUP
+        and buf[p : p + _LONE_DEDUP_SIZE] == LONE_DEDUP
         and buf[p + _LONE_DEDUP_SIZE] == size - _LONE_DEDUP_SIZE - 1
     )
 
@@ -401,7 +401,7 @@ def all_lone_dedup(buf: bytes, starts: Sequence[int], sizes: Sequence[int]) -> b
     must be ``bytes``. False says nothing about any one block."""
     if not sizes or min(sizes) <= _LONE_DEDUP_SIZE or max(sizes) > _LONE_DEDUP_SIZE + 0x80:
         return False
-    if not all(map(buf.startswith, repeat(_LONE_DEDUP, len(starts)), starts)):
+    if not all(map(buf.startswith, repeat(LONE_DEDUP, len(starts)), starts)):
         return False
     id_lengths = map(buf.__getitem__, map(_LONE_DEDUP_SIZE.__add__, starts))
     return all(map(eq, id_lengths, map((-_LONE_DEDUP_SIZE - 1).__add__, sizes)))
@@ -447,9 +447,9 @@ def summarize(view: BatchFields) -> dict[TrafficKey, list[int]]:
 _SET = {name: getattr(Record, name).__set__ for name in Record.__slots__}  # type: ignore[attr-defined]
 
 
-_LONE_DEDUP = bytes((1, len(DEDUP))) + DEDUP.encode("ascii")
+LONE_DEDUP = bytes((1, len(DEDUP))) + DEDUP.encode("ascii")
 """The start of a header block that holds one header, the dedup id (one-byte varints)."""
-_LONE_DEDUP_SIZE = len(_LONE_DEDUP)
+_LONE_DEDUP_SIZE = len(LONE_DEDUP)
 
 
 def decode(view: BatchFields, drop_dedup: bool = False) -> list[Record]:

@@ -8,7 +8,9 @@ record that has headers. The records are exactly those of
 ``BatchView.records(drop_dedup=True)`` (a lone dedup id is left out: nothing a read
 node does uses it), with their partition and isolation context. A magic-1 batch, and
 a batch of fewer than ``COLUMNS_FROM`` records, is decoded by ``BatchView.records``
-and converted.
+and converted. The usual columnar batch (no headers but a lone dedup id, known
+contexts) is decoded by the C extension ``_fast_decode`` when it is built, to the same
+records and sizes.
 
 Errors are the codec's: ``CorruptBatchError`` for a record area or header block that
 does not decode exactly (the CRC is the caller's: ``iter_batches(verify=True)``).
@@ -24,11 +26,16 @@ from itertools import accumulate, repeat
 from operator import add
 from typing import Any
 
-from vpq.codec.columnar import MAGIC_COLUMNAR, all_lone_dedup, read_headers
+from vpq.codec.columnar import LONE_DEDUP, MAGIC_COLUMNAR, all_lone_dedup, read_headers
 from vpq.codec.columnar import scan as scan_columns
 from vpq.codec.records import BatchView
 from vpq.isolation.context import IsolationContext
 from vpq.read_nodes.messages import RECORD_OVERHEAD_BYTES, TailedRecord, record_size, tailed_record
+
+try:
+    from vpq.read_nodes._fast_decode import decode_columnar as _decode_columnar
+except ImportError:  # built without a C compiler: the columns below do every batch
+    _decode_columnar = None
 
 COLUMNS_FROM = 8
 """Batches of fewer records are decoded record by record (``BatchView.records``): the
@@ -60,9 +67,14 @@ def decode_tailed(
         _require(contexts, {r.context_id for r in records})
         tailed = [tailed_record(pp, r, contexts[r.context_id]) for r in records]
         return tailed, list(map(record_size, tailed))
+    buf: Any = view.buf
+    if _decode_columnar is not None and type(buf) is bytes:
+        got = _decode_columnar(buf, view.pos, view.size, view.record_count, view.base_offset, view.first_ts, pp,
+                               contexts, TailedRecord, LONE_DEDUP, RECORD_OVERHEAD_BYTES)
+        if got is not None:
+            return got
     cols = scan_columns(view, check_headers=False)  # header blocks are checked as they are read below
     _require(contexts, set(cols.context_ids))
-    buf: Any = view.buf
     if not isinstance(buf, bytes):  # slices must be bytes objects
         buf = bytes(buf)
     n = view.record_count

@@ -14,12 +14,14 @@ from hypothesis import strategies as st
 from tests.codec.format1 import build_batch
 from tests.codec.test_columnar import _rebuild
 from tests.codec.test_columnar import records_st as codec_records_st
-from vpq.codec.columnar import build_columnar_batch, columns_of
+from tests.needs import missing
+from vpq.codec.columnar import LONE_DEDUP, build_columnar_batch, columns_of
 from vpq.codec.errors import CorruptBatchError
 from vpq.codec.records import HEADER_SIZE, BatchView, Record
 from vpq.codec.system_headers import DEDUP
 from vpq.isolation.context import IsolationContext
-from vpq.read_nodes.messages import record_size, tailed_record
+from vpq.read_nodes import record_decode
+from vpq.read_nodes.messages import RECORD_OVERHEAD_BYTES, TailedRecord, record_size, tailed_record
 from vpq.read_nodes.record_decode import COLUMNS_FROM, UnknownContexts, decode_tailed
 
 CONTEXTS = {c: IsolationContext("prod" if c == 0 else f"e{c}", "", "") for c in range(4)}
@@ -110,3 +112,45 @@ def test_a_batch_of_dedup_ids_with_one_damaged_block_is_refused() -> None:
     view = BatchView(_rebuild(bytes(batch), bytes(batch[HEADER_SIZE:])))
     with pytest.raises(CorruptBatchError):
         decode_tailed(view, 0, CONTEXTS)
+
+
+def _python_columns(view: BatchView, pp: int) -> tuple[list, list]:
+    """``decode_tailed`` with the C extension turned off."""
+    saved = record_decode._decode_columnar  # noqa: SLF001
+    record_decode._decode_columnar = None  # noqa: SLF001
+    try:
+        return decode_tailed(view, pp, CONTEXTS)
+    finally:
+        record_decode._decode_columnar = saved  # noqa: SLF001
+
+
+def test_the_c_extension_is_built() -> None:
+    if record_decode._decode_columnar is None:  # noqa: SLF001
+        missing("the C extension vpq.read_nodes._fast_decode is not built (pip install -e . with a C compiler)")
+    records = [Record(value=b"v%d" % i, key=b"k", headers=((DEDUP, b"id%d" % i),)) for i in range(COLUMNS_FROM)]
+    batch = build_columnar_batch(3, 1_000, columns_of(records, 1_000))
+    got = record_decode._decode_columnar(  # noqa: SLF001
+        batch, 0, len(batch), COLUMNS_FROM, 3, 1_000, 0, CONTEXTS, TailedRecord, LONE_DEDUP, RECORD_OVERHEAD_BYTES
+    )
+    assert got is not None and got == _python_columns(BatchView(batch), 0)
+    assert all(type(t) is TailedRecord for t in got[0])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(records_st, min_size=COLUMNS_FROM, max_size=20), st.integers(0, 1 << 50), st.integers(0, 1 << 45),
+       st.lists(st.tuples(st.integers(0, 1 << 16), st.integers(0, 255)), max_size=3))
+def test_c_and_python_agree_on_any_bytes(records: list[Record], base: int, ts: int, flips: list) -> None:
+    """Whatever the record area holds (bytes changed at random, the header left valid),
+    the C decoder and the Python columns give the same records, or the same error."""
+    batch = build_columnar_batch(base, ts, columns_of(records, ts))
+    body = bytearray(batch[HEADER_SIZE:])
+    for at, byte in flips:
+        body[at % len(body)] = byte
+    view = BatchView(_rebuild(batch, bytes(body)))
+    outcomes = []
+    for decode in (lambda: decode_tailed(view, 5, CONTEXTS), lambda: _python_columns(view, 5)):
+        try:
+            outcomes.append(decode())
+        except (CorruptBatchError, UnknownContexts) as exc:
+            outcomes.append(type(exc))
+    assert outcomes[0] == outcomes[1]
