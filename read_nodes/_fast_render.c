@@ -1,23 +1,28 @@
 /* vpq.read_nodes._fast_render: MessageRenderer.render of many records in one call.
 
-   render_many(queue_json, keys, contexts, check, reserved_prefix, records, vps, counts)
+   render_many(queue_json, keys, key_json, contexts, context_json, check, reserved_prefix,
+               records, vps, counts)
    answers a list as long as ``records``: for each record either the bytes
    ``MessageRenderer.render(record, vps[i], counts[i])`` answers, or None where this
    code leaves the record to the Python renderer. It renders only the common case and
    answers None for every other:
 
    - ``record`` is a TailedRecord (a tuple of 12 fields, see messages.py);
-   - its key is None, or bytes found in ``keys`` (UTF-8 key bytes -> its JSON string);
+   - its key is None, or bytes whose JSON string is in ``keys`` or answered by
+     ``key_json(key)`` (bytes; None for a key that is not UTF-8);
    - its value encoding is 0 (JSON) and ``check(value)`` returns (orjson.loads: the
      stored bytes parse as JSON and are spliced in as they are);
    - it has no headers, or one whose name starts with ``reserved_prefix``;
-   - its isolation context is found in ``contexts`` (context -> the JSON members
-     ``"lane":..,"env":..,"set":..``);
+   - the JSON members ``"lane":..,"env":..,"set":..`` of its isolation context are in
+     ``contexts`` or answered by ``context_json(context)`` (bytes);
    - partition, offset, timestamp (or None), ``vps[i]`` and ``counts[i]`` are ints that
      fit in 64 bits.
 
+   ``key_json`` and ``context_json`` are called on a miss (MessageRenderer's own, which
+   remember their answers); an exception they raise propagates.
+
    The bytes are those of messages.py's _MESSAGE template with ``"value":``, the
-   headers ``{}`` and no ``key_b64``. Pure: no I/O, the arguments are not changed. */
+   headers ``{}`` and no ``key_b64``. No I/O. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -77,9 +82,9 @@ static long long as_int(PyObject *o, int *ok) {
 
 /* The rendered bytes of one record, Py_None (a new reference) when the Python renderer
    must do it, NULL on a memory error. */
-static PyObject *render_one(PyObject *queue_json, PyObject *keys, PyObject *contexts, PyObject *check,
-                            PyObject *prefix, PyObject *rec, PyObject *vp_obj, PyObject *count_obj,
-                            PyObject **last_ctx, PyObject **last_ctx_json) {
+static PyObject *render_one(PyObject *queue_json, PyObject *keys, PyObject *key_json_of, PyObject *contexts,
+                            PyObject *context_json_of, PyObject *check, PyObject *prefix, PyObject *rec,
+                            PyObject *vp_obj, PyObject *count_obj, PyObject **last_ctx, PyObject **last_ctx_json) {
     if (!PyTuple_Check(rec) || PyTuple_GET_SIZE(rec) != N_FIELDS) Py_RETURN_NONE;
     PyObject *enc = PyTuple_GET_ITEM(rec, F_ENC);
     if (!PyLong_Check(enc) || PyLong_AsLong(enc) != 0) {
@@ -103,7 +108,7 @@ static PyObject *render_one(PyObject *queue_json, PyObject *keys, PyObject *cont
             Py_RETURN_NONE;
         }
     }
-    /* the value parses as JSON (before the lookups below: their answers are borrowed) */
+    /* the value parses as JSON */
     PyObject *parsed = PyObject_CallOneArg(check, value);
     if (parsed == NULL) {
         if (!PyErr_ExceptionMatches(PyExc_Exception)) return NULL;
@@ -111,39 +116,48 @@ static PyObject *render_one(PyObject *queue_json, PyObject *keys, PyObject *cont
         Py_RETURN_NONE;
     }
     Py_DECREF(parsed);
-    /* the key's JSON */
+    /* the context's JSON members (owned in *last_ctx_json) */
+    PyObject *ctx = PyTuple_GET_ITEM(rec, F_CTX);
+    if (ctx != *last_ctx) {
+        PyObject *cj = PyDict_GetItemWithError(contexts, ctx); /* borrowed */
+        if (cj != NULL) {
+            Py_INCREF(cj);
+        } else {
+            if (PyErr_Occurred()) return NULL;
+            cj = PyObject_CallOneArg(context_json_of, ctx);
+            if (cj == NULL) return NULL;
+        }
+        if (!PyBytes_Check(cj)) {
+            Py_DECREF(cj);
+            Py_RETURN_NONE;
+        }
+        Py_INCREF(ctx);
+        Py_XSETREF(*last_ctx, ctx);
+        Py_XSETREF(*last_ctx_json, cj);
+    }
+    PyObject *ctx_json = *last_ctx_json;
+    /* the key's JSON (owned in kj) */
     PyObject *key = PyTuple_GET_ITEM(rec, F_KEY);
-    const char *key_json;
-    Py_ssize_t key_len;
+    PyObject *kj;
     if (key == Py_None) {
-        key_json = K_NULL;
-        key_len = LIT(K_NULL);
+        kj = NULL;
     } else {
         if (!PyBytes_Check(key)) Py_RETURN_NONE;
-        PyObject *kj = PyDict_GetItemWithError(keys, key); /* borrowed */
-        if (kj == NULL) {
+        kj = PyDict_GetItemWithError(keys, key); /* borrowed */
+        if (kj != NULL) {
+            Py_INCREF(kj);
+        } else {
             if (PyErr_Occurred()) return NULL;
+            kj = PyObject_CallOneArg(key_json_of, key);
+            if (kj == NULL) return NULL;
+        }
+        if (!PyBytes_Check(kj)) { /* None: not UTF-8 */
+            Py_DECREF(kj);
             Py_RETURN_NONE;
         }
-        if (!PyBytes_Check(kj)) Py_RETURN_NONE;
-        key_json = PyBytes_AS_STRING(kj);
-        key_len = PyBytes_GET_SIZE(kj);
     }
-    /* the context's JSON members */
-    PyObject *ctx = PyTuple_GET_ITEM(rec, F_CTX);
-    PyObject *ctx_json;
-    if (ctx == *last_ctx) {
-        ctx_json = *last_ctx_json;
-    } else {
-        ctx_json = PyDict_GetItemWithError(contexts, ctx); /* borrowed */
-        if (ctx_json == NULL) {
-            if (PyErr_Occurred()) return NULL;
-            Py_RETURN_NONE;
-        }
-        if (!PyBytes_Check(ctx_json)) Py_RETURN_NONE;
-        *last_ctx = ctx;
-        *last_ctx_json = ctx_json;
-    }
+    const char *key_json = kj == NULL ? K_NULL : PyBytes_AS_STRING(kj);
+    Py_ssize_t key_len = kj == NULL ? (Py_ssize_t)LIT(K_NULL) : PyBytes_GET_SIZE(kj);
     /* the numbers */
     int ok = 1;
     long long pp = as_int(PyTuple_GET_ITEM(rec, F_PP), &ok);
@@ -152,7 +166,10 @@ static PyObject *render_one(PyObject *queue_json, PyObject *keys, PyObject *cont
     long long ts = ts_obj == Py_None ? 0 : as_int(ts_obj, &ok);
     long long vp = as_int(vp_obj, &ok);
     long long count = as_int(count_obj, &ok);
-    if (!ok) Py_RETURN_NONE;
+    if (!ok) {
+        Py_XDECREF(kj);
+        Py_RETURN_NONE;
+    }
 
     char pp_s[24], off_s[24], vp_s[24], ts_s[24], count_s[24];
     Py_ssize_t pp_n = put_int(pp_s, pp), off_n = put_int(off_s, offset), vp_n = put_int(vp_s, vp);
@@ -163,7 +180,10 @@ static PyObject *render_one(PyObject *queue_json, PyObject *keys, PyObject *cont
                        + LIT(P_HEADERS) + c_n + LIT(P_PARTITION) + pp_n + LIT(P_OFFSET) + off_n + LIT(P_VP) + vp_n
                        + LIT(P_TS) + ts_n + LIT(P_COUNT) + count_n + 1;
     PyObject *out = PyBytes_FromStringAndSize(NULL, total);
-    if (out == NULL) return NULL;
+    if (out == NULL) {
+        Py_XDECREF(kj);
+        return NULL;
+    }
     char *p = PyBytes_AS_STRING(out);
     PUT(p, P_ID, LIT(P_ID));
     PUT(p, pp_s, pp_n);
@@ -188,21 +208,25 @@ static PyObject *render_one(PyObject *queue_json, PyObject *keys, PyObject *cont
     PUT(p, P_COUNT, LIT(P_COUNT));
     PUT(p, count_s, count_n);
     *p++ = '}';
+    Py_XDECREF(kj);
     return out;
 }
 
 static PyObject *render_many(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (nargs != 8) {
+    if (nargs != 10) {
         PyErr_SetString(PyExc_TypeError,
-                        "render_many(queue_json, keys, contexts, check, reserved_prefix, records, vps, counts)");
+                        "render_many(queue_json, keys, key_json, contexts, context_json, check, reserved_prefix, "
+                        "records, vps, counts)");
         return NULL;
     }
-    PyObject *queue_json = args[0], *keys = args[1], *contexts = args[2], *check = args[3], *prefix = args[4];
-    PyObject *records = args[5], *vps = args[6], *counts = args[7];
+    PyObject *queue_json = args[0], *keys = args[1], *key_json_of = args[2], *contexts = args[3];
+    PyObject *context_json_of = args[4], *check = args[5], *prefix = args[6];
+    PyObject *records = args[7], *vps = args[8], *counts = args[9];
     if (!PyBytes_Check(queue_json) || !PyDict_Check(keys) || !PyDict_Check(contexts) || !PyUnicode_Check(prefix)
         || !PyList_Check(records) || !PyList_Check(vps) || !PyList_Check(counts)) {
-        PyErr_SetString(PyExc_TypeError, "render_many: bytes, dict, dict, callable, str and three lists expected");
+        PyErr_SetString(PyExc_TypeError,
+                        "render_many: bytes, dict, callable, dict, callable, callable, str and three lists expected");
         return NULL;
     }
     Py_ssize_t n = PyList_GET_SIZE(records);
@@ -212,22 +236,39 @@ static PyObject *render_many(PyObject *self, PyObject *const *args, Py_ssize_t n
     }
     PyObject *out = PyList_New(n);
     if (out == NULL) return NULL;
-    PyObject *last_ctx = NULL, *last_ctx_json = NULL; /* borrowed: contexts is not changed meanwhile */
+    PyObject *last_ctx = NULL, *last_ctx_json = NULL; /* owned */
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *got = render_one(queue_json, keys, contexts, check, prefix, PyList_GET_ITEM(records, i),
-                                   PyList_GET_ITEM(vps, i), PyList_GET_ITEM(counts, i), &last_ctx, &last_ctx_json);
-        if (got == NULL) {
-            Py_DECREF(out);
-            return NULL;
+        /* the callbacks may change the lists: read them by index, checking the length */
+        if (i >= PyList_GET_SIZE(records) || i >= PyList_GET_SIZE(vps) || i >= PyList_GET_SIZE(counts)) {
+            PyErr_SetString(PyExc_RuntimeError, "render_many: a list changed size");
+            goto fail;
         }
+        PyObject *rec = PyList_GET_ITEM(records, i), *vp = PyList_GET_ITEM(vps, i), *count = PyList_GET_ITEM(counts, i);
+        Py_INCREF(rec);
+        Py_INCREF(vp);
+        Py_INCREF(count);
+        PyObject *got = render_one(queue_json, keys, key_json_of, contexts, context_json_of, check, prefix, rec, vp,
+                                   count, &last_ctx, &last_ctx_json);
+        Py_DECREF(rec);
+        Py_DECREF(vp);
+        Py_DECREF(count);
+        if (got == NULL) goto fail;
         PyList_SET_ITEM(out, i, got);
     }
+    Py_XDECREF(last_ctx);
+    Py_XDECREF(last_ctx_json);
     return out;
+fail:
+    Py_XDECREF(last_ctx);
+    Py_XDECREF(last_ctx_json);
+    Py_DECREF(out);
+    return NULL;
 }
 
 static PyMethodDef methods[] = {
     {"render_many", (PyCFunction)(void (*)(void))render_many, METH_FASTCALL,
-     "render_many(queue_json, keys, contexts, check, reserved_prefix, records, vps, counts) -> list"},
+     "render_many(queue_json, keys, key_json, contexts, context_json, check, reserved_prefix, records, vps, counts)"
+     " -> list"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -197,6 +197,19 @@ class MessageRenderer:
             got = self._contexts[ctx] = _dumps({"lane": ctx.lane, "env": ctx.env, "set": ctx.set})[1:-1]
         return got
 
+    def _key(self, raw_key: bytes) -> bytes | None:
+        """The JSON string of a UTF-8 key (remembered); None for bytes that are not UTF-8."""
+        got = self._keys.get(raw_key)
+        if got is None:
+            try:
+                got = _dumps(raw_key.decode("utf-8"))
+            except UnicodeDecodeError:
+                return None
+            if len(self._keys) >= _KEYS_HELD:
+                self._keys.clear()
+            self._keys[raw_key] = got
+        return got
+
     def render(self, tailed: TailedRecord, virtual_partition: int, delivery_count: int) -> bytes:
         """The JSON bytes of ``render_message(queue, tailed, virtual_partition, delivery_count)``."""
         r = tailed
@@ -207,15 +220,10 @@ class MessageRenderer:
         else:
             key = self._keys.get(raw_key)
             if key is None:
-                try:
-                    key = _dumps(raw_key.decode("utf-8"))
-                except UnicodeDecodeError:
+                key = self._key(raw_key)
+                if key is None:
                     text, key_b64 = decode_key(raw_key)
                     key = _dumps(text)
-                else:
-                    if len(self._keys) >= _KEYS_HELD:
-                        self._keys.clear()
-                    self._keys[raw_key] = key
         value = r.value
         if r.value_encoding == VALUE_JSON:
             try:
@@ -245,11 +253,12 @@ class MessageRenderer:
 
     def render_many(self, records: list[TailedRecord], vps: list[int], counts: list[int]) -> list[bytes]:
         """``[render(r, vp, count) for r, vp, count in zip(records, vps, counts)]``: the
-        usual message (a JSON value, a key met before, no headers of the producer's) by
-        the C extension ``_fast_render`` when it is built, the others by ``render``."""
+        usual message (a JSON value, a UTF-8 key, no headers of the producer's) by the C
+        extension ``_fast_render`` when it is built, the others by ``render``."""
         if _render_many is None:
             return list(map(self.render, records, vps, counts))
-        out = _render_many(self._queue, self._keys, self._contexts, _loads, RESERVED_PREFIX, records, vps, counts)
+        out = _render_many(self._queue, self._keys, self._key, self._contexts, self._context, _loads, RESERVED_PREFIX,
+                           records, vps, counts)  # fmt: skip
         if None in out:
             render = self.render
             for i, got in enumerate(out):

@@ -75,35 +75,43 @@ def test_render_many_is_render_of_each(records: list[TailedRecord], vp: int, cou
     assert renderer.render_many(records, [vp] * len(records), [count] * len(records)) == expected  # again, warm
 
 
+def _args(renderer: MessageRenderer, check: object = orjson.loads) -> tuple:
+    return (renderer._queue, renderer._keys, renderer._key, renderer._contexts, renderer._context,  # noqa: SLF001
+            check, messages.RESERVED_PREFIX)  # fmt: skip
+
+
 def test_the_c_code_renders_the_usual_message_and_leaves_the_rest() -> None:
     fast = _fast()
     renderer = MessageRenderer("q")
     usual = _rec(b'{"a":1}', headers=((":dedup", b"x"),))
-    renderer.render(usual, 3, 1)  # remembers the key and the context
-    check = orjson.loads
-    args = (renderer._queue, renderer._keys, renderer._contexts, check, messages.RESERVED_PREFIX)  # noqa: SLF001
-    others = [
-        _rec(b"{bad"), _rec(b"1", enc=VALUE_RAW), _rec(b"1", key=b"unseen"), _rec(b"1", headers=(("h", b"v"),)),
-        _rec(b"1", ctx=IsolationContext("test", "", "")),
-    ]
-    got = fast.render_many(*args, [usual, *others], [3] * 6, [1] * 6)  # type: ignore[attr-defined]
-    assert got[0] == renderer.render(usual, 3, 1)
-    assert got[1:] == [None] * 5
+    others = [_rec(b"{bad"), _rec(b"1", enc=VALUE_RAW), _rec(b"1", key=b"\xff"), _rec(b"1", headers=(("h", b"v"),))]
+    got = fast.render_many(*_args(renderer), [usual, *others], [3] * 5, [1] * 5)  # type: ignore[attr-defined]
+    assert got[0] == MessageRenderer("q").render(usual, 3, 1)
+    assert got[1:] == [None] * 4
     with pytest.raises(ValueError):
-        fast.render_many(*args, [usual], [3, 4], [1])  # type: ignore[attr-defined]
+        fast.render_many(*_args(renderer), [usual], [3, 4], [1])  # type: ignore[attr-defined]
     with pytest.raises(TypeError):
-        fast.render_many(*args[:4], [usual], [3], [1])  # type: ignore[attr-defined]
+        fast.render_many(*_args(renderer)[:6], [usual], [3], [1])  # type: ignore[attr-defined]
+
+
+def test_keys_and_contexts_met_first_in_a_poll_are_rendered_in_c(monkeypatch: pytest.MonkeyPatch) -> None:
+    _fast()
+    records = [_rec(b"[%d]" % i, key=b"k%d" % (i % 3), ctx=_CONTEXTS[i % 2], offset=i) for i in range(10)]
+    expected = [MessageRenderer("q").render(r, 1, 1) for r in records]
+    called = []
+    monkeypatch.setattr(MessageRenderer, "render", lambda *a: called.append(a))
+    renderer = MessageRenderer("q")
+    assert renderer.render_many(records, [1] * 10, [1] * 10) == expected
+    assert called == []  # a cold renderer: the C code asked for each new key's and context's JSON
+    assert set(renderer._keys) == {b"k0", b"k1", b"k2"} and set(renderer._contexts) == set(_CONTEXTS[:2])  # noqa: SLF001
 
 
 def test_a_failing_check_other_than_an_exception_propagates() -> None:
     fast = _fast()
     renderer = MessageRenderer("q")
-    usual = _rec(b"1")
-    renderer.render(usual, 0, 1)
 
     def interrupted(_value: bytes) -> object:
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        fast.render_many(renderer._queue, renderer._keys, renderer._contexts, interrupted,  # type: ignore[attr-defined]  # noqa: SLF001
-                         messages.RESERVED_PREFIX, [usual], [0], [1])
+        fast.render_many(*_args(renderer, interrupted), [_rec(b"1")], [0], [1])  # type: ignore[attr-defined]
