@@ -472,7 +472,7 @@ class AsyncClient:
             body,
             extra_timeout=(wait_ms or 0) / 1000.0,
         )
-        return [Message.from_json(m) for m in _list_of(answer, "messages")]
+        return Message.from_wire(_list_of(answer, "messages"))
 
     async def ack(self, queue: str, group: str, consumer_id: str, ids: Sequence[str]) -> int:
         """Acknowledge delivered messages; answers how many were acked."""

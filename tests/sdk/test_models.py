@@ -60,3 +60,25 @@ def test_message_round_trip_json_and_bytes() -> None:
     assert raw.value == b"\x01" and raw.is_bytes
     assert raw.env == "prod" and raw.lane == "" and raw.key is None
     assert raw.to_json()["value_b64"] == "AQ=="
+
+
+def test_from_wire_is_from_json_of_each_and_takes_the_objects_over() -> None:
+    wire = {
+        "id": "3-9", "queue": "q", "key": "k", "value": "v", "headers": {}, "lane": "", "env": "prod", "set": "",
+        "partition": 3, "offset": 9, "virtual_partition": 1, "timestamp_ms": 5, "delivery_count": 1,
+    }  # fmt: skip
+    shapes = [
+        wire,
+        {**wire, "headers": {"h": "v"}},
+        {**wire, "env": ""},  # the default env
+        {**wire, "headers": None},
+        {**wire, "key_b64": "AA=="},  # an extra field
+        {k: v for k, v in wire.items() if k != "value"} | {"value_b64": "AQ=="},
+        {"id": "m", "queue": "q", "value": 1},  # fields missing
+    ]
+    items = [orjson.loads(orjson.dumps(s)) for s in shapes]
+    expected = [Message.from_json(orjson.loads(orjson.dumps(s))) for s in shapes]
+    got = Message.from_wire(items)
+    assert got == expected and [vars(m) for m in got] == [vars(m) for m in expected]
+    assert vars(got[0]) is items[0]  # the API's exact shape: no copy
+    assert got[3].headers == {} and got[4].key == "k" and got[5].value == b"\x01"
