@@ -115,10 +115,12 @@ class RecordCache(Generic[K, V]):
 
     def put_many(self, entries: Iterable[tuple[K, V, int]]) -> int:
         """``put`` of each ``(key, value, size)`` in turn, sizes trusted (integers >= 0:
-        a caller's own ``size_bytes``), evicting once at the end: the same entries stay,
-        in the same order, as with one ``put`` each (``evictions`` may count fewer: an
-        entry replaced by the batch is not first evicted by it). Returns how many were
-        stored."""
+        a caller's own ``size_bytes``), evicting once at the end: when no key of the
+        batch was cached before, the same entries stay, in the same order, as with one
+        ``put`` each; when the batch replaces entries, an older entry that one ``put``
+        each would have evicted before a replacement made room may stay (``evictions``
+        may count fewer: an entry replaced by the batch is not first evicted by it).
+        The bound holds either way. Returns how many were stored."""
         data = self._data
         pop = data.pop
         limit = self._max

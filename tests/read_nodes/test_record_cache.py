@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from vpq.read_nodes.record_cache import RecordCache
 
@@ -86,3 +88,22 @@ def test_get_many_is_one_get_each() -> None:
     keys = [3, 9, 1, 3]
     assert many.get_many(keys) == [one.get(k) for k in keys] == ["old3", None, "old1", "old3"]
     assert list(many._data) == list(one._data) and many.stats() == one.stats()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 300), st.lists(st.lists(st.integers(0, 60), max_size=40), max_size=25))
+def test_batches_of_new_keys_keep_what_one_put_each_keeps(max_bytes: int, batches: list) -> None:
+    """A tailer's batches (keys never cached before): ``put_many`` keeps the newest
+    entries that fit, the same as one ``put`` at a time."""
+    many: RecordCache[int, int] = RecordCache(max_bytes)
+    one: RecordCache[int, int] = RecordCache(max_bytes)
+    key = 0
+    for sizes in batches:
+        keys = list(range(key, key + len(sizes)))
+        key += len(sizes)
+        for k, size in zip(keys, sizes):
+            one.put(k, -k, size)
+        many.put_many(zip(keys, [-k for k in keys], sizes))
+        assert list(many._data.items()) == list(one._data.items())  # noqa: SLF001
+        assert many.bytes == one.bytes <= max_bytes
+    assert many.stats() == one.stats()
