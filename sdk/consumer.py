@@ -53,6 +53,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from time import monotonic
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -236,7 +237,7 @@ class Consumer:
         self._join = await self._client.join(
             self.queue, self.group, consumer_id=wanted, lane=self._lane, env=self._env, set=self._set, start=self._start
         )
-        self._last_flush = asyncio.get_running_loop().time()  # ack_interval_ms counts from here
+        self._last_flush = monotonic()  # ack_interval_ms counts from here
         self._joined.set()
 
     async def _poll_request(self, wait_ms: int | None = None) -> list[Message]:
@@ -244,7 +245,7 @@ class Consumer:
         cid = self._require_id()
         acks, self._acks = self._acks, []
         if acks:
-            self._last_flush = asyncio.get_running_loop().time()
+            self._last_flush = monotonic()
         wait = self._wait_ms if wait_ms is None else wait_ms
         try:
             return await self._client.poll(
@@ -344,13 +345,13 @@ class Consumer:
             self.handled += 1
             if self._auto_ack:
                 self._acks.append(message.id)
-        if asyncio.get_running_loop().time() - self._last_flush >= self._ack_interval:
+        if monotonic() - self._last_flush >= self._ack_interval:
             await self._flush_settlements()
 
     async def _flush_settlements(self, *, wait: bool | None = None) -> None:
         """Send the pending acks/nacks: awaited when ``wait`` (default: not prefetching),
         else by a background sender (one request in flight, in order)."""
-        self._last_flush = asyncio.get_running_loop().time()
+        self._last_flush = monotonic()
         if self._join is None:
             return
         if wait is None:
