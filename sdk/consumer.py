@@ -53,8 +53,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from time import monotonic
 from collections.abc import Awaitable, Callable, Sequence
+from time import monotonic
 from typing import Any
 
 from vpq.sdk.client import AsyncClient
