@@ -24,7 +24,9 @@ MAX_OFFSET = (1 << 63) - 1
 
 _ID_RE = re.compile(r"(0|[1-9][0-9]{0,9})-(0|[1-9][0-9]{0,18})", re.ASCII)
 # canonical with at most 9 + 18 digits: in range without converting (fast path only)
-_SHORT_ID_RE = re.compile(r"(?:0|[1-9][0-9]{0,8})-(?:0|[1-9][0-9]{0,17})", re.ASCII)
+_SHORT_ID = r"(?:0|[1-9][0-9]{0,8})-(?:0|[1-9][0-9]{0,17})"
+_SHORT_ID_RE = re.compile(_SHORT_ID, re.ASCII)
+_SHORT_ID_LIST_RE = re.compile(rf"{_SHORT_ID}(?:,{_SHORT_ID})*", re.ASCII)
 
 
 class MessageIdError(ValueError):
@@ -81,6 +83,19 @@ def check_message_id(message_id: object) -> str:
         return message_id
     decode_message_id(message_id)
     return message_id  # type: ignore[return-value]  # decode_message_id accepted a str
+
+
+def all_short_ids(message_ids: object) -> bool:
+    """True when ``message_ids`` is a non-empty list of strings that are all canonical ids
+    of at most 9 + 18 digits (each one ``check_message_id`` accepts), checked with one
+    regular expression over the joined list. False says nothing: check them one by one."""
+    if type(message_ids) is not list or not message_ids:
+        return False
+    try:
+        joined = ",".join(message_ids)
+    except TypeError:  # not all strings
+        return False
+    return joined.count(",") == len(message_ids) - 1 and _SHORT_ID_LIST_RE.fullmatch(joined) is not None
 
 
 def decode_message_ids(message_ids: object) -> list[tuple[int, int]]:

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from vpq.codec.message_id import all_short_ids
 from vpq.common.errors import BadRequest
 from vpq.common.poll_body import PolledBody
 from vpq.gateway.backend import JoinSpec
 from vpq.gateway.http import JSON_CONTENT_TYPE, isolation_headers, json_response, read_json_object, validate
 from vpq.gateway.keys import BACKEND_KEY, METRICS_KEY, SETTINGS_KEY
-from vpq.gateway.models import AckRequest, JoinRequest, NackRequest, PollRequest, RedriveRequest
+from vpq.gateway.models import MAX_IDS, AckRequest, JoinRequest, NackRequest, PollRequest, RedriveRequest
 from vpq.isolation.context import IsolationError, PartialContext, resolve
 
 
@@ -35,7 +36,12 @@ async def poll(request: web.Request) -> web.Response:
     app = request.app
     mi = request.match_info
     body = await read_json_object(request, app[SETTINGS_KEY].max_request_bytes, required=False)
-    req = validate(PollRequest, body)
+    ack = body.get("ack")
+    if all_short_ids(ack) and len(ack) <= MAX_IDS:  # the usual acks: checked at once, not one by one
+        req = validate(PollRequest, {name: value for name, value in body.items() if name != "ack"})
+        req.ack = ack
+    else:
+        req = validate(PollRequest, body)
     args = (mi["queue"], mi["group"], mi["consumer_id"], req.max_messages, req.wait_ms)
     got = await app[BACKEND_KEY].poll(*args, req.ack) if req.ack else await app[BACKEND_KEY].poll(*args)
     acked = 0

@@ -10,6 +10,7 @@ from vpq.codec.message_id import (
     MAX_OFFSET,
     MAX_PP,
     MessageIdError,
+    all_short_ids,
     check_message_id,
     decode_message_id,
     decode_message_ids,
@@ -69,3 +70,29 @@ def test_decode_many_takes_the_checked_path_for_long_ids() -> None:
     assert decode_message_ids(["4294967295-9223372036854775807", "1-2"]) == [(MAX_PP, MAX_OFFSET), (1, 2)]
     with pytest.raises(MessageIdError, match="at index 1: partition or offset out of range"):
         decode_message_ids(["1-2", "4294967296-0"])
+
+
+_ids_or_not = st.one_of(
+    st.builds(encode_message_id, st.integers(0, MAX_PP), st.integers(0, MAX_OFFSET)),
+    st.sampled_from(["", "0-01", "1-1,2-2", "1-1 ", ",", "1-\u0661", "999999999-999999999999999999"]),
+    st.text(alphabet="0123456789-,", max_size=12),
+    st.integers(0, 5),
+    st.none(),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_ids_or_not, max_size=8))
+def test_all_short_ids_says_true_only_when_each_id_is_canonical(ids: list) -> None:
+    def canonical(mid: object) -> bool:
+        try:
+            return check_message_id(mid) == mid
+        except MessageIdError:
+            return False
+
+    if all_short_ids(ids):
+        assert ids and all(canonical(mid) for mid in ids)
+    elif ids and all(type(m) is str and len(m) <= 28 and canonical(m) for m in ids):
+        # canonical ids of at most 9 + 18 digits are never refused
+        assert any(len(m.partition("-")[0]) > 9 or len(m.partition("-")[2]) > 18 for m in ids)
+    assert not all_short_ids(tuple(ids)) and not all_short_ids("1-1")

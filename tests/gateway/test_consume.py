@@ -109,6 +109,11 @@ async def test_long_poll_is_passed_through(client: TestClient, backend: Recordin
         ({"timeout": 5}, "timeout"),
         ({"ack": "0-1"}, "ack"),
         ({"ack": ["0-1", "a"]}, "ack[1]"),
+        ({"ack": ["0-1", "1-2,3-4"]}, "ack[1]"),
+        ({"ack": 5}, "ack"),
+        ({"ack": ["0-1"] * 10_001}, "ack"),  # valid ids, too many
+        ({"ack": ["0-1", "0-2"], "max_messages": 0}, "max_messages"),  # valid ids, another field wrong
+        ({"ack": ["0-1"], "extra": 1}, "extra"),
     ],
 )
 async def test_bad_poll(client: TestClient, backend: RecordingBackend, consumer: str, body: dict, field: str, G: str) -> None:
