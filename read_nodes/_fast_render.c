@@ -10,8 +10,9 @@
    - ``record`` is a TailedRecord (a tuple of 12 fields, see messages.py);
    - its key is None, or bytes whose JSON string is in ``keys`` or answered by
      ``key_json(key)`` (bytes; None for a key that is not UTF-8);
-   - its value encoding is 0 (JSON) and ``check(value)`` returns (orjson.loads: the
-     stored bytes parse as JSON and are spliced in as they are);
+   - its value encoding is 0 (JSON) and the stored bytes parse as JSON (they are spliced
+     in as they are): checked by ``json_valid`` below, which says yes only where
+     orjson.loads surely accepts them, else by calling ``check(value)`` (orjson.loads);
    - it has no headers, or one whose name starts with ``reserved_prefix``;
    - the JSON members ``"lane":..,"env":..,"set":..`` of its isolation context are in
      ``contexts`` or answered by ``context_json(context)`` (bytes);
@@ -26,6 +27,7 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdint.h>
 #include <string.h>
 
 enum { F_PP = 0, F_CTX = 1, F_OFFSET = 2, F_KEY = 3, F_VALUE = 4, F_HEADERS = 5, F_TS = 6, F_ENC = 7, N_FIELDS = 12 };
@@ -80,6 +82,192 @@ static long long as_int(PyObject *o, int *ok) {
         (p) += (n);               \
     } while (0)
 
+/* ---- a JSON check that answers "valid" only where orjson.loads surely accepts ------- */
+
+#define MAX_DEPTH 256
+#define ONES 0x0101010101010101ULL
+#define HIGHS 0x8080808080808080ULL
+
+/* a byte below n (n <= 128) among those of x without their high bit */
+static inline uint64_t has_less(uint64_t x, uint64_t n) { return (x - ONES * n) & ~x & HIGHS; }
+static inline uint64_t has_zero(uint64_t x) { return (x - ONES) & ~x & HIGHS; }
+
+static int hex_value(unsigned char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* The rest of a string after its opening quote: 1 and *pp past the closing quote, or 0
+   (not valid, or a \u escape of a surrogate, which orjson takes only in pairs). */
+static int scan_string(const unsigned char **pp, const unsigned char *end) {
+    const unsigned char *p = *pp;
+    for (;;) {
+        while (end - p >= 8) { /* eight plain ASCII bytes at a time */
+            uint64_t v;
+            memcpy(&v, p, 8);
+            if ((v & HIGHS) | has_less(v, 0x20) | has_zero(v ^ (ONES * '"')) | has_zero(v ^ (ONES * '\\'))) break;
+            p += 8;
+        }
+        if (p >= end) return 0;
+        unsigned char c = *p;
+        if (c == '"') {
+            *pp = p + 1;
+            return 1;
+        }
+        if (c < 0x20) return 0;
+        if (c == '\\') {
+            if (end - p < 2) return 0;
+            switch (p[1]) {
+            case '"': case '\\': case '/': case 'b': case 'f': case 'n': case 'r': case 't':
+                p += 2;
+                continue;
+            case 'u': {
+                if (end - p < 6) return 0;
+                unsigned cp = 0;
+                for (int i = 2; i < 6; i++) {
+                    int h = hex_value(p[i]);
+                    if (h < 0) return 0;
+                    cp = cp * 16 + (unsigned)h;
+                }
+                if (cp >= 0xD800 && cp <= 0xDFFF) return 0;
+                p += 6;
+                continue;
+            }
+            default:
+                return 0;
+            }
+        }
+        if (c < 0x80) {
+            p++;
+            continue;
+        }
+        /* UTF-8: no overlong form, no surrogate, nothing past U+10FFFF */
+        Py_ssize_t len = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+        if (len == 0 || end - p < len) return 0;
+        for (Py_ssize_t i = 1; i < len; i++)
+            if ((p[i] & 0xC0) != 0x80) return 0;
+        if ((c == 0xE0 && p[1] < 0xA0) || (c == 0xED && p[1] >= 0xA0) || (c == 0xF0 && p[1] < 0x90)
+            || (c == 0xF4 && p[1] >= 0x90))
+            return 0;
+        p += len;
+    }
+}
+
+/* A number: 1 and *pp past it, or 0 (not valid, or one orjson might refuse: more than
+   200 integer digits, an exponent of more than two digits, more than 400 characters). */
+static int scan_number(const unsigned char **pp, const unsigned char *end) {
+    const unsigned char *p = *pp, *start = p;
+    if (*p == '-') p++;
+    if (p >= end) return 0;
+    const unsigned char *digits = p;
+    if (*p == '0') {
+        p++;
+    } else if (*p >= '1' && *p <= '9') {
+        while (p < end && *p >= '0' && *p <= '9') p++;
+    } else {
+        return 0;
+    }
+    Py_ssize_t int_digits = p - digits;
+    if (p < end && *p == '.') {
+        const unsigned char *f = ++p;
+        while (p < end && *p >= '0' && *p <= '9') p++;
+        if (p == f) return 0;
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        p++;
+        if (p < end && (*p == '+' || *p == '-')) p++;
+        const unsigned char *e = p;
+        while (p < end && *p >= '0' && *p <= '9') p++;
+        if (p == e || p - e > 2) return 0;
+    }
+    if (int_digits > 200 || p - start > 400) return 0;
+    *pp = p;
+    return 1;
+}
+
+/* 1 when the n bytes at s are one JSON text (RFC 8259) that orjson.loads accepts; 0 when
+   they are not, or might not be (nesting deeper than MAX_DEPTH, the strings and numbers
+   scan_string and scan_number leave): ask orjson then. */
+static int json_valid(const unsigned char *s, Py_ssize_t n) {
+    const unsigned char *p = s, *end = s + n;
+    char stack[MAX_DEPTH];
+    int depth = 0;
+#define SKIP_WS() while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')) p++
+    SKIP_WS();
+value:
+    if (p >= end) return 0;
+    switch (*p) {
+    case '{':
+    case '[':
+        if (depth == MAX_DEPTH) return 0;
+        stack[depth++] = (char)*p++;
+        SKIP_WS();
+        if (p < end && *p == (stack[depth - 1] == '{' ? '}' : ']')) {
+            p++;
+            depth--;
+            goto after_value;
+        }
+        if (stack[depth - 1] == '{') goto key;
+        goto value;
+    case '"':
+        p++;
+        if (!scan_string(&p, end)) return 0;
+        goto after_value;
+    case 't':
+        if (end - p < 4 || memcmp(p, "true", 4) != 0) return 0;
+        p += 4;
+        goto after_value;
+    case 'f':
+        if (end - p < 5 || memcmp(p, "false", 5) != 0) return 0;
+        p += 5;
+        goto after_value;
+    case 'n':
+        if (end - p < 4 || memcmp(p, "null", 4) != 0) return 0;
+        p += 4;
+        goto after_value;
+    default:
+        if (!scan_number(&p, end)) return 0;
+        goto after_value;
+    }
+key:
+    if (p >= end || *p != '"') return 0;
+    p++;
+    if (!scan_string(&p, end)) return 0;
+    SKIP_WS();
+    if (p >= end || *p != ':') return 0;
+    p++;
+    SKIP_WS();
+    goto value;
+after_value:
+    SKIP_WS();
+    if (depth == 0) return p == end;
+    if (p >= end) return 0;
+    if (*p == ',') {
+        p++;
+        SKIP_WS();
+        if (stack[depth - 1] == '{') goto key;
+        goto value;
+    }
+    if (*p == (stack[depth - 1] == '{' ? '}' : ']')) {
+        p++;
+        depth--;
+        goto after_value;
+    }
+    return 0;
+#undef SKIP_WS
+}
+
+static PyObject *py_json_valid(PyObject *self, PyObject *arg) {
+    (void)self;
+    if (!PyBytes_Check(arg)) {
+        PyErr_SetString(PyExc_TypeError, "json_valid: bytes expected");
+        return NULL;
+    }
+    return PyBool_FromLong(json_valid((const unsigned char *)PyBytes_AS_STRING(arg), PyBytes_GET_SIZE(arg)));
+}
+
 /* The rendered bytes of one record, Py_None (a new reference) when the Python renderer
    must do it, NULL on a memory error. */
 static PyObject *render_one(PyObject *queue_json, PyObject *keys, PyObject *key_json_of, PyObject *contexts,
@@ -108,14 +296,16 @@ static PyObject *render_one(PyObject *queue_json, PyObject *keys, PyObject *key_
             Py_RETURN_NONE;
         }
     }
-    /* the value parses as JSON */
-    PyObject *parsed = PyObject_CallOneArg(check, value);
-    if (parsed == NULL) {
-        if (!PyErr_ExceptionMatches(PyExc_Exception)) return NULL;
-        PyErr_Clear();
-        Py_RETURN_NONE;
+    /* the value parses as JSON: checked here, or by check() where json_valid is unsure */
+    if (!json_valid((const unsigned char *)PyBytes_AS_STRING(value), PyBytes_GET_SIZE(value))) {
+        PyObject *parsed = PyObject_CallOneArg(check, value);
+        if (parsed == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_Exception)) return NULL;
+            PyErr_Clear();
+            Py_RETURN_NONE;
+        }
+        Py_DECREF(parsed);
     }
-    Py_DECREF(parsed);
     /* the context's JSON members (owned in *last_ctx_json) */
     PyObject *ctx = PyTuple_GET_ITEM(rec, F_CTX);
     if (ctx != *last_ctx) {
@@ -269,6 +459,8 @@ static PyMethodDef methods[] = {
     {"render_many", (PyCFunction)(void (*)(void))render_many, METH_FASTCALL,
      "render_many(queue_json, keys, key_json, contexts, context_json, check, reserved_prefix, records, vps, counts)"
      " -> list"},
+    {"json_valid", py_json_valid, METH_O,
+     "json_valid(data: bytes) -> bool: True only when orjson.loads surely accepts data (False: ask orjson)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -254,7 +254,8 @@ class MessageRenderer:
     def render_many(self, records: list[TailedRecord], vps: list[int], counts: list[int]) -> list[bytes]:
         """``[render(r, vp, count) for r, vp, count in zip(records, vps, counts)]``: the
         usual message (a JSON value, a UTF-8 key, no headers of the producer's) by the C
-        extension ``_fast_render`` when it is built, the others by ``render``."""
+        extension ``_fast_render`` when it is built (which checks the JSON itself where
+        it can tell that orjson accepts it), the others by ``render``."""
         if _render_many is None:
             return list(map(self.render, records, vps, counts))
         out = _render_many(self._queue, self._keys, self._key, self._contexts, self._context, _loads, RESERVED_PREFIX,

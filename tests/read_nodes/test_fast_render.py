@@ -114,4 +114,63 @@ def test_a_failing_check_other_than_an_exception_propagates() -> None:
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        fast.render_many(*_args(renderer, interrupted), [_rec(b"1")], [0], [1])  # type: ignore[attr-defined]
+        deep = b"[" * 300 + b"]" * 300  # valid, but deeper than the C check goes: check() is asked
+        fast.render_many(*_args(renderer, interrupted), [_rec(deep)], [0], [1])  # type: ignore[attr-defined]
+
+
+def _orjson_accepts(data: bytes) -> bool:
+    try:
+        orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return False
+    return True
+
+
+_documents = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.text()
+    | st.floats(-1e15, 1e15).filter(lambda x: x == 0 or abs(x) > 1e-90),
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=8), inner, max_size=5),
+    max_leaves=20,
+).map(orjson.dumps)
+_hard = [
+    b"", b" ", b"1e400", b"-1e400", b"1e99", b"1.5E-07", b"1e007", b"9" * 201, b"9" * 200, b"-", b"-0", b"01", b"1.",
+    b".5", b"+1", b'"\\ud800"', b'"\\ud800\\udc00"', b'"\\udc00"', b'"\xed\xa0\x80"', b'"\xf4\x90\x80\x80"',
+    b'"\xe0\x80\x80"', b'"\xc0\xaf"', b'"\xef\xbb\xbf"', b"\xef\xbb\xbf1", b'"\x7f"', b'"\x1f"', b'"\\x"', b'"\\u12"',
+    b'{"a":1,"a":2}', b"[" * 300 + b"]" * 300, b"[1,]", b"{,}", b'{"a"}', b'{"a":}', b"[1 2]", b"true false",
+    b"nul", b"tru", b"[true]", b"{} ", b"\t[]\n", b'"' + b"a" * 20 + b"\\n" + b"\xc3\xa9" * 9 + b'"',
+]  # fmt: skip
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.one_of(
+        _documents,
+        st.sampled_from(_hard),
+        st.binary(max_size=40),
+        st.tuples(_documents, st.integers(0, 200), st.binary(min_size=1, max_size=3)).map(
+            lambda t: t[0][: t[1]] + t[2] + t[0][t[1]:]  # a document with bytes put in
+        ),
+        st.tuples(_documents, st.integers(0, 200)).map(lambda t: t[0][: t[1]] + t[0][t[1] + 1:]),  # a byte taken out
+    )
+)
+def test_json_valid_says_true_only_for_what_orjson_accepts(data: bytes) -> None:
+    fast = _fast()
+    if fast.json_valid(data):  # type: ignore[attr-defined]
+        assert _orjson_accepts(data)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_documents)
+def test_json_valid_takes_the_usual_document_itself(data: bytes) -> None:
+    """What orjson writes (no number beyond the checked forms) needs no second parse."""
+    assert _fast().json_valid(data)  # type: ignore[attr-defined]
+
+
+def test_json_valid_on_the_hard_cases() -> None:
+    fast = _fast()
+    verdicts = {case: fast.json_valid(case) for case in _hard}  # type: ignore[attr-defined]
+    assert all(_orjson_accepts(case) for case, ok in verdicts.items() if ok)
+    assert [case for case, ok in verdicts.items() if ok] == [
+        b"1e99", b"1.5E-07", b"9" * 200, b"-0", b'"\xef\xbb\xbf"', b'"\x7f"', b'{"a":1,"a":2}', b"[true]", b"{} ",
+        b"\t[]\n", b'"' + b"a" * 20 + b"\\n" + b"\xc3\xa9" * 9 + b'"',
+    ]  # fmt: skip
