@@ -50,7 +50,7 @@ class DeliveryAcks:
             return self.ack_positions(consumer_id, decode_message_ids(ids), note_done)
         find = c.inflight.get
         try:
-            found = [find(mid) for mid in ids]
+            found = list(map(find, ids))
         except TypeError:  # an unhashable id: decode_message_ids names it
             found = [None]
         if None in found:
