@@ -28,7 +28,7 @@ def gateway(tmp_path: Path) -> Iterator[ThreadedGateway]:
 def test_produce_and_consume_users_run_without_failures(gateway: ThreadedGateway) -> None:
     cmd = [
         sys.executable, "-m", "locust", "-f", "load/locustfile_produce.py,load/locustfile_consume.py", "--headless",
-        "-u", "4", "-r", "4", "-t", "3s", "--host", gateway.url, "--only-summary",
+        "-u", "4", "-r", "4", "-t", "6s", "--host", gateway.url, "--only-summary",
         "--vpq-queues", "2", "--vpq-batch", "3", "--vpq-lanes", ",feat-a", "--vpq-envs", "test",
         "--vpq-work-ms", "1", "--vpq-wait-ms", "100",
     ]
