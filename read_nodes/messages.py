@@ -250,7 +250,6 @@ class MessageRenderer:
             b"" if key_b64 is None else b',"key_b64":"' + key_b64.encode("ascii") + b'"',
         )
 
-
     def render_many(self, records: list[TailedRecord], vps: list[int], counts: list[int]) -> list[bytes]:
         """``[render(r, vp, count) for r, vp, count in zip(records, vps, counts)]``: the
         usual message (a JSON value, a UTF-8 key, no headers of the producer's) by the C
