@@ -268,6 +268,25 @@ static PyObject *py_json_valid(PyObject *self, PyObject *arg) {
     return PyBool_FromLong(json_valid((const unsigned char *)PyBytes_AS_STRING(arg), PyBytes_GET_SIZE(arg)));
 }
 
+/* The JSON bytes ``cache`` holds for ``item``, else ``ask(item)``'s answer (which
+   remembers it): a new reference; Py_None (a new reference) when the answer is not bytes
+   (the Python renderer must do the record); NULL on an error. */
+static PyObject *json_of(PyObject *cache, PyObject *item, PyObject *ask) {
+    PyObject *got = PyDict_GetItemWithError(cache, item); /* borrowed */
+    if (got != NULL) {
+        Py_INCREF(got);
+    } else {
+        if (PyErr_Occurred()) return NULL;
+        got = PyObject_CallOneArg(ask, item);
+        if (got == NULL) return NULL;
+    }
+    if (!PyBytes_Check(got)) {
+        Py_DECREF(got);
+        Py_RETURN_NONE;
+    }
+    return got;
+}
+
 /* The rendered bytes of one record, Py_None (a new reference) when the Python renderer
    must do it, NULL on a memory error. */
 static PyObject *render_one(PyObject *queue_json, PyObject *keys, PyObject *key_json_of, PyObject *contexts,
@@ -309,18 +328,8 @@ static PyObject *render_one(PyObject *queue_json, PyObject *keys, PyObject *key_
     /* the context's JSON members (owned in *last_ctx_json) */
     PyObject *ctx = PyTuple_GET_ITEM(rec, F_CTX);
     if (ctx != *last_ctx) {
-        PyObject *cj = PyDict_GetItemWithError(contexts, ctx); /* borrowed */
-        if (cj != NULL) {
-            Py_INCREF(cj);
-        } else {
-            if (PyErr_Occurred()) return NULL;
-            cj = PyObject_CallOneArg(context_json_of, ctx);
-            if (cj == NULL) return NULL;
-        }
-        if (!PyBytes_Check(cj)) {
-            Py_DECREF(cj);
-            Py_RETURN_NONE;
-        }
+        PyObject *cj = json_of(contexts, ctx, context_json_of);
+        if (cj == NULL || cj == Py_None) return cj;
         Py_INCREF(ctx);
         Py_XSETREF(*last_ctx, ctx);
         Py_XSETREF(*last_ctx_json, cj);
@@ -333,18 +342,8 @@ static PyObject *render_one(PyObject *queue_json, PyObject *keys, PyObject *key_
         kj = NULL;
     } else {
         if (!PyBytes_Check(key)) Py_RETURN_NONE;
-        kj = PyDict_GetItemWithError(keys, key); /* borrowed */
-        if (kj != NULL) {
-            Py_INCREF(kj);
-        } else {
-            if (PyErr_Occurred()) return NULL;
-            kj = PyObject_CallOneArg(key_json_of, key);
-            if (kj == NULL) return NULL;
-        }
-        if (!PyBytes_Check(kj)) { /* None: not UTF-8 */
-            Py_DECREF(kj);
-            Py_RETURN_NONE;
-        }
+        kj = json_of(keys, key, key_json_of); /* None: not UTF-8 */
+        if (kj == NULL || kj == Py_None) return kj;
     }
     const char *key_json = kj == NULL ? K_NULL : PyBytes_AS_STRING(kj);
     Py_ssize_t key_len = kj == NULL ? (Py_ssize_t)LIT(K_NULL) : PyBytes_GET_SIZE(kj);
