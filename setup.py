@@ -10,5 +10,6 @@ setup(
     ext_modules=[
         Extension("vpq.read_nodes._fast_render", ["read_nodes/_fast_render.c"], optional=True),
         Extension("vpq.read_nodes._fast_decode", ["read_nodes/_fast_decode.c"], optional=True),
+        Extension("vpq.read_nodes._fast_offer", ["read_nodes/_fast_offer.c"], optional=True),
     ],
 )

@@ -61,12 +61,14 @@ from typing import Any
 
 from vpq.codec.system_headers import DEDUP, reader_attributes
 from vpq.common.errors import VpqError
+from vpq.read_nodes.bulk_offer import offer_cached
 from vpq.read_nodes.delivery import GroupDelivery
 from vpq.read_nodes.delivery_types import Admission, DeliveryEntry, stream_ctx_id, stream_of, stream_pp
 from vpq.read_nodes.ingestor_refills import IngestorRefills
 from vpq.read_nodes.lag_report import backlog, oldest_backlog
 from vpq.read_nodes.lineage_order import Decision, LineageOrder
 from vpq.read_nodes.parked_keys import ParkedKeys, ParkKey
+from vpq.read_nodes.record_cache import RecordCache
 from vpq.read_nodes.tailer import Listener
 from vpq.read_nodes.tailer_pool import TailerPool
 
@@ -288,7 +290,26 @@ class Ingestor(IngestorRefills):
         # await below (other tasks: joins, leaves) can change that, so it is checked
         # again after one
         routable = False
-        for offset, ref in entries:
+        # the usual records go to the delivery state in bulk (``bulk_offer``), the rest
+        # one by one below; the bulk path needs what it does not check per record
+        bulk = offer_cached if isinstance(cache, RecordCache) else None
+        bulk_vps = None if plain else plain_vps  # keys of other vps wait for lineage order: one by one
+        cache_data = cache.data if bulk is not None else None  # type: ignore[union-attr]
+        todo = iter(entries)
+        while True:
+            if bulk is not None and routable and next_due is None and not parked_keys:
+                n, cur, item, usable = bulk(todo, pp, ctx_id, stream, cache_data, delivery, cutoff, mask, bulk_vps)
+                if n:
+                    ingested += n
+                    cache.note_hits(n)  # type: ignore[union-attr]
+                    c = cur
+                if not usable:
+                    bulk = None
+            else:
+                item = next(todo, None)
+            if item is None:
+                break
+            offset, ref = item
             key_hash = ref & 0xFFFFFFFF
             if not (plain or key_hash & mask in plain_vps):
                 decision = order.check(key_hash & mask, v, pp, offset, cursor_of)

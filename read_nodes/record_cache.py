@@ -21,7 +21,7 @@ Pure logic: no I/O.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -77,6 +77,16 @@ class RecordCache(Generic[K, V]):
     @property
     def max_bytes(self) -> int:
         return self._max
+
+    @property
+    def data(self) -> Mapping[K, tuple[V, int]]:
+        """The entries, ``key -> (value, size)``, oldest first: to read, never to change
+        (``read_nodes.bulk_offer`` looks records up here; ``note_hits`` counts them)."""
+        return self._data
+
+    def note_hits(self, n: int) -> None:
+        """Count ``n`` hits of lookups made in ``data`` directly."""
+        self._hits += n
 
     def get(self, key: K) -> V | None:
         """The cached value, or None (a read does not change the order of eviction)."""
