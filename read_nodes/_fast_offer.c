@@ -61,7 +61,7 @@ static const char *chain_slots[C_N] = {"key", "parked_key", "pending", "run", "c
 
 static PyTypeObject *msg_type = NULL, *chain_type = NULL;
 static Py_ssize_t msg_off[M_N], chain_off[C_N];
-static PyObject *dedup = NULL, *waiting = NULL, *heappush = NULL, *zero = NULL;
+static PyObject *dedup = NULL, *waiting = NULL, *heappush = NULL, *zero = NULL, *str_append = NULL;
 
 #define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
 
@@ -107,6 +107,7 @@ static PyObject *bind(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     Py_XSETREF(waiting, Py_NewRef(args[3]));
     Py_XSETREF(heappush, Py_NewRef(args[4]));
     if (zero == NULL && (zero = PyLong_FromLong(0)) == NULL) return NULL;
+    if (str_append == NULL && (str_append = PyUnicode_InternFromString("append")) == NULL) return NULL;
     Py_RETURN_NONE;
 }
 
@@ -436,7 +437,7 @@ static PyObject *offer_cached(PyObject *self, PyObject *const *args, Py_ssize_t 
             ready = 1;
         } else {
             PyObject *pending = SLOT(chain, chain_off[C_PENDING]);
-            PyObject *r2 = PyObject_CallMethod(pending, "append", "O", msg);
+            PyObject *r2 = PyObject_CallMethodOneArg(pending, str_append, msg);
             if (r2 == NULL) {
                 Py_DECREF(msg);
                 goto fail;
