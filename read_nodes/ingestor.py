@@ -48,7 +48,10 @@ than ``expire_before`` (wall-clock ms, set by the host from the queue's
 ``retention_ms``): both count in ``expired`` unless the group had already done
 them. Cursors below the log start jump to it (the records are gone).
 
-Parking, refills and the release of due records are ``read_nodes.ingestor_refills``.
+The usual record (cached, no header but a lone dedup id, ingested by ``offer_routed``)
+goes through all of this in C, many at a time (``read_nodes.bulk_offer``), to the same
+effect. Parking, refills and the release of due records are
+``read_nodes.ingestor_refills``.
 """
 
 from __future__ import annotations

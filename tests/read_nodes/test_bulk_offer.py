@@ -18,7 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.needs import missing
-from tests.read_nodes.test_service_parts import R, _Tailer
+from tests.read_nodes.test_service_parts import R
+from tests.read_nodes.test_service_parts import _Pool as _PartsPool
 from vpq.codec.records import Record
 from vpq.codec.system_headers import DEDUP, PRIORITY
 from vpq.isolation.context import IsolationContext
@@ -53,19 +54,10 @@ class _CachedSource:
         return self.log.get((pp, offset))
 
 
-class _Pool:
+class _Pool(_PartsPool):
     def __init__(self) -> None:
-        self.tailers = {0: _Tailer(0)}
-        self.source = _CachedSource()
-
-    def get(self, pp: int) -> _Tailer | None:
-        return self.tailers.get(pp)
-
-    def subscribe(self, pp: int, key: object, listener: object, offset: int) -> _Tailer:
-        return self.tailers[pp]
-
-    async def unsubscribe(self, pp: int, key: object) -> None:
-        return None
+        super().__init__([0])
+        self.source = _CachedSource()  # type: ignore[assignment]
 
 
 def _history(seed: int) -> tuple[dict[str, Any], list[tuple]]:
