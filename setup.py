@@ -6,10 +6,13 @@ both agree, and under VPQ_TEST_STRICT that the extension was built)."""
 
 from setuptools import Extension, setup
 
+SLOTS = "read_nodes/_msg_slots.h"
+
 setup(
     ext_modules=[
         Extension("vpq.read_nodes._fast_render", ["read_nodes/_fast_render.c"], optional=True),
         Extension("vpq.read_nodes._fast_decode", ["read_nodes/_fast_decode.c"], optional=True),
-        Extension("vpq.read_nodes._fast_offer", ["read_nodes/_fast_offer.c"], optional=True),
+        Extension("vpq.read_nodes._fast_offer", ["read_nodes/_fast_offer.c"], depends=[SLOTS], optional=True),
+        Extension("vpq.read_nodes._fast_deliver", ["read_nodes/_fast_deliver.c"], depends=[SLOTS], optional=True),
     ],
 )

@@ -84,6 +84,7 @@ from vpq.codec.system_headers import MAX_PRIORITY
 from vpq.isolation.context import IsolationContext
 from vpq.isolation.routing import Router
 from vpq.read_nodes.ack_tracker import AckTracker
+from vpq.read_nodes.bulk_deliver import deliver_many
 from vpq.read_nodes.delay_index import DelayIndex
 from vpq.read_nodes.delivery_acks import DeliveryAcks
 from vpq.read_nodes.delivery_delays import DeliveryDelays
@@ -360,19 +361,28 @@ class GroupDelivery(DeliveryAcks, DeliveryOffer, DeliveryMembership, DeliveryPar
                 add(msg)
                 room -= 1
             self._recount(chain)
-        out = self._deliver(delivered, consumer_id, c, deadline)
+        if deliver_many is not None and delivered and not self._unroutable:  # in one C call
+            timer = Timer(deadline, delivered)
+            out = deliver_many(delivered, consumer_id, c.inflight, deadline, self._mask, timer)
+            self._push_timer(timer)
+        else:
+            out = self._deliver(delivered, consumer_id, c, deadline)
+            if out:
+                self._add_timer(deadline, delivered)
         if out:
             self._inflight_by_ctx[c.ctx] = self._inflight_by_ctx.get(c.ctx, 0) + len(out)
             self._inflight += len(out)
-            self._add_timer(deadline, delivered)
         return out
 
     def _add_timer(self, due: int, msgs: list[Msg]) -> None:
         timer = Timer(due, msgs)
         for msg in msgs:
             msg.timer = timer
+        self._push_timer(timer)
+
+    def _push_timer(self, timer: Timer) -> None:
         self._timer_seq += 1
-        heapq.heappush(self._timers, (due, self._timer_seq, timer))
+        heapq.heappush(self._timers, (timer.due, self._timer_seq, timer))
 
     def _run_length(self, head: Msg, room: int) -> int:
         """How many messages a poll with ``room`` left takes when it takes ``head``."""

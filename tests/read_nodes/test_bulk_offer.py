@@ -1,10 +1,12 @@
-"""``read_nodes.bulk_offer``: the ingest scan with its C bulk path does exactly what the
-scan does record by record. The same random history (records of several keys and
+"""``read_nodes.bulk_offer`` and ``read_nodes.bulk_deliver``: the ingest scan with its C
+bulk path does exactly what the scan does record by record, and a poll that hands its
+messages over in one C call exactly what ``GroupDelivery._deliver`` does. The same random history (records of several keys and
 contexts, some not cached, some with headers or expired; steps, polls, acks, nacks,
 joins, leaves, timeouts, tight read-ahead and ``max_unacked`` bounds, plain and lineage
-order, re-reads from the low watermark) runs twice, with and without ``offer_cached``; after every step the whole
-delivery state, the tracker, the ingestor's cursors and parked keys, the cache's counts
-and every poll's answer are the same."""
+order, re-reads from the low watermark) runs twice, with and without the C call; after every step the whole
+delivery state (timers and each consumer's messages in flight included), the tracker,
+the ingestor's cursors and parked keys, the cache's counts and every poll's answer are
+the same."""
 
 from __future__ import annotations
 
@@ -23,7 +25,8 @@ from tests.read_nodes.test_service_parts import _Pool as _PartsPool
 from vpq.codec.records import Record
 from vpq.codec.system_headers import DEDUP, PRIORITY
 from vpq.isolation.context import IsolationContext
-from vpq.read_nodes import bulk_offer, ingestor
+from vpq.read_nodes import bulk_deliver, bulk_offer, ingestor
+from vpq.read_nodes import delivery as delivery_module
 from vpq.read_nodes.delivery import GroupDelivery
 from vpq.read_nodes.delivery_types import DeliveryConfig
 from vpq.read_nodes.ingestor import Ingestor
@@ -110,7 +113,8 @@ def _key_hash(key: bytes | None) -> int:
 def _snapshot(d: GroupDelivery, ing: Ingestor, cache: RecordCache) -> dict[str, Any]:
     msgs = {
         pos: (m.seq, m.pp, m.offset, m.key_hash, m.key, m.ctx, m.timestamp_ms, m.ctx_id, m.priority, m.stream, m.pos,
-              None if m.chain is None else m.chain.key, m.state, m.holder, m.count, m.due, m.pos == pos)
+              None if m.chain is None else m.chain.key, m.state, m.holder, m.count, m.due, m.pos == pos,
+              None if m.timer is None else (m.timer.due, m.timer.live))
         for pos, m in d._msgs.items()
     }
     chains = {k: ([m.pos for m in c.pending], [m.pos for m in c.run], c.counted, c.parked_key, c.key)
@@ -123,6 +127,10 @@ def _snapshot(d: GroupDelivery, ing: Ingestor, cache: RecordCache) -> dict[str, 
         "ints": (d._seq, d._blocked, d._inflight, d._unroutable_held, d._unroutable, len(d._ready)),
         "counts": dict(d._ctx_count), "parked": dict(d._parked), "parts": parts, "cursors": dict(ing.cursors),
         "ingestor_parked": sorted(ing.parked._keys), "cache": cache.stats(), "expired": ing.expired,
+        "timers": [(due, seq, t.due, t.live, None if t.msgs is None else [m.pos for m in t.msgs])
+                   for due, seq, t in d._timers],
+        "inflight": {cid: [(mid, m.pos) for mid, m in c.inflight.items()] for cid, c in d._consumers.items()},
+        "by_ctx": (dict(d._inflight_by_ctx), d._timer_seq),
     }
 
 
@@ -186,14 +194,20 @@ async def _run(cfg: dict[str, Any], ops: list[tuple]) -> list[Any]:
     return seen
 
 
+PATHS = [(ingestor, "offer_cached", bulk_offer, "_fast_offer"),
+         (delivery_module, "deliver_many", bulk_deliver, "_fast_deliver")]
+
+
+@pytest.mark.parametrize("path", PATHS, ids=["offer", "deliver"])
 @settings(max_examples=250, deadline=None)
-@given(st.integers(0, 2**32))
-def test_the_bulk_path_changes_exactly_what_record_by_record_does(seed: int) -> None:
-    if bulk_offer.offer_cached is None:
-        missing("the C extension vpq.read_nodes._fast_offer is not built")
+@given(seed=st.integers(0, 2**32))
+def test_the_bulk_path_changes_exactly_what_one_by_one_does(path: tuple, seed: int) -> None:
+    user, name, binder, extension = path
+    if getattr(binder, name) is None:
+        missing(f"the C extension vpq.read_nodes.{extension} is not built")
     cfg, ops = _history(seed)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(ingestor, "offer_cached", None)
+        mp.setattr(user, name, None)
         want = asyncio.run(_run(cfg, ops))
     got = asyncio.run(_run(cfg, ops))
     assert len(got) == len(want)
@@ -234,3 +248,10 @@ def test_bind_refuses_a_message_type_it_does_not_know() -> None:
     with pytest.raises(TypeError, match="__slots__"):
         _fast_offer.bind(Other, Chain, DEDUP, 0, len)
     _fast_offer.bind(Msg, Chain, DEDUP, WAITING, heappush)  # bound again as at import
+
+
+def test_deliver_refuses_what_is_not_a_message() -> None:
+    if bulk_deliver.deliver_many is None:
+        missing("the C extension vpq.read_nodes._fast_deliver is not built")
+    with pytest.raises(TypeError, match="Msg"):
+        bulk_deliver.deliver_many([object()], "c", {}, 5, 3, None)
