@@ -17,6 +17,8 @@ from vpq.config.settings import LogSettings
 from vpq.write_nodes.metrics import WriteNodeMetrics, per_queue
 from vpq.write_nodes.service import WriteNodeService
 
+STEADY_LEASE_MS = 10_000  # these tests need the node to stay owner on a loaded machine
+
 
 def samples(text: str) -> dict[str, list[Sample]]:
     """family name -> samples, from Prometheus text (raises on malformed text)."""
@@ -61,7 +63,7 @@ async def test_log_factory_times_fsyncs_and_counts_records_per_group(tmp_path) -
 
 
 async def test_metrics_endpoint_after_appends(tmp_path, redis_url, key_prefix) -> None:
-    settings = make_settings(tmp_path, key_prefix, write_nodes=1, partitions=2)
+    settings = make_settings(tmp_path, key_prefix, write_nodes=1, partitions=2, lease_ttl_ms=STEADY_LEASE_MS)
     md = await open_metadata(settings, redis_url)
     qid = await place_queue(md, "q", [0, 1, 0, 1])
     other = await place_queue(md, "r", [1, 1])
@@ -109,7 +111,7 @@ async def test_metrics_endpoint_after_appends(tmp_path, redis_url, key_prefix) -
 
 
 async def test_group_commits_and_those_written_on_the_loop_are_counted(tmp_path, redis_url, key_prefix) -> None:
-    settings = make_settings(tmp_path, key_prefix, write_nodes=1, partitions=1)
+    settings = make_settings(tmp_path, key_prefix, write_nodes=1, partitions=1, lease_ttl_ms=STEADY_LEASE_MS)
     md = await open_metadata(settings, redis_url)
     qid = await place_queue(md, "q", [0])
     service = WriteNodeService(settings, "w0", 0, redis_url)

@@ -22,12 +22,20 @@ LEASE_TTL_MS = 300
 
 
 def make_settings(
-    tmp_path: Path, key_prefix: str, *, write_nodes: int = 1, partitions: int = 2, poll_ms: int = 50
+    tmp_path: Path,
+    key_prefix: str,
+    *,
+    write_nodes: int = 1,
+    partitions: int = 2,
+    poll_ms: int = 50,
+    lease_ttl_ms: int = LEASE_TTL_MS,
 ) -> Settings:
+    """Settings for one test; the short default lease lets tests watch a lease lapse, and
+    tests that only need the node to stay owner pass a long one."""
     return Settings(
         data_dir=tmp_path / "data",
         log=LogSettings(segment_bytes=64 * 1024, retention_ms=-1, checkpoint_interval_ms=60_000),
-        redis=RedisSettings(key_prefix=key_prefix, lease_ttl_ms=LEASE_TTL_MS, poll_fallback_ms=poll_ms),
+        redis=RedisSettings(key_prefix=key_prefix, lease_ttl_ms=lease_ttl_ms, poll_fallback_ms=poll_ms),
         cluster=ClusterSettings(write_nodes=write_nodes, physical_partitions=partitions),
         rebalance=RebalanceSettings(window_ms=100),
     )
