@@ -12,7 +12,7 @@ import orjson
 import pytest
 from yarl import URL
 
-from tests.write_nodes.test_service_helpers import batch, make_settings, open_metadata, place_queue
+from tests.write_nodes.test_service_helpers import STEADY_LEASE_MS, batch, make_settings, open_metadata, place_queue
 from vpq.node_rpc.append_frames import Frame, encode_frames
 from vpq.write_nodes.service import WriteNodeService
 
@@ -23,7 +23,7 @@ SECRET = "s" * 32
 
 @pytest.fixture
 async def secured(tmp_path: Any, redis_url: str, key_prefix: str) -> AsyncIterator[tuple[WriteNodeService, int]]:
-    settings = make_settings(tmp_path, key_prefix, write_nodes=2, partitions=4)
+    settings = make_settings(tmp_path, key_prefix, write_nodes=2, partitions=4, lease_ttl_ms=STEADY_LEASE_MS)
     md = await open_metadata(settings, redis_url)
     qid = await place_queue(md, "q", [0, 1, 2, 0])
     service = WriteNodeService(settings, "w0", 0, redis_url, cluster_secret=SECRET)

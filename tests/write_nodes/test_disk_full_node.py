@@ -7,6 +7,7 @@ import aiohttp
 
 from tests.write_nodes.test_log_disk_full import TornWrites
 from tests.write_nodes.test_service_helpers import (
+    STEADY_LEASE_MS,
     append,
     batch,
     eventually,
@@ -24,7 +25,7 @@ from vpq.write_nodes.service import WriteNodeService
 
 
 async def start_node(tmp_path, redis_url, key_prefix, **kwargs):  # type: ignore[no-untyped-def]
-    settings = make_settings(tmp_path, key_prefix, write_nodes=1, partitions=2)
+    settings = make_settings(tmp_path, key_prefix, write_nodes=1, partitions=2, lease_ttl_ms=STEADY_LEASE_MS)
     if "min_free_bytes" in kwargs:
         settings.log.min_free_bytes = kwargs.pop("min_free_bytes")
     md = await open_metadata(settings, redis_url)

@@ -11,13 +11,18 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from tests.write_nodes.test_service_helpers import append, batch, make_settings, open_metadata, place_queue
+from tests.write_nodes.test_service_helpers import (
+    STEADY_LEASE_MS,
+    append,
+    batch,
+    make_settings,
+    open_metadata,
+    place_queue,
+)
 from vpq.codec.records import Record
 from vpq.config.settings import LogSettings
 from vpq.write_nodes.metrics import WriteNodeMetrics, per_queue
 from vpq.write_nodes.service import WriteNodeService
-
-STEADY_LEASE_MS = 10_000  # these tests need the node to stay owner on a loaded machine
 
 
 def samples(text: str) -> dict[str, list[Sample]]:

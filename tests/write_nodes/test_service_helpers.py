@@ -19,6 +19,7 @@ from vpq.metadata.store import MetadataStore
 from vpq.node_rpc.append_frames import Frame, encode_frames
 
 LEASE_TTL_MS = 300
+STEADY_LEASE_MS = 10_000  # for tests that need the node to stay owner on a loaded machine
 
 
 def make_settings(
