@@ -32,7 +32,8 @@ from pydantic_settings import (
 
 from vpq.config.redis_url import check_redis_url
 
-MiB = 1024 * 1024
+KiB = 1024
+MiB = 1024 * KiB
 DAY_MS = 24 * 3600 * 1000
 
 
@@ -189,6 +190,18 @@ class GatewaySettings(BaseModel):
         le=64,
         description="appends the gateway has in flight to one write node; produce requests arriving "
         "meanwhile leave together as one, one batch per partition (produce_path.append_accumulator)",
+    )
+    append_bulk_in_flight: int = Field(
+        2,
+        ge=1,
+        le=64,
+        description="appends the gateway may have in flight to one write node when the produce calls "
+        "waiting for it add up to append_bulk_bytes (big calls need no merging; produce_path.append_accumulator)",
+    )
+    append_bulk_bytes: int = Field(
+        64 * KiB,
+        ge=1,
+        description="bytes of waiting produce calls that let an append leave beside the ones in flight",
     )
     workers: int = Field(
         1,

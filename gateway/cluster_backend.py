@@ -168,6 +168,8 @@ class ClusterBackend:
             batcher = self._batcher = AppendAccumulator(
                 self._write_client,
                 max_in_flight=self._settings.gateway.append_requests_in_flight,
+                bulk_in_flight=self._settings.gateway.append_bulk_in_flight,
+                bulk_bytes=self._settings.gateway.append_bulk_bytes,
                 max_request_bytes=self._policy.max_request_bytes,
                 max_batch_bytes=self._policy.max_batch_bytes,
             )

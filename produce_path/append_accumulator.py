@@ -17,6 +17,12 @@ without the delay, the way BookKeeper's journal gathers writers behind the fsync
 progress), so the write node's per-batch work (CRC, placement check, submission) is paid
 per partition and request, not per partition and produce call.
 
+Bulk: once the calls waiting for a node add up to ``bulk_bytes`` or more, they leave at
+once while fewer than ``bulk_in_flight`` requests are out (the gateway's
+``append_bulk_bytes`` and ``append_bulk_in_flight``). Big calls are already batched, so
+holding them behind the fsync in progress would only leave the write node's disks and
+the gateway idle in turn; small calls keep merging as above.
+
 Keeping the guarantees of a lone call:
 
 * each part's records stay together and in order inside its batch, and a call's answer
@@ -177,6 +183,7 @@ class _Call:
 class _Node:
     in_flight: int = 0
     waiting: deque[_Call] = field(default_factory=deque)
+    waiting_bytes: int = 0
 
 
 @dataclass
@@ -187,6 +194,7 @@ class AccumulatorStats:
     requests: int = 0
     merged_calls: int = 0  # calls that went in a request together with others
     batches: int = 0
+    bulk_requests: int = 0  # requests that left beside another under the bulk rule
 
 
 class AppendAccumulator:
@@ -200,11 +208,17 @@ class AppendAccumulator:
         max_in_flight: int = 1,
         max_request_bytes: int = 16 << 20,
         max_batch_bytes: int = 4 << 20,
+        bulk_in_flight: int = 1,
+        bulk_bytes: int = 64 << 10,
     ) -> None:
         if max_in_flight < 1:
             raise ValueError("max_in_flight must be >= 1")
+        if bulk_bytes < 1:
+            raise ValueError("bulk_bytes must be >= 1")
         self._client = client
         self._max_in_flight = max_in_flight
+        self._bulk_in_flight = max(bulk_in_flight, max_in_flight)
+        self._bulk_bytes = bulk_bytes
         self._max_bytes = max_request_bytes
         self._max_batch_bytes = max_batch_bytes
         self._nodes: dict[str, _Node] = {}
@@ -222,6 +236,7 @@ class AppendAccumulator:
                 call = node.waiting.popleft()
                 if not call.future.done():
                     call.future.set_exception(_stopping())
+            node.waiting_bytes = 0
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
@@ -245,11 +260,16 @@ class AppendAccumulator:
                 self._release(address, node)
         call = _Call(parts, map_epoch, size, asyncio.get_running_loop().create_future())
         node.waiting.append(call)
+        node.waiting_bytes += size
+        if node.waiting_bytes >= self._bulk_bytes and node.in_flight < self._bulk_in_flight:
+            self.stats.bulk_requests += 1
+            self._launch(address, node)
         try:
             return await call.future
         except asyncio.CancelledError:
             if call in node.waiting:
                 node.waiting.remove(call)
+                node.waiting_bytes -= call.size
             raise
 
     async def _request(self, address: str, calls: list[Sequence[PartitionPart]], epoch: int) -> list[Answer]:
@@ -263,12 +283,25 @@ class AppendAccumulator:
         node.in_flight -= 1
         if not node.waiting or self._stopped:
             return
+        while node.waiting:
+            if node.in_flight < self._max_in_flight:
+                self._launch(address, node)
+            elif node.waiting_bytes >= self._bulk_bytes and node.in_flight < self._bulk_in_flight:
+                self.stats.bulk_requests += 1
+                self._launch(address, node)
+            else:
+                return
+
+    def _launch(self, address: str, node: _Node) -> None:
+        """Send the calls at the head of ``node.waiting`` (up to ``max_request_bytes``)
+        as one request, from a task of its own."""
         calls = [node.waiting.popleft()]
         total = calls[0].size
         while node.waiting and total + node.waiting[0].size <= self._max_bytes:
             call = node.waiting.popleft()
             total += call.size
             calls.append(call)
+        node.waiting_bytes -= total
         node.in_flight += 1
         if len(calls) > 1:
             self.stats.merged_calls += len(calls)

@@ -186,6 +186,72 @@ async def test_waiting_calls_are_cut_at_the_request_size_limit() -> None:
     await acc.stop()
 
 
+async def test_waiting_calls_that_reach_the_bulk_bytes_leave_beside_the_one_in_flight() -> None:
+    client = GatedClient()
+    acc = AppendAccumulator(client, max_in_flight=1, bulk_in_flight=2, bulk_bytes=200)
+    first = asyncio.create_task(acc.append("w0", [part(0, b"a")], 1))
+    await settle()
+    small = asyncio.create_task(acc.append("w0", [part(0, b"s")], 1))
+    await settle()
+    assert len(client.requests) == 1  # under the bulk bytes: it waits, as without the rule
+    big = asyncio.create_task(acc.append("w0", [part(1, b"x" * 150)], 2))
+    await settle()
+    assert len(client.requests) == 2  # the waiting calls reach 200 bytes: they leave together
+    assert client.values(1) == [(0, [b"s"]), (1, [b"x" * 150])] and client.requests[1][2] == 2
+    third = asyncio.create_task(acc.append("w0", [part(2, b"y" * 250)], 1))
+    await settle()
+    assert len(client.requests) == 2  # two out: the bulk limit
+    client.release(0)
+    await settle()
+    assert await first == [(0, 0)]
+    assert client.values(2) == [(2, [b"y" * 250])]  # one out and 250 bytes waiting: it leaves
+    client.release(2)
+    client.release(1)
+    assert await small == [(1000, 1000)] and await big == [(1100, 1100)] and await third == [(2000, 2000)]
+    assert acc.stats.bulk_requests == 2 and acc.stats.requests == 3
+    await acc.stop()
+    assert not acc._tasks  # noqa: SLF001
+
+
+async def test_small_calls_never_exceed_max_in_flight_under_the_bulk_rule() -> None:
+    client = GatedClient()
+    acc = AppendAccumulator(client, max_in_flight=1, bulk_in_flight=4, bulk_bytes=10_000)
+    first = asyncio.create_task(acc.append("w0", [part(0, b"a")], 1))
+    await settle()
+    waiting = [asyncio.create_task(acc.append("w0", [part(0, b"b%d" % i)], 1)) for i in range(20)]
+    await settle()
+    assert len(client.requests) == 1
+    client.release(0)
+    await settle()
+    await first
+    assert len(client.requests) == 2 and len(client.values(1)[0][1]) == 20  # one merged request
+    client.release(1)
+    assert [await w for w in waiting] == [[(1000 + i, 1000 + i)] for i in range(20)]
+    assert acc.stats.bulk_requests == 0
+    await acc.stop()
+
+
+async def test_a_cancelled_waiter_no_longer_counts_toward_the_bulk_bytes() -> None:
+    client = GatedClient()
+    acc = AppendAccumulator(client, max_in_flight=1, bulk_in_flight=2, bulk_bytes=300)
+    first = asyncio.create_task(acc.append("w0", [part(0, b"a")], 1))
+    await settle()
+    gone = asyncio.create_task(acc.append("w0", [part(0, b"g" * 120)], 1))
+    await settle()
+    gone.cancel()
+    await settle()
+    late = asyncio.create_task(acc.append("w0", [part(0, b"l" * 40)], 1))
+    await settle()
+    assert len(client.requests) == 1  # 129 bytes waiting; with the cancelled call's 209, 300 was reached
+    client.release(0)
+    await first
+    await settle()
+    assert client.values(1) == [(0, [b"l" * 40])]
+    client.release(1)
+    assert await late == [(1000, 1000)]
+    await acc.stop()
+
+
 async def test_stop_fails_the_waiting_calls_and_leaves_no_task() -> None:
     client = GatedClient()
     acc = AppendAccumulator(client, max_in_flight=1)
