@@ -199,7 +199,7 @@ class GatewaySettings(BaseModel):
         "waiting for it add up to append_bulk_bytes (big calls need no merging; produce_path.append_accumulator)",
     )
     append_bulk_bytes: int = Field(
-        64 * KiB,
+        512 * KiB,
         ge=1,
         description="bytes of waiting produce calls that let an append leave beside the ones in flight",
     )

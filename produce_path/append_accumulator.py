@@ -209,7 +209,7 @@ class AppendAccumulator:
         max_request_bytes: int = 16 << 20,
         max_batch_bytes: int = 4 << 20,
         bulk_in_flight: int = 1,
-        bulk_bytes: int = 64 << 10,
+        bulk_bytes: int = 512 << 10,
     ) -> None:
         if max_in_flight < 1:
             raise ValueError("max_in_flight must be >= 1")
