@@ -12,6 +12,7 @@ is delivered, and per-key order holds (tests.integration.api.OrderChecker).
 
 from __future__ import annotations
 
+import collections
 import threading
 import time
 
@@ -207,7 +208,11 @@ def test_sigkill_of_the_redis_master_fails_over_without_losing_acknowledged_mess
             assert t.produce_back is not None, f"produce never worked again after the kill\n{platform.output()}"
             assert t.consume_back is not None, f"consume never worked again after the kill\n{platform.output()}"
             lost = t.missing()
-            assert not lost, f"{len(lost)} acknowledged messages never delivered"
+            assert not lost, (
+                f"{len(lost)} acknowledged messages never delivered (by partition: "
+                f"{sorted(collections.Counter(i.split('-')[0] for i in lost).items())}, first "
+                f"{sorted(lost, key=lambda i: tuple(map(int, i.split('-'))))[:3]})\n{platform.output()}"
+            )
             assert not t.order.violations, t.order.violations[:5]
     finally:
         cluster.stop()
