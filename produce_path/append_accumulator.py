@@ -261,7 +261,7 @@ class AppendAccumulator:
         call = _Call(parts, map_epoch, size, asyncio.get_running_loop().create_future())
         node.waiting.append(call)
         node.waiting_bytes += size
-        if node.waiting_bytes >= self._bulk_bytes and node.in_flight < self._bulk_in_flight:
+        if self._bulk_ready(node):
             self.stats.bulk_requests += 1
             self._launch(address, node)
         try:
@@ -286,11 +286,15 @@ class AppendAccumulator:
         while node.waiting:
             if node.in_flight < self._max_in_flight:
                 self._launch(address, node)
-            elif node.waiting_bytes >= self._bulk_bytes and node.in_flight < self._bulk_in_flight:
+            elif self._bulk_ready(node):
                 self.stats.bulk_requests += 1
                 self._launch(address, node)
             else:
                 return
+
+    def _bulk_ready(self, node: _Node) -> bool:
+        """The calls waiting for ``node`` may leave beside the requests out (the bulk rule)."""
+        return node.waiting_bytes >= self._bulk_bytes and node.in_flight < self._bulk_in_flight
 
     def _launch(self, address: str, node: _Node) -> None:
         """Send the calls at the head of ``node.waiting`` (up to ``max_request_bytes``)

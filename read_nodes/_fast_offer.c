@@ -3,7 +3,8 @@
    bind(msg_type, chain_type, dedup, waiting, heappush)
      once, before any offer: ``delivery_items.Msg`` and ``Chain`` (slotted classes whose
      slots this code writes and reads directly; the names must be exactly those of
-     ``_msg_slots.h`` and of ``chain_slots`` below), ``system_headers.DEDUP``, ``delivery_items.WAITING`` and ``heapq.heappush``.
+     ``_msg_slots.h`` and of ``chain_slots`` below), ``system_headers.DEDUP``,
+     ``delivery_items.WAITING`` and ``heapq.heappush``.
 
    offer_cached(entries, pp, ctx_id, stream, cache_data, delivery, cutoff, mask, plain_vps)
      takes ``(offset, ref)`` entries of ``stream`` (pp ``pp``, context id ``ctx_id``)
